@@ -1,0 +1,48 @@
+# Two entry points for a fresh machine (both install what they need):
+#   make demo   the main job: replay the example log, show the dataplane state
+#   make test   everything CI checks: lint, types, unit/golden/property/process tests
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test lint typecheck pytest proto bench system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+# Kernel tools the Linux platform and its tests drive (no-op when present).
+system-deps:
+	@./scripts/install-system-deps.sh
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo_node.py
+	$(BIN)/python driver.py replay examples/demo-node.log
+
+test: $(STAMP) system-deps lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+# Regenerate dataplane/_pb from proto/ (tests/test_proto_generated.py fails
+# when the committed output is stale).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Iproto \
+		--python_out=dataplane/_pb --pyi_out=dataplane/_pb proto/felixbackend.proto
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_phase1.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
