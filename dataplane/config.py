@@ -1,0 +1,269 @@
+"""Typed driver configuration, parsed from Felix's ``ConfigUpdate``.
+
+Felix sends its whole raw configuration as a string map. We keep the keys
+this driver acts on, with Felix's names and defaults, in one frozen
+:class:`Config`. Unknown keys are ignored (Felix has hundreds); a known key
+with a value we cannot parse raises :class:`ConfigError` naming the key and
+the value, and the whole update is rejected so a half-applied config never
+exists. Keys are matched case-insensitively, as Felix's own loader does.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from dataplane.errors import ConfigError
+
+__all__ = ["Config", "ProtoPort", "parse_config"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProtoPort:
+    """A failsafe port: protocol, port and the peer network it applies to."""
+
+    protocol: str
+    port: int
+    net: str = ""  # empty: any address
+
+
+def _default_inbound() -> tuple[ProtoPort, ...]:
+    return _failsafes("tcp:22,udp:68,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667")
+
+
+def _default_outbound() -> tuple[ProtoPort, ...]:
+    return _failsafes("udp:53,udp:67,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The configuration the driver acts on. Defaults are Felix's."""
+
+    interface_prefixes: tuple[str, ...] = ("cali",)
+    iptables_refresh_interval: float = 90.0
+    route_refresh_interval: float = 90.0
+    ipsets_refresh_interval: float = 10.0
+    reporting_interval: float = 30.0
+    log_severity: str = "INFO"
+    ipv6_support: bool = True
+    chain_insert_mode: str = "insert"
+    default_endpoint_to_host_action: str = "DROP"
+    iptables_backend: str = "auto"
+    iptables_mark_mask: int = 0xFFFF0000
+    iptables_filter_allow_action: str = "ACCEPT"
+    iptables_mangle_allow_action: str = "ACCEPT"
+    iptables_filter_deny_action: str = "DROP"
+    log_prefix: str = "calico-packet"
+    failsafe_inbound_host_ports: tuple[ProtoPort, ...] = field(default_factory=_default_inbound)
+    failsafe_outbound_host_ports: tuple[ProtoPort, ...] = field(default_factory=_default_outbound)
+    nat_port_range: tuple[int, int] | None = None
+    kube_node_port_ranges: tuple[tuple[int, int], ...] = ((30000, 32767),)
+    device_route_protocol: int = 3
+    max_ipset_size: int = 1048576
+    felix_hostname: str = ""
+
+
+# ---------------------------------------------------------------------------
+# Value parsers. Each takes the raw string and returns the typed value or
+# raises ValueError with a short reason; parse_config adds key and value.
+# ---------------------------------------------------------------------------
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(raw: str) -> float:
+    """Float seconds ("90", "2.5") or a Go duration ("1m30s", "500ms")."""
+    text = raw.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise ValueError("not a number of seconds or a duration like 1m30s") from None
+        value = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if not value >= 0:  # also rejects NaN
+        raise ValueError("must be zero or positive")
+    return value
+
+
+_TRUE = {"true", "t", "yes", "y", "1", "on"}
+_FALSE = {"false", "f", "no", "n", "0", "off"}
+
+
+def _bool(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError("not a boolean")
+
+
+def _int(raw: str) -> int:
+    return int(raw.strip(), 0)
+
+
+def _choice(*allowed: str, upper: bool = False) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        text = raw.strip().upper() if upper else raw.strip().lower()
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+def _prefixes(raw: str) -> tuple[str, ...]:
+    items = tuple(p.strip() for p in raw.split(",") if p.strip())
+    if not items:
+        raise ValueError("needs at least one interface prefix")
+    for item in items:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,14}", item):
+            raise ValueError(f"{item!r} is not a usable interface name prefix")
+    return items
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} out of range")
+    return port
+
+
+def _failsafes(raw: str) -> tuple[ProtoPort, ...]:
+    """Felix's "proto:port" / "proto:net:port" / "port" list, or "none"."""
+    text = raw.strip()
+    if text.lower() in ("", "none"):
+        return ()
+    out = []
+    for item in (i.strip() for i in text.split(",")):
+        parts = item.split(":")
+        protocol, net = "tcp", ""
+        if len(parts) == 2:
+            protocol = parts[0]
+        elif len(parts) >= 3:
+            protocol, net = parts[0], ":".join(parts[1:-1]).strip("[]")
+            net = str(ipaddress.ip_network(net, strict=False))
+        protocol = protocol.lower()
+        if protocol not in ("tcp", "udp", "sctp"):
+            raise ValueError(f"protocol {protocol!r} in {item!r} is not tcp, udp or sctp")
+        out.append(ProtoPort(protocol, _port(parts[-1]), net))
+    return tuple(out)
+
+
+def _port_range(raw: str) -> tuple[int, int]:
+    first, sep, last = raw.strip().partition(":")
+    if not sep:
+        first, sep, last = raw.strip().partition("-")
+    lo, hi = _port(first), _port(last if sep else first)
+    if lo > hi:
+        raise ValueError("range start is above its end")
+    return lo, hi
+
+
+def _optional_port_range(raw: str) -> tuple[int, int] | None:
+    return _port_range(raw) if raw.strip() else None
+
+
+def _port_ranges(raw: str) -> tuple[tuple[int, int], ...]:
+    return tuple(_port_range(r) for r in raw.split(",") if r.strip())
+
+
+def _mark_mask(raw: str) -> int:
+    value = _int(raw)
+    if not 0 < value <= 0xFFFFFFFF:
+        raise ValueError("must be a non-zero 32-bit mask")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = _int(raw)
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _route_protocol(raw: str) -> int:
+    value = _int(raw)
+    if not 0 < value < 256:
+        raise ValueError("must be 1..255")
+    return value
+
+
+def _log_severity(raw: str) -> str:
+    text = raw.strip().upper()
+    aliases = {"WARN": "WARNING", "FATAL": "CRITICAL", "PANIC": "CRITICAL", "TRACE": "DEBUG"}
+    text = aliases.get(text, text)
+    if text not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "NONE"):
+        raise ValueError("not a log severity")
+    return text
+
+
+def _text(raw: str) -> str:
+    return raw.strip()
+
+
+# Felix key -> (Config attribute, parser).
+_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "InterfacePrefix": ("interface_prefixes", _prefixes),
+    "IptablesRefreshInterval": ("iptables_refresh_interval", _seconds),
+    "RouteRefreshInterval": ("route_refresh_interval", _seconds),
+    "IpsetsRefreshInterval": ("ipsets_refresh_interval", _seconds),
+    "ReportingIntervalSecs": ("reporting_interval", _seconds),
+    "LogSeverityScreen": ("log_severity", _log_severity),
+    "Ipv6Support": ("ipv6_support", _bool),
+    "ChainInsertMode": ("chain_insert_mode", _choice("insert", "append")),
+    "DefaultEndpointToHostAction": (
+        "default_endpoint_to_host_action",
+        _choice("DROP", "RETURN", "ACCEPT", upper=True),
+    ),
+    "IptablesBackend": ("iptables_backend", _choice("auto", "legacy", "nft")),
+    "IptablesMarkMask": ("iptables_mark_mask", _mark_mask),
+    "IptablesFilterAllowAction": (
+        "iptables_filter_allow_action",
+        _choice("ACCEPT", "RETURN", upper=True),
+    ),
+    "IptablesMangleAllowAction": (
+        "iptables_mangle_allow_action",
+        _choice("ACCEPT", "RETURN", upper=True),
+    ),
+    "IptablesFilterDenyAction": (
+        "iptables_filter_deny_action",
+        _choice("DROP", "REJECT", upper=True),
+    ),
+    "LogPrefix": ("log_prefix", _text),
+    "FailsafeInboundHostPorts": ("failsafe_inbound_host_ports", _failsafes),
+    "FailsafeOutboundHostPorts": ("failsafe_outbound_host_ports", _failsafes),
+    "NATPortRange": ("nat_port_range", _optional_port_range),
+    "KubeNodePortRanges": ("kube_node_port_ranges", _port_ranges),
+    "DeviceRouteProtocol": ("device_route_protocol", _route_protocol),
+    "MaxIpsetSize": ("max_ipset_size", _positive_int),
+    "FelixHostname": ("felix_hostname", _text),
+}
+_KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
+assert {a for a, _ in _KEYS.values()} <= {f.name for f in fields(Config)}
+
+
+def parse_config(raw: Mapping[str, str], base: Config | None = None) -> Config:
+    """Build a :class:`Config` from Felix's raw key/value map.
+
+    Keys absent from ``raw`` take their value from ``base`` (Felix's
+    defaults when ``base`` is None). Raises :class:`ConfigError` on the
+    first invalid value, naming the key and the value.
+    """
+    changes: dict[str, Any] = {}
+    for key in sorted(raw):
+        entry = _KEYS_LOWER.get(key.lower())
+        if entry is None:
+            continue
+        name, (attr, parser) = entry
+        value = raw[key]
+        try:
+            changes[attr] = parser(value)
+        except ValueError as exc:
+            raise ConfigError(f"config[{name}]", value, str(exc)) from None
+    return replace(base or Config(), **changes)

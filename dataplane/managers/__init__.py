@@ -1,0 +1,33 @@
+"""Platform-neutral managers: one slice of desired state each.
+
+A manager has two methods (Felix's shape):
+
+* ``on_update(msg)`` -- called for every incoming payload, cheap, in memory;
+  records desired state and marks it dirty. Raises
+  :class:`~dataplane.errors.InputError` to reject an invalid message, and
+  then must have changed nothing.
+* ``handles`` (optional) -- the payload types ``on_update`` acts on; the
+  loop then calls it for those only.
+* ``complete_deferred_work()`` -- called once per apply, after InSync; hands
+  what changed to the platform's sinks as model values.
+
+Nothing in this package imports a platform (linux/, windows/) or does I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from google.protobuf.message import Message
+
+from dataplane.managers.endpoints import EndpointManager
+from dataplane.managers.ipsets import IPSetsManager
+from dataplane.managers.policy import PolicyManager
+
+__all__ = ["EndpointManager", "IPSetsManager", "Manager", "PolicyManager"]
+
+
+class Manager(Protocol):
+    def on_update(self, msg: Message) -> None: ...
+
+    def complete_deferred_work(self) -> None: ...

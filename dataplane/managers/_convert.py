@@ -1,0 +1,475 @@
+"""Protobuf -> model conversion, with validation.
+
+The only place that reads protobuf field values. Every function either
+returns a normalised model value or raises :class:`InputError` naming the
+field path (relative to the payload) and the offending value; the loop adds
+the sequence number and message type. Nothing here has side effects, so a
+rejected message leaves all state untouched.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from typing import Generic, TypeVar
+
+from google.protobuf.message import Message
+
+from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.errors import InputError
+from dataplane.model import (
+    Action,
+    HostEndpoint,
+    HostEndpointKey,
+    IcmpMatch,
+    IPSetType,
+    NatInfo,
+    Policy,
+    PolicyKey,
+    PortRange,
+    Profile,
+    Rule,
+    TierInfo,
+    WorkloadEndpoint,
+    WorkloadEndpointKey,
+)
+
+T = TypeVar("T")
+
+_IPSET_TYPES: dict[int, IPSetType] = {
+    pb.IPSetUpdate.IP: IPSetType.IP,
+    pb.IPSetUpdate.IP_AND_PORT: IPSetType.IP_AND_PORT,
+    pb.IPSetUpdate.NET: IPSetType.NET,
+}
+
+_ACTIONS = {
+    "allow": Action.ALLOW,
+    "deny": Action.DENY,
+    "next-tier": Action.PASS,
+    "pass": Action.PASS,
+    "log": Action.LOG,
+}
+
+_PROTOCOL_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6", 132: "sctp", 136: "udplite"}
+_KNOWN_PROTOCOLS = frozenset(_PROTOCOL_NAMES.values())
+_PORT_PROTOCOLS = frozenset({"tcp", "udp", "sctp", "udplite"})
+_ICMP_PROTOCOLS = frozenset({"icmp", "icmpv6"})
+_MEMBER_PROTOCOLS = frozenset({"tcp", "udp", "sctp"})
+
+
+# ---------------------------------------------------------------------------
+# Addresses and IP set members.
+#
+# These run for every IP set member Felix sends, so they use the C parsers
+# (inet_pton/inet_ntop) rather than the ipaddress module, which is several
+# times slower. inet_pton is as strict as ipaddress: no leading zeros, no
+# short forms, no whitespace, no scope ids.
+# ---------------------------------------------------------------------------
+
+_AF = {4: socket.AF_INET, 6: socket.AF_INET6}
+
+
+def _parse_address(text: str) -> tuple[int, bytes] | None:
+    """(version, packed) for a valid address, else None."""
+    family, version = (socket.AF_INET6, 6) if ":" in text else (socket.AF_INET, 4)
+    try:
+        return version, socket.inet_pton(family, text)
+    except (OSError, ValueError):
+        return None
+
+
+def address(text: str, field: str, version: int | None = None) -> str:
+    """Canonical text of a single address."""
+    parsed = _parse_address(text)
+    if parsed is None:
+        raise InputError(field, text, "not an IP address")
+    if version is not None and parsed[0] != version:
+        raise InputError(field, text, f"not an IPv{version} address")
+    # Dotted quads inet_pton accepts are already canonical.
+    return text if parsed[0] == 4 else socket.inet_ntop(socket.AF_INET6, parsed[1])
+
+
+def cidr(text: str, field: str, version: int | None = None) -> str:
+    """Canonical text of a network; host bits are cleared, as the kernel does."""
+    base, slash, length_text = text.partition("/")
+    parsed = _parse_address(base)
+    if parsed is None:
+        raise InputError(field, text, "not a CIDR")
+    got, packed = parsed
+    if version is not None and got != version:
+        raise InputError(field, text, f"not an IPv{version} CIDR")
+    bits = 32 if got == 4 else 128
+    if not slash:
+        length = bits
+    elif length_text.isdigit() and len(length_text) <= 3 and int(length_text) <= bits:
+        length = int(length_text)
+    else:
+        raise InputError(field, text, "not a CIDR")
+    value = int.from_bytes(packed, "big") & ~((1 << (bits - length)) - 1)
+    network = socket.inet_ntop(_AF[got], value.to_bytes(bits // 8, "big"))
+    return f"{network}/{length}"
+
+
+def _ip_member(text: str, field: str) -> str:
+    if ":" not in text and "/" not in text:
+        # Fast path for the common case, a plain IPv4 address.
+        try:
+            socket.inet_pton(socket.AF_INET, text)
+        except OSError:
+            raise InputError(field, text, "not an IP address") from None
+        return text
+    # Felix sends bare addresses; accept a full-length prefix too.
+    base, slash, length = text.partition("/")
+    addr = address(base, field)
+    if slash and length != ("32" if ":" not in addr else "128"):
+        raise InputError(field, text, "IP-type sets hold single addresses")
+    return addr
+
+
+def _ip_port_member(text: str, field: str) -> str:
+    addr_text, comma, proto_port = text.rpartition(",")
+    protocol, colon, port_text = proto_port.partition(":")
+    if not comma or not colon:
+        raise InputError(field, text, "expected <address>,<protocol>:<port>")
+    protocol = protocol.lower()
+    if protocol not in _MEMBER_PROTOCOLS:
+        raise InputError(field, text, "protocol must be tcp, udp or sctp")
+    port = _port_number(port_text, field, text)
+    return f"{address(addr_text, field)},{protocol}:{port}"
+
+
+def _port_number(text: str, field: str, whole: object) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise InputError(field, whole, "port is not a number") from None
+    if not 0 <= port <= 65535:
+        raise InputError(field, whole, "port out of range 0-65535")
+    return port
+
+
+_MEMBER_PARSERS = {
+    IPSetType.IP: _ip_member,
+    IPSetType.NET: cidr,
+    IPSetType.IP_AND_PORT: _ip_port_member,
+}
+
+
+def ipset_type(value: int) -> IPSetType:
+    try:
+        return _IPSET_TYPES[value]
+    except KeyError:
+        raise InputError("type", value, "unknown IP set type") from None
+
+
+def ipset_members(kind: IPSetType, members: Sequence[str], field: str) -> set[str]:
+    if not members:
+        return set()
+    parse = _MEMBER_PARSERS[kind]
+    try:
+        return {parse(member, field) for member in members}
+    except InputError as exc:
+        index = list(members).index(str(exc.value))
+        raise _at(exc, f"{field}[{index}]") from None
+
+
+def _at(exc: InputError, field: str) -> InputError:
+    """The same complaint, about the element at ``field``."""
+    return type(exc)(field, exc.value, exc.reason)
+
+
+def non_empty(text: str, field: str) -> str:
+    if not text:
+        raise InputError(field, text, "must not be empty")
+    return text
+
+
+# ---------------------------------------------------------------------------
+# Rules, policies, profiles.
+# ---------------------------------------------------------------------------
+
+
+def _protocol(proto: pb.Protocol, field: str) -> str | None:
+    which = proto.WhichOneof("number_or_name")
+    if which is None:
+        return None
+    if which == "number":
+        number = proto.number
+        if not 0 <= number <= 255:
+            raise InputError(f"{field}.number", number, "protocol number out of range 0-255")
+        return _PROTOCOL_NAMES.get(number, str(number))
+    name = proto.name.lower()
+    if name not in _KNOWN_PROTOCOLS:
+        if name.isdigit() and int(name) <= 255:
+            return _PROTOCOL_NAMES.get(int(name), name)
+        raise InputError(f"{field}.name", proto.name, "unknown protocol name")
+    return name
+
+
+# The helpers below run for every field of every rule; most fields are
+# empty, so they return early and build field paths only to report errors.
+
+
+def _ports(ranges: Sequence[pb.PortRange], prefix: str, name: str) -> tuple[PortRange, ...]:
+    if not ranges:
+        return ()
+    out = []
+    for i, r in enumerate(ranges):
+        first, last = r.first, r.last or r.first
+        if not (0 <= first <= 65535 and 0 <= last <= 65535) or first > last:
+            raise InputError(
+                f"{prefix}.{name}[{i}]", f"{r.first}-{r.last}", "not a port range in 0-65535"
+            )
+        out.append(PortRange(first, last))
+    return tuple(out)
+
+
+def _icmp(rule: pb.Rule, oneof: str, prefix: str) -> IcmpMatch | None:
+    which = rule.WhichOneof(oneof)
+    if which is None:
+        return None
+    if which.endswith("_type_code"):
+        tc = getattr(rule, which)
+        match = IcmpMatch(tc.type, tc.code)
+    else:
+        match = IcmpMatch(getattr(rule, which))
+    if not 0 <= match.type <= 255 or not (match.code is None or 0 <= match.code <= 255):
+        raise InputError(f"{prefix}.{which}", str(match), "ICMP type and code must be 0-255")
+    return match
+
+
+def _nets(nets: Sequence[str], prefix: str, name: str) -> tuple[str, ...]:
+    if not nets:
+        return ()
+    out = []
+    for i, net in enumerate(nets):
+        try:
+            out.append(cidr(net, name))
+        except InputError as exc:
+            raise _at(exc, f"{prefix}.{name}[{i}]") from None
+    return tuple(out)
+
+
+def _ids(ids: Sequence[str], prefix: str, name: str) -> tuple[str, ...]:
+    if not ids:
+        return ()
+    out = tuple(ids)
+    if not all(out):
+        raise InputError(f"{prefix}.{name}[{out.index('')}]", "", "must not be empty")
+    return out
+
+
+_SET_FIELDS = (
+    "src_named_port_ip_set_ids",
+    "not_src_named_port_ip_set_ids",
+    "dst_named_port_ip_set_ids",
+    "not_dst_named_port_ip_set_ids",
+    "src_ip_set_ids",
+    "not_src_ip_set_ids",
+    "dst_ip_set_ids",
+    "not_dst_ip_set_ids",
+    "dst_ip_port_set_ids",
+)
+# (model attribute, proto field) for the network and port matches.
+_NET_FIELDS = (
+    ("src_nets", "src_net"),
+    ("not_src_nets", "not_src_net"),
+    ("dst_nets", "dst_net"),
+    ("not_dst_nets", "not_dst_net"),
+)
+_PORT_FIELDS = ("src_ports", "not_src_ports", "dst_ports", "not_dst_ports")
+
+
+def rule(r: pb.Rule, field: str) -> Rule:
+    action = _ACTIONS.get(r.action.lower())
+    if action is None:
+        raise InputError(
+            f"{field}.action", r.action, "expected allow, deny, pass, next-tier or log"
+        )
+    if r.ip_version not in (0, 4, 6):
+        raise InputError(f"{field}.ip_version", r.ip_version, "expected 4, 6 or unset")
+    protocol = _protocol(r.protocol, f"{field}.protocol") if r.HasField("protocol") else None
+    values: dict[str, object] = {
+        attr: _nets(getattr(r, name), field, name) for attr, name in _NET_FIELDS
+    }
+    values.update((name, _ports(getattr(r, name), field, name)) for name in _PORT_FIELDS)
+    values.update((name, _ids(getattr(r, name), field, name)) for name in _SET_FIELDS)
+    built = Rule(
+        action=action,
+        ip_version=r.ip_version or None,
+        protocol=protocol,
+        not_protocol=(
+            _protocol(r.not_protocol, f"{field}.not_protocol")
+            if r.HasField("not_protocol")
+            else None
+        ),
+        icmp=_icmp(r, "icmp", field),
+        not_icmp=_icmp(r, "not_icmp", field),
+        rule_id=r.rule_id,
+        **values,  # type: ignore[arg-type]
+    )
+    # Port matches need a protocol with ports (iptables' multiport insists,
+    # and HNS has no portless-protocol port match either).
+    has_ports = built.src_ports or built.dst_ports or built.not_src_ports or built.not_dst_ports
+    if has_ports and protocol not in _PORT_PROTOCOLS:
+        raise InputError(f"{field}.protocol", protocol or "", "port matches need tcp, udp, sctp")
+    if (built.icmp or built.not_icmp) and protocol not in _ICMP_PROTOCOLS:
+        raise InputError(f"{field}.protocol", protocol or "", "ICMP matches need icmp or icmpv6")
+    return built
+
+
+class _Memo(Generic[T]):
+    """Converted values of identical messages, keyed by their serialization.
+
+    Felix re-sends a whole policy whenever any part of it changes, and every
+    endpoint of a namespace carries the same tier lists, so the same rules
+    and tiers arrive many times over. Model values are immutable, so each
+    distinct message is converted (and validated) once. Bounded: dropped
+    wholesale when full, which is cheap and keeps the common case fast.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._values: dict[bytes, T] = {}
+        self._limit = limit
+
+    def get(self, msg: Message, convert: Callable[[], T]) -> T:
+        key = msg.SerializeToString(deterministic=True)
+        value = self._values.get(key)
+        if value is None:
+            value = convert()
+            if len(self._values) >= self._limit:
+                self._values.clear()
+            self._values[key] = value
+        return value
+
+
+_RULES: _Memo[Rule] = _Memo(50_000)
+_TIERS: _Memo[TierInfo] = _Memo(10_000)
+
+
+def _rules(rules: Sequence[pb.Rule], field: str) -> tuple[Rule, ...]:
+    return tuple(
+        _RULES.get(r, lambda r=r, i=i: rule(r, f"{field}[{i}]"))  # type: ignore[misc]
+        for i, r in enumerate(rules)
+    )
+
+
+def policy_key(pid: pb.PolicyID, field: str = "id") -> PolicyKey:
+    return PolicyKey(non_empty(pid.name, f"{field}.name"), pid.namespace, pid.kind)
+
+
+def policy(p: pb.Policy) -> Policy:
+    return Policy(
+        tier=p.tier or "default",
+        inbound=_rules(p.inbound_rules, "policy.inbound_rules"),
+        outbound=_rules(p.outbound_rules, "policy.outbound_rules"),
+        namespace=p.namespace,
+        untracked=p.untracked,
+        pre_dnat=p.pre_dnat,
+    )
+
+
+def profile(p: pb.Profile) -> Profile:
+    return Profile(
+        inbound=_rules(p.inbound_rules, "profile.inbound_rules"),
+        outbound=_rules(p.outbound_rules, "profile.outbound_rules"),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Endpoints.
+# ---------------------------------------------------------------------------
+
+_TIER_DEFAULTS = {"": Action.DENY, "deny": Action.DENY, "pass": Action.PASS}
+
+
+def _tier(t: pb.TierInfo, path: str) -> TierInfo:
+    default = _TIER_DEFAULTS.get(t.default_action.lower())
+    if default is None:
+        raise InputError(f"{path}.default_action", t.default_action, "expected Deny or Pass")
+    return TierInfo(
+        name=non_empty(t.name, f"{path}.name"),
+        ingress_policies=tuple(
+            policy_key(p, f"{path}.ingress_policies[{j}]") for j, p in enumerate(t.ingress_policies)
+        ),
+        egress_policies=tuple(
+            policy_key(p, f"{path}.egress_policies[{j}]") for j, p in enumerate(t.egress_policies)
+        ),
+        default_action=default,
+    )
+
+
+def _tiers(tiers: Sequence[pb.TierInfo], field: str) -> tuple[TierInfo, ...]:
+    if not tiers:
+        return ()
+    return tuple(
+        _TIERS.get(t, lambda t=t, i=i: _tier(t, f"{field}[{i}]"))  # type: ignore[misc]
+        for i, t in enumerate(tiers)
+    )
+
+
+def _nat(nats: Sequence[pb.NatInfo], field: str, version: int) -> tuple[NatInfo, ...]:
+    return tuple(
+        NatInfo(
+            address(n.ext_ip, f"{field}[{i}].ext_ip", version),
+            address(n.int_ip, f"{field}[{i}].int_ip", version),
+        )
+        for i, n in enumerate(nats)
+    )
+
+
+def _versioned_nets(nets: Iterable[str], field: str, version: int) -> tuple[str, ...]:
+    return tuple(cidr(n, f"{field}[{i}]", version) for i, n in enumerate(nets))
+
+
+def workload_key(wid: pb.WorkloadEndpointID) -> WorkloadEndpointKey:
+    return WorkloadEndpointKey(
+        wid.orchestrator_id,
+        non_empty(wid.workload_id, "id.workload_id"),
+        non_empty(wid.endpoint_id, "id.endpoint_id"),
+    )
+
+
+def workload_endpoint(key: WorkloadEndpointKey, ep: pb.WorkloadEndpoint) -> WorkloadEndpoint:
+    name = non_empty(ep.name, "endpoint.name")
+    if len(name) > 15 or "/" in name or " " in name:
+        raise InputError("endpoint.name", name, "not a valid interface name")
+    return WorkloadEndpoint(
+        key=key,
+        name=name,
+        state=ep.state or "active",
+        mac=ep.mac,
+        profile_ids=_ids(ep.profile_ids, "endpoint", "profile_ids"),
+        ipv4_nets=_versioned_nets(ep.ipv4_nets, "endpoint.ipv4_nets", 4),
+        ipv6_nets=_versioned_nets(ep.ipv6_nets, "endpoint.ipv6_nets", 6),
+        tiers=_tiers(ep.tiers, "endpoint.tiers"),
+        ipv4_nat=_nat(ep.ipv4_nat, "endpoint.ipv4_nat", 4),
+        ipv6_nat=_nat(ep.ipv6_nat, "endpoint.ipv6_nat", 6),
+        allow_spoofed_source_prefixes=_nets(
+            ep.allow_spoofed_source_prefixes, "endpoint", "allow_spoofed_source_prefixes"
+        ),
+    )
+
+
+def host_key(hid: pb.HostEndpointID) -> HostEndpointKey:
+    return HostEndpointKey(non_empty(hid.endpoint_id, "id.endpoint_id"))
+
+
+def host_endpoint(key: HostEndpointKey, ep: pb.HostEndpoint) -> HostEndpoint:
+    return HostEndpoint(
+        key=key,
+        name=ep.name,
+        profile_ids=_ids(ep.profile_ids, "endpoint", "profile_ids"),
+        tiers=_tiers(ep.tiers, "endpoint.tiers"),
+        untracked_tiers=_tiers(ep.untracked_tiers, "endpoint.untracked_tiers"),
+        pre_dnat_tiers=_tiers(ep.pre_dnat_tiers, "endpoint.pre_dnat_tiers"),
+        forward_tiers=_tiers(ep.forward_tiers, "endpoint.forward_tiers"),
+        expected_ipv4_addrs=tuple(
+            address(a, f"endpoint.expected_ipv4_addrs[{i}]", 4)
+            for i, a in enumerate(ep.expected_ipv4_addrs)
+        ),
+        expected_ipv6_addrs=tuple(
+            address(a, f"endpoint.expected_ipv6_addrs[{i}]", 6)
+            for i, a in enumerate(ep.expected_ipv6_addrs)
+        ),
+    )

@@ -1,0 +1,72 @@
+"""EndpointManager: local workload and host endpoints, as model values.
+
+Each endpoint arrives with its ordered per-tier policy lists for ingress and
+egress (and, for host endpoints, the untracked, pre-DNAT and forward tiers);
+the manager validates and converts them, keeping only the last word per
+endpoint until the next apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from google.protobuf.message import Message
+
+from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.managers import _convert
+from dataplane.model import (
+    HostEndpoint,
+    HostEndpointKey,
+    WorkloadEndpoint,
+    WorkloadEndpointKey,
+)
+from dataplane.platform import EndpointsSink
+
+
+class EndpointManager:
+    def __init__(self, sink: EndpointsSink) -> None:
+        self._sink = sink
+        self._workloads: dict[WorkloadEndpointKey, WorkloadEndpoint | None] = {}
+        self._hosts: dict[HostEndpointKey, HostEndpoint | None] = {}
+
+    def on_update(self, msg: Message) -> None:
+        handler = self._handlers.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
+
+    def _on_workload_update(self, msg: pb.WorkloadEndpointUpdate) -> None:
+        key = _convert.workload_key(msg.id)
+        self._workloads[key] = _convert.workload_endpoint(key, msg.endpoint)
+
+    def _on_workload_remove(self, msg: pb.WorkloadEndpointRemove) -> None:
+        self._workloads[_convert.workload_key(msg.id)] = None
+
+    def _on_host_update(self, msg: pb.HostEndpointUpdate) -> None:
+        key = _convert.host_key(msg.id)
+        self._hosts[key] = _convert.host_endpoint(key, msg.endpoint)
+
+    def _on_host_remove(self, msg: pb.HostEndpointRemove) -> None:
+        self._hosts[_convert.host_key(msg.id)] = None
+
+    _handlers: ClassVar[dict[type, Callable[[EndpointManager, Any], None]]] = {
+        pb.WorkloadEndpointUpdate: _on_workload_update,
+        pb.WorkloadEndpointRemove: _on_workload_remove,
+        pb.HostEndpointUpdate: _on_host_update,
+        pb.HostEndpointRemove: _on_host_remove,
+    }
+    handles: ClassVar[frozenset[type]] = frozenset(_handlers)
+
+    def complete_deferred_work(self) -> None:
+        for key, wep in self._workloads.items():
+            if wep is None:
+                self._sink.remove_workload_endpoint(key)
+            else:
+                self._sink.set_workload_endpoint(wep)
+        for hkey, hep in self._hosts.items():
+            if hep is None:
+                self._sink.remove_host_endpoint(hkey)
+            else:
+                self._sink.set_host_endpoint(hep)
+        self._workloads.clear()
+        self._hosts.clear()

@@ -1,0 +1,90 @@
+"""The platform interface: what managers hand desired state to.
+
+Managers are platform-neutral. They convert protobuf into model values and
+push them, in the shape of Contiv's renderer API (set = add-or-update,
+remove), into narrow sinks. A platform implements every sink plus
+:meth:`Platform.apply`, which makes the kernel (or HNS, or memory) match
+what it has been given, in the order it needs.
+
+A platform keeps all desired state it has been handed until it is removed:
+if ``apply`` fails, nothing is lost, and the next ``apply`` tries again
+with whatever has changed since folded in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from dataplane.config import Config
+from dataplane.model import (
+    EndpointStatus,
+    HostEndpoint,
+    HostEndpointKey,
+    IPSet,
+    Policy,
+    PolicyKey,
+    Profile,
+    WorkloadEndpoint,
+    WorkloadEndpointKey,
+)
+
+__all__ = ["EndpointKey", "EndpointsSink", "IPSetsSink", "Platform", "RulesSink"]
+
+EndpointKey = WorkloadEndpointKey | HostEndpointKey
+
+
+class IPSetsSink(Protocol):
+    def replace_ipset(self, ipset: IPSet) -> None:
+        """Desired state of the set is exactly ``ipset`` (creates or rewrites)."""
+
+    def update_ipset_members(
+        self, set_id: str, added: frozenset[str], removed: frozenset[str]
+    ) -> None:
+        """Change members of a set previously given to :meth:`replace_ipset`."""
+
+    def remove_ipset(self, set_id: str) -> None:
+        """The set is no longer wanted (idempotent)."""
+
+
+class RulesSink(Protocol):
+    def set_policy(self, key: PolicyKey, policy: Policy) -> None: ...
+
+    def remove_policy(self, key: PolicyKey) -> None: ...
+
+    def set_profile(self, profile_id: str, profile: Profile) -> None: ...
+
+    def remove_profile(self, profile_id: str) -> None: ...
+
+
+class EndpointsSink(Protocol):
+    def set_workload_endpoint(self, endpoint: WorkloadEndpoint) -> None: ...
+
+    def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None: ...
+
+    def set_host_endpoint(self, endpoint: HostEndpoint) -> None: ...
+
+    def remove_host_endpoint(self, key: HostEndpointKey) -> None: ...
+
+
+class Platform(IPSetsSink, RulesSink, EndpointsSink, Protocol):
+    """A complete dataplane backend (Linux, Windows, or the in-memory sim)."""
+
+    name: str
+
+    def configure(self, config: Config) -> None:
+        """Take a new configuration; it applies from the next :meth:`apply`."""
+
+    async def apply(self) -> None:
+        """Program everything handed over so far.
+
+        Raises:
+            ProgrammingError: the dataplane could not be brought to the
+                desired state; all desired state is kept for a retry.
+        """
+
+    def endpoint_statuses(self) -> Mapping[EndpointKey, EndpointStatus]:
+        """Oper status of every endpoint as of the last successful apply."""
+
+    def dump(self) -> str:
+        """The programmed state, readable by an operator."""

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+
+from dataplane.config import Config, ProtoPort, parse_config
+from dataplane.errors import ConfigError
+
+
+def test_defaults_are_felix_defaults() -> None:
+    config = parse_config({})
+    assert config == Config()
+    assert config.interface_prefixes == ("cali",)
+    assert config.reporting_interval == 30.0
+    assert config.iptables_mark_mask == 0xFFFF0000
+    assert ProtoPort("tcp", 22) in config.failsafe_inbound_host_ports
+    assert ProtoPort("udp", 53) in config.failsafe_outbound_host_ports
+
+
+def test_known_keys_are_parsed_and_unknown_ignored() -> None:
+    config = parse_config(
+        {
+            "InterfacePrefix": "cali,tap",
+            "ReportingIntervalSecs": "1m30s",
+            "IptablesRefreshInterval": "2.5",
+            "RouteRefreshInterval": "500ms",
+            "Ipv6Support": "false",
+            "ChainInsertMode": "Append",
+            "DefaultEndpointToHostAction": "accept",
+            "IptablesMarkMask": "0xff000000",
+            "FailsafeInboundHostPorts": "tcp:10.0.0.0/8:22, udp:53, 8080",
+            "FailsafeOutboundHostPorts": "none",
+            "NATPortRange": "32768:65535",
+            "KubeNodePortRanges": "30000:32767,40000",
+            "LogSeverityScreen": "warn",
+            "DatastoreType": "kubernetes",
+        }
+    )
+    assert config.interface_prefixes == ("cali", "tap")
+    assert config.reporting_interval == 90.0
+    assert config.iptables_refresh_interval == 2.5
+    assert config.route_refresh_interval == 0.5
+    assert config.ipv6_support is False
+    assert config.chain_insert_mode == "append"
+    assert config.default_endpoint_to_host_action == "ACCEPT"
+    assert config.iptables_mark_mask == 0xFF000000
+    assert config.failsafe_inbound_host_ports == (
+        ProtoPort("tcp", 22, "10.0.0.0/8"),
+        ProtoPort("udp", 53),
+        ProtoPort("tcp", 8080),
+    )
+    assert config.failsafe_outbound_host_ports == ()
+    assert config.nat_port_range == (32768, 65535)
+    assert config.kube_node_port_ranges == ((30000, 32767), (40000, 40000))
+    assert config.log_severity == "WARNING"
+
+
+def test_keys_match_case_insensitively() -> None:
+    assert parse_config({"reportingintervalsecs": "5"}).reporting_interval == 5.0
+
+
+def test_absent_keys_keep_the_base_value() -> None:
+    base = parse_config({"ReportingIntervalSecs": "5"})
+    assert parse_config({"Ipv6Support": "false"}, base).reporting_interval == 5.0
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("Ipv6Support", "maybe"),
+        ("ReportingIntervalSecs", "soon"),
+        ("ReportingIntervalSecs", "-1"),
+        ("ChainInsertMode", "middle"),
+        ("IptablesMarkMask", "0"),
+        ("FailsafeInboundHostPorts", "icmp:22"),
+        ("FailsafeInboundHostPorts", "tcp:70000"),
+        ("NATPortRange", "2000:1000"),
+        ("InterfacePrefix", ""),
+        ("DeviceRouteProtocol", "300"),
+    ],
+)
+def test_invalid_values_name_key_and_value(key: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({key: value, "Other": "x"})
+    assert f"config[{key}]" in str(info.value)
+    assert repr(value) in str(info.value)
