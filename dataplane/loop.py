@@ -1,0 +1,351 @@
+"""The main loop: two phases, batching, in-sync gating, retries, status.
+
+::
+
+    source ─▶ phase 1: every manager.on_update(payload)      cheap, in memory
+              └ repeat while more envelopes are already waiting
+            ▶ phase 2 (only once InSync has arrived, and only if dirty):
+              every manager.complete_deferred_work()  → platform sinks
+              platform.apply()                        → the only writes
+              status out (endpoint status, DataplaneInSync once)
+
+Invariants:
+
+* Nothing is written to the dataplane before InSync, so the first write
+  applies a complete snapshot.
+* One apply per drained batch: a burst of any size costs one apply.
+* A failed apply keeps its pending state (the platform holds it) and is
+  retried with exponential backoff, while phase 1 keeps consuming input.
+* An invalid message is rejected whole with one log line naming its
+  sequence number, the field and the value; a malformed *stream* stops the
+  driver (:class:`~dataplane.errors.ProtocolError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import trio
+from google.protobuf.message import Message
+
+from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.backoff import Backoff
+from dataplane.config import Config, parse_config
+from dataplane.errors import InputError, ProgrammingError, ProtocolError
+from dataplane.managers import EndpointManager, IPSetsManager, Manager, PolicyManager
+from dataplane.msgs import from_dataplane, to_dataplane
+from dataplane.platform import Platform
+from dataplane.status import StatusReporter
+from dataplane.transport import MessageSink, MessageSource, QueueSource
+
+__all__ = ["Dataplane", "LoopStats"]
+
+log = logging.getLogger(__name__)
+
+_LOG_LEVELS = {
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "CRITICAL": logging.CRITICAL,
+    "NONE": logging.CRITICAL + 10,
+}
+
+
+@dataclass(slots=True)
+class LoopStats:
+    messages: int = 0
+    batches: int = 0
+    rejected: int = 0
+    applies: int = 0
+    apply_failures: int = 0
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Dataplane:
+    """The driver's engine; also the embedding API.
+
+    Embedding (from trio code)::
+
+        dp = Dataplane(SimPlatform())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            dp.send_message(pb.InSync())
+            reply = await dp.recv_message()   # FromDataplane envelope
+
+    Args:
+        platform: where desired state goes (``SimPlatform`` for in-memory).
+        config: starting configuration (Felix's defaults if None); replaced
+            by each valid ``ConfigUpdate``.
+        backoff: retry schedule for failed applies.
+        wall_clock: source of the timestamp in ``ProcessStatusUpdate``.
+        follow_log_severity: let ``LogSeverityScreen`` set our log level.
+    """
+
+    def __init__(
+        self,
+        platform: Platform,
+        *,
+        config: Config | None = None,
+        backoff: Backoff | None = None,
+        wall_clock: Callable[[], datetime] = _utc_now,
+        follow_log_severity: bool = False,
+    ) -> None:
+        self.platform = platform
+        self.config = config or Config()
+        self.platform.configure(self.config)
+        self.backoff = backoff or Backoff()
+        self.stats = LoopStats()
+        self._wall_clock = wall_clock
+        self._follow_log_severity = follow_log_severity
+        self._managers: list[Manager] = [
+            IPSetsManager(platform),
+            PolicyManager(platform),
+            EndpointManager(platform),
+        ]
+        self._routes: dict[type, tuple[Manager, ...]] = {}
+        self._input = QueueSource()
+        self._input_seq = 0
+        self._out_send, self._out_recv = trio.open_memory_channel[pb.FromDataplane](math.inf)
+        self._out_seq = 0
+        self._status = StatusReporter()
+        self._in_sync = False
+        self._sent_in_sync = False
+        self._dirty = False
+        self._failures = 0
+        self._retry_at: float | None = None
+        self._started_at = 0.0
+        self._heartbeat_scope: trio.CancelScope | None = None
+
+    # --- embedding API -------------------------------------------------------
+
+    def register_manager(self, manager: Manager) -> None:
+        """Add a manager; it sees every later message and takes part in applies.
+
+        A manager may declare ``handles``, the payload types it acts on; it
+        is then only called for those (an optimisation: every manager that
+        does not declare it sees every message, as in Felix).
+        """
+        self._managers.append(manager)
+        self._routes.clear()
+
+    def _route(self, payload_type: type) -> tuple[Manager, ...]:
+        routed = tuple(
+            m for m in self._managers if payload_type in getattr(m, "handles", (payload_type,))
+        )
+        self._routes[payload_type] = routed
+        return routed
+
+    def send_message(self, msg: Message) -> None:
+        """Queue a payload (or a whole ``ToDataplane``) for the loop.
+
+        Payloads are wrapped with the next input sequence number. Never
+        blocks; safe to call before :meth:`run` starts.
+        """
+        if isinstance(msg, pb.ToDataplane):
+            self._input_seq = msg.sequence_number
+            self._input.put(msg)
+        else:
+            self._input_seq += 1
+            self._input.put(to_dataplane(msg, self._input_seq))
+
+    def close_input(self) -> None:
+        """End of input for :meth:`run` without a source: it finishes and returns."""
+        self._input.close()
+
+    async def recv_message(self) -> pb.FromDataplane:
+        """Next outgoing envelope; raises ``trio.EndOfChannel`` once stopped."""
+        return await self._out_recv.receive()
+
+    def drain_output(self) -> list[pb.FromDataplane]:
+        """Every outgoing envelope waiting now (for callers without a sink)."""
+        out = []
+        while True:
+            try:
+                out.append(self._out_recv.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return out
+
+    @property
+    def in_sync(self) -> bool:
+        """True once DataplaneInSync has been sent."""
+        return self._sent_in_sync
+
+    # --- running ---------------------------------------------------------------
+
+    async def run(
+        self, source: MessageSource | None = None, sink: MessageSink | None = None
+    ) -> None:
+        """Run until end of input (or until the output pipe closes).
+
+        Args:
+            source: where envelopes come from; the embedding queue if None.
+            sink: where outgoing envelopes go; if None they wait for
+                :meth:`recv_message`.
+
+        Raises:
+            ProtocolError: the input stream was malformed.
+        """
+        self._started_at = trio.current_time()
+        failure: ProtocolError | None = None
+        async with trio.open_nursery() as outer:
+            if sink is not None:
+                outer.start_soon(self._write_out, sink, outer.cancel_scope)
+            async with trio.open_nursery() as inner:
+                inner.start_soon(self._heartbeat)
+                try:
+                    await self._main(source or self._input)
+                except ProtocolError as exc:
+                    failure = exc
+                inner.cancel_scope.cancel()
+            # Let the writer drain what is queued (final status, InSync).
+            self._out_send.close()
+        if failure is not None:
+            raise failure
+
+    async def _main(self, source: MessageSource) -> None:
+        while True:
+            batch: list[pb.ToDataplane] | None = None
+            with trio.move_on_at(math.inf if self._retry_at is None else self._retry_at):
+                batch = await source.receive_batch()
+            if batch is not None:
+                if not batch:
+                    await self._finish()
+                    return
+                self._phase1(batch)
+                while more := source.poll():
+                    self._phase1(more)
+            await self._maybe_apply()
+
+    # --- phase 1 ---------------------------------------------------------------
+
+    def _phase1(self, batch: list[pb.ToDataplane]) -> None:
+        self.stats.batches += 1
+        self.stats.messages += len(batch)
+        routes = self._routes
+        debug = log.isEnabledFor(logging.DEBUG)
+        for envelope in batch:
+            kind = envelope.WhichOneof("payload")
+            payload: Message = getattr(envelope, str(kind))
+            if debug:
+                log.debug("seq=%d received %s", envelope.sequence_number, kind)
+            try:
+                if kind == "config_update":
+                    self._on_config(payload)  # type: ignore[arg-type]
+                elif kind == "in_sync":
+                    self._on_in_sync(envelope.sequence_number)
+                managers = routes.get(type(payload)) or self._route(type(payload))
+                for manager in managers:
+                    manager.on_update(payload)
+            except InputError as exc:
+                self.stats.rejected += 1
+                log.error(
+                    "seq=%d %s rejected: %s",
+                    envelope.sequence_number,
+                    type(payload).__name__,
+                    exc,
+                )
+                continue
+            self._dirty = True
+
+    def _on_in_sync(self, seq: int) -> None:
+        if not self._in_sync:
+            log.info("seq=%d InSync received; programming the dataplane", seq)
+        self._in_sync = True
+
+    def _on_config(self, update: pb.ConfigUpdate) -> None:
+        config = parse_config(update.config, self.config)
+        if config == self.config:
+            return
+        old, self.config = self.config, config
+        self.platform.configure(config)
+        log.info("config updated (%d keys received)", len(update.config))
+        if self._follow_log_severity:
+            logging.getLogger("dataplane").setLevel(_LOG_LEVELS[config.log_severity])
+        if config.reporting_interval != old.reporting_interval and self._heartbeat_scope:
+            self._heartbeat_scope.cancel()  # restart the heartbeat on the new interval
+
+    # --- phase 2 ---------------------------------------------------------------
+
+    async def _maybe_apply(self) -> None:
+        if not self._in_sync:
+            return
+        if self._retry_at is not None:
+            if trio.current_time() < self._retry_at:
+                return
+        elif not self._dirty:
+            return
+        await self._apply()
+
+    async def _apply(self) -> None:
+        for manager in self._managers:
+            manager.complete_deferred_work()
+        self._dirty = False
+        try:
+            await self.platform.apply()
+        except (ProgrammingError, OSError) as exc:
+            self._failures += 1
+            self.stats.apply_failures += 1
+            delay = self.backoff.delay(self._failures)
+            self._retry_at = trio.current_time() + delay
+            log.warning(
+                "apply failed (attempt %d), pending state kept, retry in %.3fs: %s",
+                self._failures,
+                delay,
+                exc,
+            )
+            return
+        if self._failures:
+            log.info("apply succeeded after %d failed attempt(s)", self._failures)
+        self._failures = 0
+        self._retry_at = None
+        self.stats.applies += 1
+        for payload in self._status.changes(self.platform.endpoint_statuses()):
+            self._send(payload)
+        if not self._sent_in_sync:
+            self._sent_in_sync = True
+            self._send(pb.DataplaneInSync())
+            log.info("dataplane programmed; DataplaneInSync sent")
+
+    async def _finish(self) -> None:
+        log.info("end of input after %d messages; stopping", self.stats.messages)
+        if self._in_sync and (self._dirty or self._retry_at is not None):
+            # One last attempt so that a replayed log ends fully applied; a
+            # failure here is logged and the dataplane left as it is.
+            await self._apply()
+
+    # --- output ------------------------------------------------------------------
+
+    def _send(self, payload: Message) -> None:
+        self._out_seq += 1
+        self._out_send.send_nowait(from_dataplane(payload, self._out_seq))
+
+    async def _heartbeat(self) -> None:
+        while True:
+            interval = self.config.reporting_interval
+            with trio.CancelScope() as scope:
+                self._heartbeat_scope = scope
+                if interval <= 0:  # Felix: 0 disables status reports
+                    await trio.sleep_forever()
+                self._send(
+                    pb.ProcessStatusUpdate(
+                        iso_timestamp=self._wall_clock().isoformat(),
+                        uptime=trio.current_time() - self._started_at,
+                    )
+                )
+                await trio.sleep(interval)
+
+    async def _write_out(self, sink: MessageSink, scope: trio.CancelScope) -> None:
+        try:
+            async for envelope in self._out_recv:
+                await sink.send(envelope)
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("output closed by the peer; stopping")
+            scope.cancel()

@@ -1,0 +1,265 @@
+"""SimPlatform: the dataplane kept in memory, for replay, tests and demos.
+
+It implements the full :class:`~dataplane.platform.Platform` interface with
+the same semantics a kernel platform has: desired state accumulates between
+applies, ``apply`` makes the *programmed* state equal to the desired state
+in one step, and a failed apply changes nothing programmed and loses
+nothing desired. It counts applies (the loop's batching is measured through
+it) and has a fault switch so tests can make applies fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import trio
+
+from dataplane.config import Config
+from dataplane.errors import ProgrammingError
+from dataplane.model import (
+    EndpointStatus,
+    HostEndpoint,
+    HostEndpointKey,
+    IPSet,
+    Policy,
+    PolicyKey,
+    Profile,
+    Rule,
+    TierInfo,
+    WorkloadEndpoint,
+    WorkloadEndpointKey,
+)
+from dataplane.platform import EndpointKey
+
+__all__ = ["SimPlatform", "SimState", "describe_rule"]
+
+
+@dataclass(slots=True)
+class SimState:
+    """One complete dataplane state (desired or programmed)."""
+
+    ipsets: dict[str, IPSet] = field(default_factory=dict)
+    policies: dict[PolicyKey, Policy] = field(default_factory=dict)
+    profiles: dict[str, Profile] = field(default_factory=dict)
+    workload_endpoints: dict[WorkloadEndpointKey, WorkloadEndpoint] = field(default_factory=dict)
+    host_endpoints: dict[HostEndpointKey, HostEndpoint] = field(default_factory=dict)
+
+    def copy(self) -> SimState:
+        # Values are frozen, so shallow copies of the maps are snapshots.
+        return SimState(
+            dict(self.ipsets),
+            dict(self.policies),
+            dict(self.profiles),
+            dict(self.workload_endpoints),
+            dict(self.host_endpoints),
+        )
+
+
+class SimPlatform:
+    """In-memory platform.
+
+    Attributes:
+        apply_count: applies attempted (successful or not).
+        fail_applies: fault switch; while positive, each apply raises
+            :class:`ProgrammingError` and decrements it.
+    """
+
+    name = "sim"
+
+    def __init__(self) -> None:
+        self.desired = SimState()
+        self.programmed = SimState()
+        self.config = Config()
+        self.apply_count = 0
+        self.successful_applies = 0
+        self.fail_applies = 0
+        # Members of desired sets, mutable so deltas stay O(delta) until
+        # apply freezes them.
+        self._members: dict[str, set[str]] = {}
+        self._dirty_sets: set[str] = set()
+
+    # --- IPSetsSink ---------------------------------------------------------
+
+    def replace_ipset(self, ipset: IPSet) -> None:
+        self.desired.ipsets[ipset.id] = ipset
+        self._members[ipset.id] = set(ipset.members)
+        self._dirty_sets.discard(ipset.id)
+
+    def update_ipset_members(
+        self, set_id: str, added: frozenset[str], removed: frozenset[str]
+    ) -> None:
+        if set_id not in self.desired.ipsets:
+            raise ProgrammingError(f"IP set {set_id}: member update for a set never created")
+        members = self._members[set_id]
+        members -= removed
+        members |= added
+        self._dirty_sets.add(set_id)
+
+    def remove_ipset(self, set_id: str) -> None:
+        self.desired.ipsets.pop(set_id, None)
+        self._members.pop(set_id, None)
+        self._dirty_sets.discard(set_id)
+
+    # --- RulesSink ----------------------------------------------------------
+
+    def set_policy(self, key: PolicyKey, policy: Policy) -> None:
+        self.desired.policies[key] = policy
+
+    def remove_policy(self, key: PolicyKey) -> None:
+        self.desired.policies.pop(key, None)
+
+    def set_profile(self, profile_id: str, profile: Profile) -> None:
+        self.desired.profiles[profile_id] = profile
+
+    def remove_profile(self, profile_id: str) -> None:
+        self.desired.profiles.pop(profile_id, None)
+
+    # --- EndpointsSink ------------------------------------------------------
+
+    def set_workload_endpoint(self, endpoint: WorkloadEndpoint) -> None:
+        self.desired.workload_endpoints[endpoint.key] = endpoint
+
+    def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
+        self.desired.workload_endpoints.pop(key, None)
+
+    def set_host_endpoint(self, endpoint: HostEndpoint) -> None:
+        self.desired.host_endpoints[endpoint.key] = endpoint
+
+    def remove_host_endpoint(self, key: HostEndpointKey) -> None:
+        self.desired.host_endpoints.pop(key, None)
+
+    # --- Platform -----------------------------------------------------------
+
+    def configure(self, config: Config) -> None:
+        self.config = config
+
+    async def apply(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self.apply_count += 1
+        if self.fail_applies > 0:
+            self.fail_applies -= 1
+            raise ProgrammingError("sim: injected apply failure")
+        for set_id in self._dirty_sets:
+            old = self.desired.ipsets[set_id]
+            self.desired.ipsets[set_id] = IPSet(set_id, old.type, frozenset(self._members[set_id]))
+        self._dirty_sets.clear()
+        self.programmed = self.desired.copy()
+        self.successful_applies += 1
+
+    def endpoint_statuses(self) -> Mapping[EndpointKey, EndpointStatus]:
+        # No links to watch: a workload is up exactly when it is admin-up.
+        out: dict[EndpointKey, EndpointStatus] = {
+            key: EndpointStatus.UP if wep.admin_up else EndpointStatus.DOWN
+            for key, wep in self.programmed.workload_endpoints.items()
+        }
+        out.update({key: EndpointStatus.UP for key in self.programmed.host_endpoints})
+        return out
+
+    def dump(self) -> str:
+        return dump_state(self.programmed)
+
+
+# ---------------------------------------------------------------------------
+# Readable dump.
+# ---------------------------------------------------------------------------
+
+
+def _join(items: object) -> str:
+    return ",".join(str(i) for i in items)  # type: ignore[attr-defined]
+
+
+def describe_rule(rule: Rule) -> str:
+    """One line per rule, in roughly Calico's own vocabulary."""
+    parts = [rule.action.value]
+    if rule.ip_version:
+        parts.append(f"ipv{rule.ip_version}")
+    if rule.protocol:
+        parts.append(f"proto={rule.protocol}")
+    if rule.not_protocol:
+        parts.append(f"!proto={rule.not_protocol}")
+    for name in (
+        "src_nets",
+        "not_src_nets",
+        "dst_nets",
+        "not_dst_nets",
+        "src_ports",
+        "not_src_ports",
+        "dst_ports",
+        "not_dst_ports",
+        "src_ip_set_ids",
+        "not_src_ip_set_ids",
+        "dst_ip_set_ids",
+        "not_dst_ip_set_ids",
+        "src_named_port_ip_set_ids",
+        "not_src_named_port_ip_set_ids",
+        "dst_named_port_ip_set_ids",
+        "not_dst_named_port_ip_set_ids",
+        "dst_ip_port_set_ids",
+    ):
+        value = getattr(rule, name)
+        if value:
+            label = name.replace("not_", "!").replace("_ip_set_ids", "_sets")
+            parts.append(f"{label}={_join(value)}")
+    if rule.icmp:
+        parts.append(f"icmp={rule.icmp}")
+    if rule.not_icmp:
+        parts.append(f"!icmp={rule.not_icmp}")
+    return " ".join(parts)
+
+
+def _describe_tiers(label: str, tiers: tuple[TierInfo, ...]) -> list[str]:
+    prefix = f"    {label} tier" if label else "    tier"
+    return [
+        f"{prefix} {tier.name} (default {tier.default_action.value}):"
+        f" ingress [{_join(tier.ingress_policies)}] egress [{_join(tier.egress_policies)}]"
+        for tier in tiers
+    ]
+
+
+def dump_state(state: SimState) -> str:
+    """Render a state as stable, sorted text (used by replay and golden tests)."""
+    out = [f"ip sets ({len(state.ipsets)}):"]
+    for set_id in sorted(state.ipsets):
+        s = state.ipsets[set_id]
+        out.append(f"  {set_id} type={s.type.value} members={len(s.members)}")
+        out.extend(f"    {m}" for m in sorted(s.members))
+    out.append(f"policies ({len(state.policies)}):")
+    for key in sorted(state.policies):
+        pol = state.policies[key]
+        flags = "".join(
+            f" {flag}"
+            for flag, on in (("untracked", pol.untracked), ("pre-dnat", pol.pre_dnat))
+            if on
+        )
+        out.append(f"  tier={pol.tier} {key}{flags}")
+        out.extend(f"    in:  {describe_rule(r)}" for r in pol.inbound)
+        out.extend(f"    out: {describe_rule(r)}" for r in pol.outbound)
+    out.append(f"profiles ({len(state.profiles)}):")
+    for name in sorted(state.profiles):
+        prof = state.profiles[name]
+        out.append(f"  {name}")
+        out.extend(f"    in:  {describe_rule(r)}" for r in prof.inbound)
+        out.extend(f"    out: {describe_rule(r)}" for r in prof.outbound)
+    out.append(f"workload endpoints ({len(state.workload_endpoints)}):")
+    for wkey in sorted(state.workload_endpoints):
+        wep = state.workload_endpoints[wkey]
+        nets = _join(wep.ipv4_nets + wep.ipv6_nets)
+        out.append(f"  {wkey} iface={wep.name} state={wep.state} nets={nets}")
+        out.extend(_describe_tiers("", wep.tiers))
+        if wep.profile_ids:
+            out.append(f"    profiles [{_join(wep.profile_ids)}]")
+    out.append(f"host endpoints ({len(state.host_endpoints)}):")
+    for hkey in sorted(state.host_endpoints):
+        hep = state.host_endpoints[hkey]
+        out.append(f"  {hkey} iface={hep.name or '*'}")
+        for label, tiers in (
+            ("", hep.tiers),
+            ("untracked", hep.untracked_tiers),
+            ("pre-dnat", hep.pre_dnat_tiers),
+            ("forward", hep.forward_tiers),
+        ):
+            out.extend(_describe_tiers(label, tiers))
+        if hep.profile_ids:
+            out.append(f"    profiles [{_join(hep.profile_ids)}]")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,48 @@
+"""Pins the package's public surface: changing it must be deliberate."""
+
+from __future__ import annotations
+
+import dataplane
+from dataplane.loop import Dataplane
+
+
+def test_public_names() -> None:
+    assert sorted(dataplane.__all__) == [
+        "Config",
+        "ConfigError",
+        "Dataplane",
+        "DataplaneError",
+        "InputError",
+        "Manager",
+        "ProgrammingError",
+        "ProtocolError",
+        "SimPlatform",
+        "ThreadedDataplane",
+        "build_log",
+        "parse_config",
+        "pb",
+        "read_log",
+        "write_log",
+    ]
+    for name in dataplane.__all__:
+        assert hasattr(dataplane, name)
+
+
+def test_embedding_methods() -> None:
+    public = {n for n in vars(Dataplane) if not n.startswith("_")}
+    assert public == {
+        "register_manager",
+        "send_message",
+        "recv_message",
+        "close_input",
+        "drain_output",
+        "in_sync",
+        "run",
+    }
+
+
+def test_error_tree() -> None:
+    assert issubclass(dataplane.ProtocolError, dataplane.DataplaneError)
+    assert issubclass(dataplane.ConfigError, dataplane.InputError)
+    assert issubclass(dataplane.InputError, dataplane.DataplaneError)
+    assert issubclass(dataplane.ProgrammingError, dataplane.DataplaneError)
