@@ -1,0 +1,338 @@
+"""Builds ``examples/demo-node.log``: one node's worth of Felix messages.
+
+The log is what Felix would send a node running six pods in three
+namespaces with Kubernetes NetworkPolicies and a Calico security tier:
+
+* namespaces ``frontend``, ``backend``, ``monitoring``, each with its
+  namespace profile (``kns.<ns>``) and default service-account profile;
+* selector IP sets (ids ``s:<hash>``, as Felix names them), a named-port
+  set (``n:<hash>``, IP_AND_PORT) and a CIDR blocklist (NET);
+* tier ``security``: a GlobalNetworkPolicy that denies the blocklist and
+  passes the rest; tier ``default`` (default action Deny) with NetworkPolicies:
+  web -> api on the named port ``http``, monitoring scrapes on 9090,
+  DNS egress, ICMP echo, and a default deny for the database;
+* one host endpoint; IPv4 and IPv6 addresses on every pod;
+* InSync, then a scale-up of the web deployment after InSync.
+
+Run ``python examples/demo_node.py`` to rewrite the log; a test checks
+the committed file is what this script produces.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import sys
+from pathlib import Path
+
+from google.protobuf.message import Message
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.msglog import write_log
+
+LOG_PATH = Path(__file__).with_name("demo-node.log")
+
+
+def _hash_id(prefix: str, text: str) -> str:
+    digest = hashlib.sha224(text.encode()).digest()
+    return prefix + base64.urlsafe_b64encode(digest).decode()[:28]
+
+
+def selector_set(selector: str) -> str:
+    return _hash_id("s:", selector)
+
+
+def named_port_set(selector: str, port: str) -> str:
+    return _hash_id("n:", f"{selector}|{port}")
+
+
+# (namespace, pod, app label, index) -> addresses derive from the index.
+PODS = [
+    ("frontend", "web-1", "web", 10),
+    ("frontend", "web-2", "web", 11),
+    ("backend", "api-1", "api", 20),
+    ("backend", "api-2", "api", 21),
+    ("backend", "db-1", "db", 30),
+    ("monitoring", "prometheus-1", "prometheus", 40),
+]
+NAMESPACES = ["frontend", "backend", "monitoring"]
+
+SEL_WEB = "projectcalico.org/namespace == 'frontend' && app == 'web'"
+SEL_API = "projectcalico.org/namespace == 'backend' && app == 'api'"
+SEL_MONITORING_NS = "projectcalico.org/namespace == 'monitoring'"
+SEL_KUBE_DNS = "k8s-app == 'kube-dns'"
+SET_WEB = selector_set(SEL_WEB)
+SET_API = selector_set(SEL_API)
+SET_MONITORING = selector_set(SEL_MONITORING_NS)
+SET_DNS = selector_set(SEL_KUBE_DNS)
+SET_API_HTTP = named_port_set(SEL_API, "http")
+SET_BLOCKLIST = _hash_id("s:", "global() && blocklist == 'true'")
+
+
+def ipv4(index: int) -> str:
+    return f"10.65.0.{index}"
+
+
+def ipv6(index: int) -> str:
+    return f"fd00:10:65::{index:x}"
+
+
+def iface(namespace: str, pod: str) -> str:
+    # Calico names the host side "cali" + the first 11 hex digits of a hash.
+    return "cali" + hashlib.sha1(f"{namespace}.{pod}".encode()).hexdigest()[:11]
+
+
+def pod_ips(app: str) -> list[str]:
+    return [a for _, _, a_app, i in PODS if a_app == app for a in (ipv4(i), ipv6(i))]
+
+
+def _ports(*ports: int) -> list[pb.PortRange]:
+    return [pb.PortRange(first=p, last=p) for p in ports]
+
+
+def policy_id(name: str, namespace: str = "", kind: str = "NetworkPolicy") -> pb.PolicyID:
+    return pb.PolicyID(name=name, namespace=namespace, kind=kind)
+
+
+POL_BLOCKLIST = policy_id("security.deny-blocklist", kind="GlobalNetworkPolicy")
+POL_WEB_TO_API = policy_id("knp.default.allow-web-to-api", "backend")
+POL_MONITORING = policy_id("knp.default.allow-monitoring", "backend")
+POL_DB_DENY = policy_id("knp.default.db-default-deny", "backend")
+POL_FRONTEND_EGRESS = policy_id("knp.default.frontend-egress", "frontend")
+
+
+def policies() -> list[Message]:
+    tcp = pb.Protocol(name="tcp")
+    return [
+        pb.ActivePolicyUpdate(
+            id=POL_BLOCKLIST,
+            policy=pb.Policy(
+                tier="security",
+                inbound_rules=[
+                    pb.Rule(action="deny", src_ip_set_ids=[SET_BLOCKLIST], rule_id="blk-in"),
+                    pb.Rule(action="pass", rule_id="blk-pass"),
+                ],
+                outbound_rules=[
+                    pb.Rule(action="deny", dst_ip_set_ids=[SET_BLOCKLIST], rule_id="blk-out"),
+                    pb.Rule(action="pass", rule_id="blk-pass-out"),
+                ],
+            ),
+        ),
+        pb.ActivePolicyUpdate(
+            id=POL_WEB_TO_API,
+            policy=pb.Policy(
+                tier="default",
+                namespace="backend",
+                inbound_rules=[
+                    pb.Rule(
+                        action="allow",
+                        protocol=tcp,
+                        src_ip_set_ids=[SET_WEB],
+                        dst_named_port_ip_set_ids=[SET_API_HTTP],
+                        rule_id="web-api",
+                    ),
+                    pb.Rule(
+                        action="allow",
+                        protocol=pb.Protocol(name="icmp"),
+                        icmp_type=8,
+                        src_ip_set_ids=[SET_WEB],
+                        ip_version=pb.IPV4,
+                        rule_id="web-ping",
+                    ),
+                ],
+            ),
+        ),
+        pb.ActivePolicyUpdate(
+            id=POL_MONITORING,
+            policy=pb.Policy(
+                tier="default",
+                namespace="backend",
+                inbound_rules=[
+                    pb.Rule(
+                        action="allow",
+                        protocol=tcp,
+                        src_ip_set_ids=[SET_MONITORING],
+                        dst_ports=[pb.PortRange(first=9090, last=9091)],
+                        rule_id="scrape",
+                    )
+                ],
+            ),
+        ),
+        pb.ActivePolicyUpdate(
+            id=POL_DB_DENY,
+            policy=pb.Policy(tier="default", namespace="backend"),
+        ),
+        pb.ActivePolicyUpdate(
+            id=POL_FRONTEND_EGRESS,
+            policy=pb.Policy(
+                tier="default",
+                namespace="frontend",
+                outbound_rules=[
+                    pb.Rule(
+                        action="allow",
+                        protocol=pb.Protocol(number=17),
+                        dst_ip_set_ids=[SET_DNS],
+                        dst_ports=_ports(53),
+                        rule_id="dns",
+                    ),
+                    pb.Rule(
+                        action="allow",
+                        protocol=tcp,
+                        dst_ip_set_ids=[SET_API],
+                        dst_named_port_ip_set_ids=[SET_API_HTTP],
+                        rule_id="to-api",
+                    ),
+                    pb.Rule(
+                        action="allow",
+                        protocol=tcp,
+                        not_dst_net=["10.0.0.0/8", "fd00::/8"],
+                        dst_ports=_ports(443),
+                        rule_id="internet-https",
+                    ),
+                ],
+            ),
+        ),
+    ]
+
+
+def _tiers(app: str) -> list[pb.TierInfo]:
+    security = pb.TierInfo(
+        name="security",
+        ingress_policies=[POL_BLOCKLIST],
+        egress_policies=[POL_BLOCKLIST],
+        default_action="Deny",
+    )
+    ingress = {
+        "api": [POL_WEB_TO_API, POL_MONITORING],
+        "db": [POL_DB_DENY],
+    }.get(app, [])
+    egress = [POL_FRONTEND_EGRESS] if app == "web" else []
+    if not ingress and not egress:
+        return [security]
+    default = pb.TierInfo(
+        name="default",
+        ingress_policies=ingress,
+        egress_policies=egress,
+        default_action="Deny",
+    )
+    return [security, default]
+
+
+def workload(namespace: str, pod: str, app: str, index: int) -> pb.WorkloadEndpointUpdate:
+    return pb.WorkloadEndpointUpdate(
+        id=pb.WorkloadEndpointID(
+            orchestrator_id="k8s", workload_id=f"{namespace}/{pod}", endpoint_id="eth0"
+        ),
+        endpoint=pb.WorkloadEndpoint(
+            state="active",
+            name=iface(namespace, pod),
+            mac=f"ee:ee:ee:ee:ee:{index:02x}",
+            profile_ids=[f"kns.{namespace}", f"ksa.{namespace}.default"],
+            ipv4_nets=[f"{ipv4(index)}/32"],
+            ipv6_nets=[f"{ipv6(index)}/128"],
+            tiers=_tiers(app),
+        ),
+    )
+
+
+def demo_messages() -> list[Message]:
+    msgs: list[Message] = [
+        pb.ConfigUpdate(
+            config={
+                "DatastoreType": "kubernetes",
+                "FelixHostname": "node-1",
+                "InterfacePrefix": "cali",
+                "Ipv6Support": "true",
+                "LogSeverityScreen": "Info",
+                "ReportingIntervalSecs": "30",
+                "ChainInsertMode": "insert",
+                "DefaultEndpointToHostAction": "ACCEPT",
+                "IptablesRefreshInterval": "90",
+                "FailsafeInboundHostPorts": "tcp:22,udp:68,tcp:179,tcp:6443",
+            }
+        ),
+        pb.HostMetadataUpdate(hostname="node-1", ipv4_addr="192.168.56.11"),
+        pb.IPAMPoolUpdate(
+            id="10.65.0.0-16", pool=pb.IPAMPool(cidr="10.65.0.0/16", masquerade=True)
+        ),
+        pb.IPAMPoolUpdate(id="fd00-10-65---48", pool=pb.IPAMPool(cidr="fd00:10:65::/48")),
+    ]
+    for ns in NAMESPACES:
+        msgs.append(
+            pb.NamespaceUpdate(
+                id=pb.NamespaceID(name=ns), labels={"kubernetes.io/metadata.name": ns}
+            )
+        )
+        msgs.append(
+            pb.ActiveProfileUpdate(
+                id=pb.ProfileID(name=f"kns.{ns}"),
+                profile=pb.Profile(
+                    inbound_rules=[pb.Rule(action="allow")],
+                    outbound_rules=[pb.Rule(action="allow")],
+                ),
+            )
+        )
+        msgs.append(
+            pb.ActiveProfileUpdate(id=pb.ProfileID(name=f"ksa.{ns}.default"), profile=pb.Profile())
+        )
+    msgs += [
+        pb.IPSetUpdate(id=SET_WEB, type=pb.IPSetUpdate.IP, members=pod_ips("web")),
+        pb.IPSetUpdate(id=SET_API, type=pb.IPSetUpdate.IP, members=pod_ips("api")),
+        pb.IPSetUpdate(id=SET_MONITORING, type=pb.IPSetUpdate.IP, members=pod_ips("prometheus")),
+        pb.IPSetUpdate(id=SET_DNS, type=pb.IPSetUpdate.IP, members=["10.96.0.10"]),
+        pb.IPSetUpdate(
+            id=SET_API_HTTP,
+            type=pb.IPSetUpdate.IP_AND_PORT,
+            members=[f"{ip},tcp:8080" for ip in pod_ips("api")],
+        ),
+        pb.IPSetUpdate(
+            id=SET_BLOCKLIST,
+            type=pb.IPSetUpdate.NET,
+            members=["203.0.113.0/24", "198.51.100.0/24", "2001:db8:bad::/48"],
+        ),
+    ]
+    msgs += policies()
+    for namespace, pod, app, index in PODS:
+        msgs.append(workload(namespace, pod, app, index))
+        msgs.append(
+            pb.RouteUpdate(
+                types=pb.LOCAL_WORKLOAD,
+                dst=f"{ipv4(index)}/32",
+                dst_node_name="node-1",
+                local_workload=True,
+            )
+        )
+    msgs.append(
+        pb.HostEndpointUpdate(
+            id=pb.HostEndpointID(endpoint_id="node-1-eth0"),
+            endpoint=pb.HostEndpoint(
+                name="eth0",
+                profile_ids=["projectcalico-default-allow"],
+                expected_ipv4_addrs=["192.168.56.11"],
+            ),
+        )
+    )
+    msgs.append(
+        pb.ActiveProfileUpdate(
+            id=pb.ProfileID(name="projectcalico-default-allow"),
+            profile=pb.Profile(
+                inbound_rules=[pb.Rule(action="allow")], outbound_rules=[pb.Rule(action="allow")]
+            ),
+        )
+    )
+    msgs.append(pb.InSync())
+    # After InSync: the web deployment scales up by one pod.
+    msgs.append(pb.IPSetDeltaUpdate(id=SET_WEB, added_members=[ipv4(12), ipv6(12)]))
+    msgs.append(workload("frontend", "web-3", "web", 12))
+    return msgs
+
+
+def main() -> None:
+    write_log(LOG_PATH, demo_messages())
+    print(f"wrote {LOG_PATH}")
+
+
+if __name__ == "__main__":
+    main()

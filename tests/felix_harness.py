@@ -1,0 +1,94 @@
+"""Start driver.py the way Felix does: pipes on fds 3 (to it) and 4 (from it)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from google.protobuf.message import Message
+
+from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.framing import encode_frame
+from dataplane.msgs import to_dataplane
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class FelixHarness:
+    """Plays Felix's side of the external-driver pipes."""
+
+    def __init__(self, *args: str) -> None:
+        to_driver_r, self.to_driver = os.pipe()
+        self.from_driver, from_driver_w = os.pipe()
+        # Park the child's ends above 10 so dup2 onto 3/4 cannot clobber them.
+        child_r = fcntl.fcntl(to_driver_r, fcntl.F_DUPFD_CLOEXEC, 10)
+        child_w = fcntl.fcntl(from_driver_w, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(to_driver_r)
+        os.close(from_driver_w)
+
+        def wire_fds() -> None:
+            os.dup2(child_r, 3)
+            os.dup2(child_w, 4)
+
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO / "driver.py"), *args],
+            preexec_fn=wire_fds,  # noqa: PLW1509 - single-threaded test process
+            pass_fds=(3, 4),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+        )
+        os.close(child_r)
+        os.close(child_w)
+        self._seq = 0
+        self._buf = b""
+
+    def send(self, *payloads: Message) -> None:
+        for payload in payloads:
+            self._seq += 1
+            self.send_raw(encode_frame(to_dataplane(payload, self._seq)))
+
+    def send_raw(self, data: bytes) -> None:
+        os.write(self.to_driver, data)
+
+    def recv(self, timeout: float = 20.0) -> pb.FromDataplane:
+        """Next envelope from the driver, waiting at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if len(self._buf) >= 8:
+                (length,) = struct.unpack_from("<Q", self._buf)
+                if len(self._buf) >= 8 + length:
+                    body, self._buf = self._buf[8 : 8 + length], self._buf[8 + length :]
+                    return pb.FromDataplane.FromString(body)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no message from the driver")
+            ready, _, _ = select.select([self.from_driver], [], [], remaining)
+            if ready:
+                chunk = os.read(self.from_driver, 65536)
+                if not chunk:
+                    raise EOFError("driver closed fd 4")
+                self._buf += chunk
+
+    def recv_until(self, kind: str, timeout: float = 20.0) -> list[pb.FromDataplane]:
+        """Envelopes up to and including the first with payload ``kind``."""
+        out = []
+        while True:
+            envelope = self.recv(timeout)
+            out.append(envelope)
+            if envelope.WhichOneof("payload") == kind:
+                return out
+
+    def close_input(self) -> None:
+        os.close(self.to_driver)
+
+    def wait(self, timeout: float = 20.0) -> tuple[int, str]:
+        _, err = self.proc.communicate(timeout=timeout)
+        os.close(self.from_driver)
+        return self.proc.returncode, err.decode()

@@ -1,0 +1,152 @@
+"""driver.py as a real subprocess, driven exactly as Felix drives it."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.framing import encode_frame
+from dataplane.msglog import read_log
+from tests.conftest import REPO, ipset, workload
+from tests.felix_harness import FelixHarness
+
+pytestmark = pytest.mark.slow
+
+POLICY = pb.ActivePolicyUpdate(
+    id=pb.PolicyID(name="allow-web", namespace="ns", kind="NetworkPolicy"),
+    policy=pb.Policy(
+        tier="default",
+        inbound_rules=[
+            pb.Rule(action="allow", protocol=pb.Protocol(name="tcp"), src_ip_set_ids=["s:web"])
+        ],
+    ),
+)
+
+
+def test_felix_mode_handshake_status_and_clean_exit(tmp_path: Path) -> None:
+    record = tmp_path / "recorded.log"
+    felix = FelixHarness("--record", str(record))
+    sent = [
+        pb.ConfigUpdate(config={"ReportingIntervalSecs": "1", "FelixHostname": "node-1"}),
+        ipset("s:web", "10.0.0.1"),
+        POLICY,
+        workload("ns/web-1", "cali1234", "10.0.0.1/32"),
+        pb.InSync(),
+    ]
+    felix.send(*sent)
+    got = felix.recv_until("dataplane_in_sync")
+    got += felix.recv_until("process_status_update")
+    kinds = [e.WhichOneof("payload") for e in got]
+    assert "workload_endpoint_status_update" in kinds
+    assert kinds.count("dataplane_in_sync") == 1
+    seqs = [e.sequence_number for e in got]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs) and seqs[0] >= 1
+    status = next(e for e in got if e.HasField("workload_endpoint_status_update"))
+    assert status.workload_endpoint_status_update.status.status == "up"
+    felix.close_input()
+    code, err = felix.wait()
+    assert code == 0, err
+    assert "stopped cleanly" in err
+    # The recording is a replayable log of exactly what was sent.
+    assert [e.WhichOneof("payload") for e in read_log(record)] == [
+        "config_update",
+        "ipset_update",
+        "active_policy_update",
+        "workload_endpoint_update",
+        "in_sync",
+    ]
+
+
+def _fatal_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if "CRITICAL" in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("garbage", "expect"),
+    [
+        (struct.pack("<Q", 1 << 40), "exceeds the limit"),
+        (struct.pack("<Q", 100) + b"short", "truncated frame"),
+        (struct.pack("<Q", 5) + b"\xff\xff\xff\xff\xff", "undecodable envelope"),
+        (
+            encode_frame(
+                pb.FromDataplane(sequence_number=9, dataplane_in_sync=pb.DataplaneInSync())
+            ),
+            "not a ToDataplane envelope",
+        ),
+    ],
+)
+def test_malformed_input_stops_with_one_line(garbage: bytes, expect: str) -> None:
+    felix = FelixHarness()
+    felix.send(ipset("s:a", "10.0.0.1"), pb.InSync())
+    felix.recv_until("dataplane_in_sync")
+    felix.send_raw(garbage)
+    felix.close_input()
+    code, err = felix.wait()
+    assert code == 1
+    line = _fatal_line(err)
+    assert expect in line
+    assert "(frame 2, last good seq 2)" in line
+
+
+def test_without_felix_pipes_it_explains_itself() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "driver.py")],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        close_fds=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "fd 3" in result.stderr and "driver.py --help" in result.stderr
+
+
+def test_replay_prints_the_state(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "driver.py"), "replay", str(REPO / "examples/demo-node.log")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.startswith("# replayed 41 messages (0 rejected)")
+    assert "in sync: yes" in result.stdout
+    assert "workload endpoints (7):" in result.stdout
+
+
+def test_replay_of_a_truncated_log_fails_with_one_line(tmp_path: Path) -> None:
+    log = tmp_path / "cut.log"
+    log.write_bytes((REPO / "examples/demo-node.log").read_bytes()[:-7])
+    result = subprocess.run(
+        [sys.executable, str(REPO / "driver.py"), "replay", str(log)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "truncated frame" in _fatal_line(result.stderr)
+    assert "last good seq 40" in result.stderr
+
+
+def test_help_and_version() -> None:
+    helptext = subprocess.run(
+        [sys.executable, str(REPO / "driver.py"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for word in ("fd 3", "fd 4", "replay", "version", "--record", "--max-frame-bytes"):
+        assert word in helptext
+    version = subprocess.run(
+        [sys.executable, str(REPO / "driver.py"), "version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert version.startswith("dataplane ")
