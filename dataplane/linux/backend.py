@@ -1,0 +1,46 @@
+"""Choosing the iptables backend (legacy or nft), as kube-proxy does.
+
+Two backends can coexist on a host, and rules in the one the rest of the
+system does not use are silently ignored by nothing but confusion. With
+``IptablesBackend=auto`` we look at which backend already holds more rules
+(ours from a previous run included) and use that one; on a clean host we
+prefer nft, the modern default. The decision is made once, at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+from dataplane.linux.cmd import CommandRunner
+
+__all__ = ["detect_backend"]
+
+log = logging.getLogger(__name__)
+
+
+async def _rule_count(runner: CommandRunner, mode: str) -> int | None:
+    total = 0
+    for base in ("iptables", "ip6tables"):
+        binary = f"{base}-{mode}-save"
+        if shutil.which(binary) is None:
+            return None
+        result = await runner.run([binary], check=False)
+        if result.returncode != 0:
+            return None
+        total += sum(1 for line in result.stdout.splitlines() if line.startswith(b"-A "))
+    return total
+
+
+async def detect_backend(runner: CommandRunner, configured: str = "auto") -> str:
+    """Return "legacy" or "nft"."""
+    if configured in ("legacy", "nft"):
+        return configured
+    legacy = await _rule_count(runner, "legacy")
+    nft = await _rule_count(runner, "nft")
+    if legacy is None and nft is None:
+        log.warning("neither iptables-legacy nor iptables-nft found; assuming nft")
+        return "nft"
+    choice = "legacy" if nft is None or (legacy is not None and legacy > nft) else "nft"
+    log.info("iptables backend %s (rules present: legacy=%s nft=%s)", choice, legacy, nft)
+    return choice

@@ -1,0 +1,81 @@
+"""Running the kernel's command-line tools (iptables-restore, ipset, ...).
+
+Programmers never call subprocess themselves: they get a
+:class:`CommandRunner`, so tests can point them at a network namespace
+(``netns``) or at a fake. Failures are translated into
+:class:`~dataplane.errors.ProgrammingError` naming the command and its
+stderr, which is what an operator needs in the log line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import trio
+
+from dataplane.errors import ProgrammingError
+
+__all__ = ["CommandResult", "CommandRunner", "ProcessRunner"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+class CommandRunner(Protocol):
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        """Run ``argv``; with ``check``, a non-zero exit raises ProgrammingError."""
+
+
+class ProcessRunner:
+    """Runs commands as child processes, optionally inside a named netns.
+
+    Args:
+        netns: run every command as ``ip netns exec NETNS ...`` (tests use
+            this to program a namespace from outside it; the driver itself
+            runs inside the node's namespace and leaves it None).
+    """
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
+
+    def _argv(self, argv: Sequence[str]) -> list[str]:
+        if self.netns is None:
+            return list(argv)
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        try:
+            proc = await trio.run_process(
+                self._argv(argv),
+                stdin=stdin if stdin is not None else b"",
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+        except OSError as exc:
+            raise ProgrammingError(f"{argv[0]}: cannot run: {exc}") from None
+        result = CommandResult(proc.returncode, proc.stdout, proc.stderr)
+        if check and proc.returncode != 0:
+            raise ProgrammingError(
+                f"{' '.join(argv[:3])}: exit {proc.returncode}: "
+                + proc.stderr.decode(errors="replace").strip().replace("\n", " | ")[:500]
+            )
+        return result
+
+
+def run_sync(argv: Sequence[str], netns: str | None = None) -> CommandResult:
+    """Blocking variant for tools and tests outside a trio loop."""
+    full = list(argv) if netns is None else ["ip", "netns", "exec", netns, *argv]
+    proc = subprocess.run(full, capture_output=True, check=False)
+    return CommandResult(proc.returncode, proc.stdout, proc.stderr)

@@ -1,0 +1,124 @@
+"""iptables values and the save-format parser.
+
+A rendered chain is a frozen :class:`Chain` of :class:`IptRule` values;
+renderers return them and the :mod:`~dataplane.linux.table` programmer
+writes them. Every rule we write carries a comment ``cali:<hash>`` whose
+hash covers the chain name, the rule's text and the previous rule's hash,
+so comparing two lists of hashes tells whether a chain in the kernel is
+exactly what we want -- without comparing rule text, which iptables-save
+prints back in its own canonical form.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Chain",
+    "IptRule",
+    "SavedChain",
+    "SavedTable",
+    "parse_save",
+    "rule_hashes",
+]
+
+HASH_COMMENT_PREFIX = "cali:"
+_HASH_LEN = 16
+_COMMENT_RE = re.compile(
+    r'--comment "?' + re.escape(HASH_COMMENT_PREFIX) + r'([A-Za-z0-9_-]{16})"?'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IptRule:
+    """One rule: match criteria and an action, in iptables syntax."""
+
+    match: str = ""
+    action: str = ""
+    comment: str = ""  # for people reading iptables-save; not part of identity
+
+    def text(self) -> str:
+        return f"{self.match} {self.action}".strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    name: str
+    rules: tuple[IptRule, ...] = ()
+
+
+def rule_hashes(chain: str, rules: Iterable[IptRule]) -> list[str]:
+    """Position-dependent hashes of a chain's rules (Felix's scheme)."""
+    out = []
+    previous = chain
+    for rule in rules:
+        digest = hashlib.sha224(f"{previous}\0{rule.text()}".encode()).digest()
+        previous = base64.urlsafe_b64encode(digest).decode()[:_HASH_LEN]
+        out.append(previous)
+    return out
+
+
+def render_rule(
+    chain: str, rule: IptRule, rule_hash: str, verb: str = "-A", position: int | None = None
+) -> str:
+    """One ``iptables-restore`` line for ``rule`` with its hash comment."""
+    parts = [verb, chain] if position is None else [verb, chain, str(position)]
+    parts += ["-m", "comment", "--comment", f'"{HASH_COMMENT_PREFIX}{rule_hash}"']
+    if rule.comment:
+        parts += ["-m", "comment", "--comment", _quote(rule.comment)]
+    text = rule.text()
+    if text:
+        parts.append(text)
+    return " ".join(parts)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "").replace('"', "'")[:250] + '"'
+
+
+@dataclass(slots=True)
+class SavedChain:
+    """A chain as iptables-save printed it."""
+
+    name: str
+    lines: list[str] = field(default_factory=list)  # full "-A name ..." lines
+    hashes: list[str | None] = field(default_factory=list)  # our hash per rule, else None
+
+
+@dataclass(slots=True)
+class SavedTable:
+    name: str
+    chains: dict[str, SavedChain] = field(default_factory=dict)
+
+
+def parse_save(text: str) -> dict[str, SavedTable]:
+    """Parse ``iptables-save`` output into tables, chains and rule hashes.
+
+    Tolerant by design: comment lines, counters and unknown lines are
+    skipped, so a newer iptables printing something extra cannot break the
+    driver's view of its own chains.
+    """
+    tables: dict[str, SavedTable] = {}
+    table: SavedTable | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("*"):
+            table = tables.setdefault(line[1:], SavedTable(line[1:]))
+        elif table is None:
+            continue
+        elif line.startswith(":"):
+            name = line[1:].split(" ", 1)[0]
+            table.chains.setdefault(name, SavedChain(name))
+        elif line.startswith("-A "):
+            name = line.split(" ", 2)[1]
+            chain = table.chains.setdefault(name, SavedChain(name))
+            chain.lines.append(line)
+            match = _COMMENT_RE.search(line)
+            chain.hashes.append(match.group(1) if match else None)
+    return tables

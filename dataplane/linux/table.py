@@ -1,0 +1,229 @@
+"""Table: desired chains of one iptables table (one IP version) -> kernel.
+
+After Felix's ``table.go``: the table caches what it believes the kernel
+holds (per chain, the list of our rule hashes), so an apply writes only the
+chains whose hashes differ, in one atomic ``iptables-restore --noflush``.
+The cache is rebuilt from ``iptables-save`` at start (adopting what a
+previous run left), after any failed write, and whenever the platform's
+refresh timer calls :meth:`Table.mark_for_resync` -- that is how someone
+flushing one of our chains is repaired.
+
+Ownership: every chain whose name starts with our prefix, and every rule in
+a kernel (built-in) chain that carries our hash comment. Nothing else is
+ever written or removed.
+
+Ordering inside one restore: declare (create or flush) every chain we
+rewrite, flush stale chains, write rules, fix hook rules in built-in
+chains, and only then delete stale chains, so no reference ever dangles.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dataplane.errors import ProgrammingError
+from dataplane.linux.cmd import CommandRunner
+from dataplane.linux.iptables import Chain, IptRule, parse_save, render_rule, rule_hashes
+
+__all__ = ["IptablesCommands", "Table"]
+
+log = logging.getLogger(__name__)
+
+BUILTIN_CHAINS = {
+    "filter": ("INPUT", "FORWARD", "OUTPUT"),
+    "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
+    "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
+    "raw": ("PREROUTING", "OUTPUT"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesCommands:
+    """The save/restore commands of one backend and IP version."""
+
+    save: tuple[str, ...]
+    restore: tuple[str, ...]
+
+    @classmethod
+    def for_backend(cls, backend: str, version: int) -> IptablesCommands:
+        base = "iptables" if version == 4 else "ip6tables"
+        mode = f"-{backend}" if backend in ("legacy", "nft") else ""
+        return cls(
+            save=(f"{base}{mode}-save",),
+            restore=(f"{base}{mode}-restore", "--noflush", "--wait", "10"),
+        )
+
+
+class Table:
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        runner: CommandRunner,
+        commands: IptablesCommands,
+        *,
+        prefix: str = "cali-",
+        insert_mode: str = "insert",
+    ) -> None:
+        self.name = name
+        self.version = version
+        self._runner = runner
+        self._commands = commands
+        self.prefix = prefix
+        self.insert_mode = insert_mode
+        self._desired: dict[str, tuple[IptRule, ...]] = {}
+        self._hashes: dict[str, list[str]] = {}  # of desired chains, computed once
+        self._dirty: set[str] = set()  # chains to compare at the next apply
+        self._hooks: dict[str, tuple[IptRule, ...]] = {}
+        # What we believe the kernel holds: our chains' hashes, and our rule
+        # lines in built-in chains (kept verbatim for -D). None: unknown.
+        self._actual_chains: dict[str, list[str | None]] | None = None
+        self._actual_hooks: dict[str, list[tuple[str | None, str]]] = {}
+        self.writes = 0  # restores run (observability, tests)
+
+    def __repr__(self) -> str:
+        return f"Table({self.name}, v{self.version})"
+
+    # --- desired state --------------------------------------------------------
+
+    def update_chain(self, chain: Chain) -> None:
+        if not chain.name.startswith(self.prefix):
+            raise ValueError(f"chain {chain.name} lacks our prefix {self.prefix}")
+        if self._desired.get(chain.name) == chain.rules:
+            return
+        self._desired[chain.name] = chain.rules
+        self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
+        self._dirty.add(chain.name)
+
+    def remove_chain(self, name: str) -> None:
+        if self._desired.pop(name, None) is not None:
+            del self._hashes[name]
+            self._dirty.add(name)
+
+    def set_chains(self, chains: Iterable[Chain]) -> None:
+        """Replace the whole desired set of chains."""
+        wanted = {c.name: c for c in chains}
+        for name in [n for n in self._desired if n not in wanted]:
+            self.remove_chain(name)
+        for chain in wanted.values():
+            self.update_chain(chain)
+
+    def set_hooks(self, builtin: str, rules: Sequence[IptRule]) -> None:
+        """Our rules at the top (insert mode) or bottom of a built-in chain."""
+        self._hooks[builtin] = tuple(rules)
+
+    def desired_chain_names(self) -> frozenset[str]:
+        return frozenset(self._desired)
+
+    def mark_for_resync(self) -> None:
+        self._actual_chains = None
+
+    # --- programming --------------------------------------------------------------
+
+    async def _read(self) -> None:
+        result = await self._runner.run([*self._commands.save, "-t", self.name])
+        saved = parse_save(result.stdout.decode(errors="replace")).get(self.name)
+        chains: dict[str, list[str | None]] = {}
+        hooks: dict[str, list[tuple[str | None, str]]] = {}
+        for chain in saved.chains.values() if saved else ():
+            if chain.name.startswith(self.prefix):
+                chains[chain.name] = list(chain.hashes)
+            elif chain.name in BUILTIN_CHAINS.get(self.name, ()):
+                ours: list[tuple[str | None, str]] = [
+                    (h, line) for h, line in zip(chain.hashes, chain.lines, strict=True) if h
+                ]
+                if ours:
+                    hooks[chain.name] = ours
+        self._actual_chains = chains
+        self._actual_hooks = hooks
+
+    def _restore_input(self) -> list[str]:
+        assert self._actual_chains is not None
+        actual = self._actual_chains
+        declare: list[str] = []
+        rules: list[str] = []
+        for name in sorted(self._dirty):
+            desired = self._desired.get(name)
+            if desired is None:
+                continue
+            hashes = self._hashes[name]
+            if actual.get(name) == hashes:
+                continue
+            declare.append(f":{name} - [0:0]")
+            rules.extend(render_rule(name, r, h) for r, h in zip(desired, hashes, strict=True))
+        stale = sorted(name for name in self._dirty if name in actual and name not in self._desired)
+        flush = [f"-F {name}" for name in stale]
+        delete = [f"-X {name}" for name in stale]
+        hooks: list[str] = []
+        for builtin in sorted(set(self._hooks) | set(self._actual_hooks)):
+            desired_hooks = self._hooks.get(builtin, ())
+            hashes = rule_hashes(builtin, desired_hooks)
+            present = self._actual_hooks.get(builtin, [])
+            if [h for h, _ in present] == hashes:
+                continue
+            hooks.extend("-D" + line[2:] for _, line in present)
+            if self.insert_mode == "insert":
+                pairs = zip(desired_hooks, hashes, strict=True)
+                hooks.extend(
+                    render_rule(builtin, r, h, verb="-I", position=i)
+                    for i, (r, h) in enumerate(pairs, start=1)
+                )
+            else:
+                hooks.extend(
+                    render_rule(builtin, r, h) for r, h in zip(desired_hooks, hashes, strict=True)
+                )
+        body = declare + flush + rules + hooks + delete
+        if not body:
+            return []
+        return [f"*{self.name}", *body, "COMMIT", ""]
+
+    async def apply(self) -> bool:
+        """Bring the kernel to the desired state; True if anything was written."""
+        if self._actual_chains is None:
+            await self._read()
+            # Compare everything against what the kernel really holds, and
+            # notice our chains that nobody wants any more.
+            self._dirty = set(self._desired) | set(self._actual_chains or ())
+        lines = self._restore_input()
+        if not lines:
+            self._dirty.clear()
+            return False
+        try:
+            await self._runner.run(self._commands.restore, stdin="\n".join(lines).encode())
+        except ProgrammingError as exc:
+            self.mark_for_resync()
+            raise ProgrammingError(f"iptables v{self.version} table {self.name}: {exc}") from None
+        self.writes += 1
+        self._after_write()
+        return True
+
+    def _after_write(self) -> None:
+        actual = self._actual_chains
+        assert actual is not None
+        for name in self._dirty:
+            if name in self._desired:
+                actual[name] = list(self._hashes[name])
+            else:
+                actual.pop(name, None)
+        self._dirty.clear()
+        hooks: dict[str, list[tuple[str | None, str]]] = {}
+        for builtin, rules in self._hooks.items():
+            hashes = rule_hashes(builtin, rules)
+            if rules:
+                hooks[builtin] = [
+                    (h, render_rule(builtin, r, h)) for r, h in zip(rules, hashes, strict=True)
+                ]
+        self._actual_hooks = hooks
+
+    async def cleanup_all(self) -> None:
+        """Remove every chain and hook rule we own from this table."""
+        self.set_chains(())
+        self._hooks = {}
+        self.mark_for_resync()
+        await self.apply()
+
+    def snapshot(self) -> Mapping[str, tuple[IptRule, ...]]:
+        """Desired chains (for dumps and tests)."""
+        return dict(self._desired)
