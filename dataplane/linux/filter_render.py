@@ -1,0 +1,310 @@
+"""Filter-table renderer: policies, profiles, endpoints, dispatch, hooks.
+
+Pure: model values in, :class:`Chain` values out, for one IP version.
+
+Packet path (Felix's design, our names)::
+
+    FORWARD ─▶ cali-FORWARD ─┬ established/related: ACCEPT; invalid: DROP
+                             ├ -i cali+ ─▶ cali-from-wl-dispatch ─▶ cali-fw-<if>   (egress policy)
+                             ├ -o cali+ ─▶ cali-to-wl-dispatch   ─▶ cali-tw-<if>   (ingress policy)
+                             └ from or to a workload and not dropped: ACCEPT
+    INPUT   ─▶ cali-INPUT    ─┬ -i cali+ ─▶ cali-wl-to-host: egress policy, then
+                             │             DefaultEndpointToHostAction
+                             └ ─▶ cali-from-host-endpoint ─▶ cali-fh-<if> (failsafes first)
+    OUTPUT  ─▶ cali-OUTPUT   ─┬ -o cali+: RETURN (the host may reach its pods)
+                             └ ─▶ cali-to-host-endpoint   ─▶ cali-th-<if> (failsafes first)
+
+An endpoint chain runs each tier with policies for its direction: policies
+in order until one allows (accept mark, RETURN) or passes (pass mark: on to
+the next tier); what no policy decided meets the tier's default action
+(end-of-tier drop, or pass). Profiles run only for traffic every tier
+passed (or when there are no tiers), and whatever nothing allowed is
+dropped. Dispatch chains are a prefix tree on interface names, so a packet
+meets a few dozen rules, not one per endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dataplane.config import Config, ProtoPort
+from dataplane.linux.iptables import Chain, IptRule
+from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
+from dataplane.linux.names import ChainNames
+from dataplane.linux.rule_render import RuleRenderer
+from dataplane.model import (
+    Action,
+    HostEndpoint,
+    Policy,
+    PolicyKey,
+    Profile,
+    TierInfo,
+    WorkloadEndpoint,
+)
+
+__all__ = ["FilterRenderer"]
+
+_DISPATCH_LEAF = 16  # interfaces matched directly before the tree branches
+_ESTABLISHED = IptRule("-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT")
+_INVALID = IptRule("-m conntrack --ctstate INVALID", "-j DROP")
+# Neighbour discovery and router solicitation from pods must reach the host.
+_ICMPV6_TO_HOST = (130, 131, 132, 133, 135, 136)
+
+
+@dataclass(frozen=True, slots=True)
+class FilterRenderer:
+    version: int
+    config: Config
+    marks: Marks
+    names: ChainNames
+    rules: RuleRenderer
+
+    # --- policies and profiles ------------------------------------------------
+
+    def policy_chains(self, key: PolicyKey, policy: Policy) -> list[Chain]:
+        return [
+            Chain(self.names.policy(key, True), self.rules.render_all(policy.inbound)),
+            Chain(self.names.policy(key, False), self.rules.render_all(policy.outbound)),
+        ]
+
+    def profile_chains(self, name: str, profile: Profile) -> list[Chain]:
+        return [
+            Chain(self.names.profile(name, True), self.rules.render_all(profile.inbound)),
+            Chain(self.names.profile(name, False), self.rules.render_all(profile.outbound)),
+        ]
+
+    # --- endpoints ------------------------------------------------------------------
+
+    def _policy_rules(
+        self,
+        tiers: Sequence[TierInfo],
+        inbound: bool,
+        profile_ids: Sequence[str],
+        known_policies: Callable[[PolicyKey], bool],
+        known_profiles: Callable[[str], bool],
+    ) -> list[IptRule]:
+        m = self.marks
+        out = [IptRule("", clear_mark(m.accept | m.pass_))]
+        for tier in tiers:
+            keys = [
+                k
+                for k in (tier.ingress_policies if inbound else tier.egress_policies)
+                if known_policies(k)
+            ]
+            if not keys:
+                continue
+            out.append(IptRule("", clear_mark(m.pass_), comment=f"tier {tier.name}"))
+            for key in keys:
+                out.append(IptRule(lacks_mark(m.pass_), f"-j {self.names.policy(key, inbound)}"))
+                out.append(IptRule(has_mark(m.accept), "-j RETURN"))
+            if tier.default_action is Action.DENY:
+                out.append(
+                    IptRule(lacks_mark(m.pass_), "-j DROP", comment=f"end of tier {tier.name}")
+                )
+        for name in profile_ids:
+            if known_profiles(name):
+                out.append(IptRule("", f"-j {self.names.profile(name, inbound)}"))
+                out.append(IptRule(has_mark(m.accept), "-j RETURN"))
+        out.append(IptRule("", "-j DROP", comment="no policy or profile allowed it"))
+        return out
+
+    def _anti_spoof(self, endpoint: WorkloadEndpoint) -> list[IptRule]:
+        own = endpoint.ipv4_nets if self.version == 4 else endpoint.ipv6_nets
+        allowed = [
+            n
+            for n in own + endpoint.allow_spoofed_source_prefixes
+            if (":" in n) == (self.version == 6)
+        ]
+        comment = "source address is not the endpoint's"
+        if not allowed:
+            return [IptRule("", "-j DROP", comment=comment)]
+        if len(allowed) == 1:
+            return [IptRule(f"! -s {allowed[0]}", "-j DROP", comment=comment)]
+        bit = self.marks.src_net
+        return [
+            IptRule("", clear_mark(bit)),
+            *(IptRule(f"-s {n}", set_mark(bit)) for n in allowed),
+            IptRule(lacks_mark(bit), "-j DROP", comment=comment),
+        ]
+
+    def workload_chains(
+        self,
+        endpoint: WorkloadEndpoint,
+        known_policies: Callable[[PolicyKey], bool],
+        known_profiles: Callable[[str], bool],
+    ) -> list[Chain]:
+        to_name = self.names.to_workload(endpoint.name)
+        from_name = self.names.from_workload(endpoint.name)
+        if not endpoint.admin_up:
+            down = (IptRule("", "-j DROP", comment="endpoint is not active"),)
+            return [Chain(to_name, down), Chain(from_name, down)]
+        ingress = self._policy_rules(
+            endpoint.tiers, True, endpoint.profile_ids, known_policies, known_profiles
+        )
+        egress = self._anti_spoof(endpoint) + self._policy_rules(
+            endpoint.tiers, False, endpoint.profile_ids, known_policies, known_profiles
+        )
+        return [Chain(to_name, tuple(ingress)), Chain(from_name, tuple(egress))]
+
+    def host_endpoint_chains(
+        self,
+        endpoint: HostEndpoint,
+        known_policies: Callable[[PolicyKey], bool],
+        known_profiles: Callable[[str], bool],
+    ) -> list[Chain]:
+        n = self.names
+        ingress = [
+            _ESTABLISHED,
+            IptRule("", f"-j {n.top('failsafe-in')}"),
+            *self._policy_rules(
+                endpoint.tiers, True, endpoint.profile_ids, known_policies, known_profiles
+            ),
+        ]
+        egress = [
+            _ESTABLISHED,
+            IptRule("", f"-j {n.top('failsafe-out')}"),
+            *self._policy_rules(
+                endpoint.tiers, False, endpoint.profile_ids, known_policies, known_profiles
+            ),
+        ]
+        # The endpoint chains end in DROP; what they allow returns with the
+        # accept mark, which the top-level chain turns into ACCEPT.
+        return [
+            Chain(n.from_host_endpoint(endpoint.name), tuple(ingress)),
+            Chain(n.to_host_endpoint(endpoint.name), tuple(egress)),
+        ]
+
+    # --- dispatch --------------------------------------------------------------------
+
+    def dispatch_chains(  # noqa: PLR0917 - each argument is one aspect of the tree
+        self,
+        root: str,
+        child_kind: str,
+        flag: str,
+        ifaces: Iterable[str],
+        target: Callable[[str], str],
+        default: IptRule,
+    ) -> list[Chain]:
+        """A prefix tree over interface names; each leaf gotos ``target(iface)``."""
+        chains: list[Chain] = []
+
+        def build(name: str, members: list[str], final: IptRule | None) -> None:
+            rules: list[IptRule] = []
+            if len(members) <= _DISPATCH_LEAF:
+                rules = [IptRule(f"{flag} {i}", f"-g {target(i)}") for i in members]
+            else:
+                common = os.path.commonprefix(members)  # noqa: RUF071 - string prefix wanted
+                groups: dict[str, list[str]] = {}
+                for iface in members:
+                    if iface == common:
+                        rules.append(IptRule(f"{flag} {iface}", f"-g {target(iface)}"))
+                    else:
+                        groups.setdefault(common + iface[len(common)], []).append(iface)
+                for branch in sorted(groups):
+                    group = groups[branch]
+                    if len(group) == 1:
+                        rules.append(IptRule(f"{flag} {group[0]}", f"-g {target(group[0])}"))
+                        continue
+                    child = self.names.dispatch_child(child_kind, branch)
+                    rules.append(IptRule(f"{flag} {branch}+", f"-g {child}"))
+                    build(child, group, default)
+            if final is not None:
+                rules.append(final)
+            chains.append(Chain(name, tuple(rules)))
+
+        build(root, sorted(set(ifaces)), default)
+        return chains
+
+    def workload_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:
+        n = self.names
+        unknown = IptRule("", "-j DROP", comment="unknown workload interface")
+        names = sorted(ifaces)
+        return self.dispatch_chains(
+            n.top("from-wl-dispatch"), "fwd", "-i", names, n.from_workload, unknown
+        ) + self.dispatch_chains(
+            n.top("to-wl-dispatch"), "twd", "-o", names, n.to_workload, unknown
+        )
+
+    def host_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:
+        n = self.names
+        # Interfaces without a host endpoint are not policed.
+        other = IptRule("", "-j RETURN")
+        names = sorted(ifaces)
+        return self.dispatch_chains(
+            n.top("from-host-endpoint"), "fhd", "-i", names, n.from_host_endpoint, other
+        ) + self.dispatch_chains(
+            n.top("to-host-endpoint"), "thd", "-o", names, n.to_host_endpoint, other
+        )
+
+    # --- static chains and hooks ----------------------------------------------------
+
+    def _failsafe(self, ports: Sequence[ProtoPort], inbound: bool) -> tuple[IptRule, ...]:
+        out = []
+        for p in ports:
+            if p.net and (":" in p.net) != (self.version == 6):
+                continue
+            peer = f"{'-s' if inbound else '-d'} {p.net} " if p.net else ""
+            out.append(IptRule(f"{peer}-p {p.protocol} --dport {p.port}", "-j ACCEPT"))
+        return tuple(out)
+
+    def static_chains(self) -> list[Chain]:
+        n = self.names
+        m = self.marks
+        c = self.config
+        prefixes = [f"{p}+" for p in c.interface_prefixes]
+        forward = [_ESTABLISHED, _INVALID, IptRule("", clear_mark(m.all))]
+        forward += [IptRule(f"-i {p}", f"-j {n.top('from-wl-dispatch')}") for p in prefixes]
+        forward += [IptRule(f"-o {p}", f"-j {n.top('to-wl-dispatch')}") for p in prefixes]
+        forward += [IptRule(f"-i {p}", "-j ACCEPT") for p in prefixes]
+        forward += [IptRule(f"-o {p}", "-j ACCEPT") for p in prefixes]
+
+        # IPv6 stops working without neighbour discovery, whatever the policy.
+        ndp = (
+            [
+                IptRule(f"-p ipv6-icmp -m icmp6 --icmpv6-type {t}", "-j ACCEPT")
+                for t in _ICMPV6_TO_HOST
+            ]
+            if self.version == 6
+            else []
+        )
+        to_host: list[IptRule] = list(ndp)
+        to_host.append(IptRule("", f"-j {n.top('from-wl-dispatch')}"))
+        to_host.append(
+            IptRule(
+                "",
+                f"-j {c.default_endpoint_to_host_action}",
+                comment="DefaultEndpointToHostAction",
+            )
+        )
+
+        inp = [IptRule(f"-i {p}", f"-g {n.top('wl-to-host')}") for p in prefixes]
+        inp += ndp
+        inp += [
+            IptRule("", clear_mark(m.all)),
+            IptRule("", f"-j {n.top('from-host-endpoint')}"),
+            IptRule(has_mark(m.accept), "-j ACCEPT"),
+        ]
+        out = [IptRule(f"-o {p}", "-j RETURN") for p in prefixes]
+        out += ndp
+        out += [
+            IptRule("", clear_mark(m.all)),
+            IptRule("", f"-j {n.top('to-host-endpoint')}"),
+            IptRule(has_mark(m.accept), "-j ACCEPT"),
+        ]
+        return [
+            Chain(n.top("FORWARD"), tuple(forward)),
+            Chain(n.top("wl-to-host"), tuple(to_host)),
+            Chain(n.top("INPUT"), tuple(inp)),
+            Chain(n.top("OUTPUT"), tuple(out)),
+            Chain(n.top("failsafe-in"), self._failsafe(c.failsafe_inbound_host_ports, True)),
+            Chain(n.top("failsafe-out"), self._failsafe(c.failsafe_outbound_host_ports, False)),
+        ]
+
+    def hooks(self) -> Mapping[str, tuple[IptRule, ...]]:
+        n = self.names
+        return {
+            builtin: (IptRule("", f"-j {n.top(builtin)}"),)
+            for builtin in ("INPUT", "FORWARD", "OUTPUT")
+        }

@@ -1,0 +1,80 @@
+"""Packet mark bits, carved out of the configured ``IptablesMarkMask``.
+
+Policy evaluation communicates through mark bits, as in Felix: *accept*
+("a policy allowed it"), *pass* ("skip to the next tier"), and scratch bits
+used to OR several matches together where one iptables rule cannot (several
+CIDRs, ports OR named ports). Bits are taken from the mask's lowest set bit
+upwards, so an operator who reserves the top of the mark for something else
+only has to narrow the mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dataplane.errors import ConfigError
+
+__all__ = ["Marks"]
+
+_NAMES = (
+    "accept",
+    "pass_",
+    "src_net",
+    "dst_net",
+    "not_src_net",
+    "not_dst_net",
+    "src_port",
+    "dst_port",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    accept: int
+    pass_: int
+    src_net: int
+    dst_net: int
+    not_src_net: int
+    not_dst_net: int
+    src_port: int
+    dst_port: int
+
+    @classmethod
+    def from_mask(cls, mask: int) -> Marks:
+        bits = [1 << i for i in range(32) if mask & (1 << i)]
+        if len(bits) < len(_NAMES):
+            raise ConfigError(
+                "config[IptablesMarkMask]",
+                hex(mask),
+                f"needs at least {len(_NAMES)} bits for policy marks",
+            )
+        return cls(*bits[: len(_NAMES)])
+
+    @property
+    def all(self) -> int:
+        return (
+            self.accept
+            | self.pass_
+            | self.src_net
+            | self.dst_net
+            | self.not_src_net
+            | self.not_dst_net
+            | self.src_port
+            | self.dst_port
+        )
+
+
+def set_mark(bit: int) -> str:
+    return f"-j MARK --set-xmark {bit:#x}/{bit:#x}"
+
+
+def clear_mark(bits: int) -> str:
+    return f"-j MARK --set-xmark 0x0/{bits:#x}"
+
+
+def has_mark(bit: int) -> str:
+    return f"-m mark --mark {bit:#x}/{bit:#x}"
+
+
+def lacks_mark(bit: int) -> str:
+    return f"-m mark --mark 0x0/{bit:#x}"

@@ -1,0 +1,76 @@
+"""NAT-table renderer: outgoing masquerade for IP pools, floating IPs.
+
+Pure. Pod traffic leaving the IP pools from a pool with ``masquerade`` set
+is masqueraded behind the node's address; traffic between pool addresses
+never is. Floating IPs (``ipv4_nat``/``ipv6_nat`` on an endpoint) DNAT the
+external address to the pod on the way in, and SNAT a pod's reply that
+hairpins back to itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from dataplane.linux.iptables import Chain, IptRule
+from dataplane.linux.names import ChainNames
+from dataplane.model import NatInfo
+
+__all__ = ["ALL_POOLS_SET", "MASQ_POOLS_SET", "NatRenderer"]
+
+# Internal IP set ids (not Felix's): the platform maintains them from
+# IPAMPoolUpdate messages. Felix's own names are all-ipam-pools/masq-ipam-pools.
+ALL_POOLS_SET = "all-ipam-pools"
+MASQ_POOLS_SET = "masq-ipam-pools"
+
+
+@dataclass(frozen=True, slots=True)
+class NatRenderer:
+    version: int
+    names: ChainNames
+    all_pools_set: str  # kernel names, for this IP version
+    masq_pools_set: str
+    nat_port_range: tuple[int, int] | None = None
+
+    def chains(self, floating: Iterable[NatInfo]) -> list[Chain]:
+        n = self.names
+        fips = sorted(
+            (f for f in floating if (":" in f.ext_ip) == (self.version == 6)),
+            key=lambda f: (f.ext_ip, f.int_ip),
+        )
+        dnat = tuple(
+            IptRule(f"-d {f.ext_ip}", f"-j DNAT --to-destination {f.int_ip}") for f in fips
+        )
+        snat = tuple(
+            IptRule(f"-s {f.int_ip} -d {f.int_ip}", f"-j SNAT --to-source {f.ext_ip}") for f in fips
+        )
+        ports = ""
+        if self.nat_port_range:
+            lo, hi = self.nat_port_range
+            ports = f" --to-ports {lo}-{hi}" if lo != hi else f" --to-ports {lo}"
+        masq = IptRule(
+            f"-m set --match-set {self.masq_pools_set} src"
+            f" -m set ! --match-set {self.all_pools_set} dst",
+            f"-j MASQUERADE{ports}",
+        )
+        return [
+            Chain(n.top("PREROUTING"), (IptRule("", f"-j {n.top('fip-dnat')}"),)),
+            Chain(n.top("OUTPUT"), (IptRule("", f"-j {n.top('fip-dnat')}"),)),
+            Chain(
+                n.top("POSTROUTING"),
+                (
+                    IptRule("", f"-j {n.top('fip-snat')}"),
+                    IptRule("", f"-j {n.top('nat-outgoing')}"),
+                ),
+            ),
+            Chain(n.top("fip-dnat"), dnat),
+            Chain(n.top("fip-snat"), snat),
+            Chain(n.top("nat-outgoing"), (masq,)),
+        ]
+
+    def hooks(self) -> Mapping[str, tuple[IptRule, ...]]:
+        n = self.names
+        return {
+            builtin: (IptRule("", f"-j {n.top(builtin)}"),)
+            for builtin in ("PREROUTING", "OUTPUT", "POSTROUTING")
+        }

@@ -1,0 +1,216 @@
+"""Pure renderers: golden output for policies, endpoints and static chains,
+plus properties of the dispatch tree and of rule rendering.
+
+Regenerate the golden files after an intended change with
+``UPDATE_GOLDEN=1 make pytest``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dataplane.config import Config
+from dataplane.linux.filter_render import FilterRenderer
+from dataplane.linux.iptables import Chain, IptRule
+from dataplane.linux.marks import Marks
+from dataplane.linux.names import MAX_CHAIN_NAME, ChainNames
+from dataplane.linux.nat_render import NatRenderer
+from dataplane.linux.rule_render import RuleRenderer
+from dataplane.model import (
+    Action,
+    IcmpMatch,
+    NatInfo,
+    Policy,
+    PolicyKey,
+    PortRange,
+    Rule,
+    TierInfo,
+    WorkloadEndpoint,
+    WorkloadEndpointKey,
+)
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "linux"
+KNOWN_SETS = {"s:web", "s:db", "n:http", "s:block"}
+
+
+def _set_name(set_id: str, version: int) -> str | None:
+    return f"cali{version}0{set_id}" if set_id in KNOWN_SETS else None
+
+
+def _renderer(version: int, config: Config | None = None) -> FilterRenderer:
+    config = config or Config()
+    marks = Marks.from_mask(config.iptables_mark_mask)
+    rules = RuleRenderer(version, marks, _set_name, config.log_prefix)
+    return FilterRenderer(version, config, marks, ChainNames(), rules)
+
+
+def _dump(chains: list[Chain]) -> str:
+    out = []
+    for chain in chains:
+        out.append(f":{chain.name}")
+        out.extend(f"  {rule.text()}" for rule in chain.rules)
+    return "\n".join(out) + "\n"
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} differs from the golden file"
+
+
+POLICY = Policy(
+    tier="default",
+    inbound=(
+        Rule(Action.DENY, src_ip_set_ids=("s:block",)),
+        Rule(
+            Action.ALLOW,
+            protocol="tcp",
+            src_ip_set_ids=("s:web",),
+            dst_ports=(PortRange(80, 80), PortRange(8000, 8100)),
+            dst_named_port_ip_set_ids=("n:http",),
+        ),
+        Rule(Action.ALLOW, protocol="icmp", icmp=IcmpMatch(8), src_nets=("10.65.0.0/16",)),
+        Rule(Action.ALLOW, protocol="icmpv6", icmp=IcmpMatch(128, 0)),
+        Rule(
+            Action.ALLOW,
+            protocol="udp",
+            src_nets=("10.1.0.0/16", "10.2.0.0/16", "fd00:1::/64"),
+            not_dst_nets=("10.9.0.0/24", "10.8.0.0/24"),
+            not_dst_ports=(PortRange(53, 53),),
+        ),
+        Rule(Action.PASS, not_protocol="tcp", not_src_ip_set_ids=("s:db",)),
+        Rule(Action.LOG, ip_version=6),
+        Rule(Action.ALLOW, src_ip_set_ids=("s:missing",)),  # empty set: never matches
+        Rule(Action.DENY, not_src_ip_set_ids=("s:missing",), protocol="sctp"),
+    ),
+    outbound=(
+        Rule(Action.ALLOW, protocol="tcp", dst_ports=tuple(PortRange(p, p) for p in range(1, 21))),
+    ),
+)
+
+
+def test_policy_chains_golden() -> None:
+    key = PolicyKey("allow-web", "prod", "NetworkPolicy")
+    text = "".join(_dump(_renderer(v).policy_chains(key, POLICY)) for v in (4, 6))
+    _golden("policy.txt", text)
+
+
+def _endpoint(**kwargs: object) -> WorkloadEndpoint:
+    base: dict[str, object] = {
+        "key": WorkloadEndpointKey("k8s", "prod/web-1", "eth0"),
+        "name": "cali12345678901",
+        "ipv4_nets": ("10.65.0.10/32",),
+        "ipv6_nets": ("fd00:10:65::a/128",),
+        "profile_ids": ("kns.prod",),
+        "tiers": (
+            TierInfo("security", (PolicyKey("sec"),), (PolicyKey("sec"),), Action.DENY),
+            TierInfo(
+                "default", (PolicyKey("allow-web", "prod", "NetworkPolicy"),), (), Action.PASS
+            ),
+        ),
+    }
+    base.update(kwargs)
+    return WorkloadEndpoint(**base)  # type: ignore[arg-type]
+
+
+def test_workload_chains_golden() -> None:
+    known = {PolicyKey("sec"), PolicyKey("allow-web", "prod", "NetworkPolicy")}
+    chains = []
+    for v in (4, 6):
+        r = _renderer(v)
+        chains += r.workload_chains(_endpoint(), known.__contains__, {"kns.prod"}.__contains__)
+        chains += r.workload_chains(
+            _endpoint(
+                name="calispoofable1",
+                allow_spoofed_source_prefixes=("192.168.0.0/16", "10.0.0.0/8"),
+                tiers=(),
+            ),
+            known.__contains__,
+            {"kns.prod"}.__contains__,
+        )
+        chains += r.workload_chains(
+            _endpoint(name="calidown", state="inactive"), known.__contains__, lambda _: True
+        )
+    _golden("workload.txt", _dump(chains))
+
+
+def test_static_chains_golden() -> None:
+    config = Config(interface_prefixes=("cali", "tap"), default_endpoint_to_host_action="ACCEPT")
+    chains = []
+    for v in (4, 6):
+        chains += _renderer(v, config).static_chains()
+    _golden("static.txt", _dump(chains))
+
+
+def test_nat_chains_golden() -> None:
+    chains = []
+    for v in (4, 6):
+        nat = NatRenderer(v, ChainNames(), f"cali{v}0all", f"cali{v}0masq", (32768, 60999))
+        chains += nat.chains(
+            [NatInfo("172.16.0.5", "10.65.0.10"), NatInfo("fd00:ff::5", "fd00:10:65::a")]
+        )
+    _golden("nat.txt", _dump(chains))
+
+
+def test_missing_policy_and_profile_are_skipped() -> None:
+    chains = _renderer(4).workload_chains(_endpoint(), lambda _: False, lambda _: False)
+    text = _dump(chains)
+    assert "cali-pi-" not in text and "cali-pri-" not in text
+    # With nothing to allow, the endpoint denies.
+    assert chains[0].rules[-1].action == "-j DROP"
+
+
+@given(st.lists(st.text("0123456789abcdef", min_size=11, max_size=11), max_size=3000, unique=True))
+def test_dispatch_tree_reaches_every_interface_in_few_rules(suffixes: list[str]) -> None:
+    ifaces = ["cali" + s for s in suffixes]
+    r = _renderer(4)
+    chains = {c.name: c for c in r.workload_dispatch(ifaces)}
+    root = "cali-from-wl-dispatch"
+    for chain in chains.values():
+        assert len(chain.name) <= MAX_CHAIN_NAME
+        assert len(chain.rules) <= 18  # 16 leaves or branches, one default, slack
+    for iface in ifaces[:200]:
+        # Walk the tree as the kernel would: first matching rule wins.
+        chain, visited = chains[root], 0
+        while True:
+            rule = next(
+                r
+                for r in chain.rules
+                if not r.match
+                or r.match == f"-i {iface}"
+                or (r.match.endswith("+") and iface.startswith(r.match[3:-1]))
+            )
+            visited += chain.rules.index(rule) + 1
+            target = rule.action.split()[-1]
+            if target in chains:
+                chain = chains[target]
+                continue
+            assert target == f"cali-fw-{iface}"
+            break
+        assert visited <= 60
+
+
+def test_multiport_splits_past_fifteen_entries() -> None:
+    r = RuleRenderer(4, Marks.from_mask(0xFFFF0000), _set_name)
+    rules = r.render(
+        Rule(
+            Action.DENY,
+            protocol="tcp",
+            dst_ports=tuple(PortRange(p, p + 1) for p in range(0, 40, 2)),
+        )
+    )
+    multiports = [x.match for x in rules if "multiport" in x.match]
+    assert len(multiports) == 3  # 20 ranges, 7 per 15-entry chunk
+    assert rules[-1] == IptRule("-p tcp -m mark --mark 0x800000/0x800000", "-j DROP")
+
+
+def test_rule_for_other_family_renders_nothing() -> None:
+    v6 = RuleRenderer(6, Marks.from_mask(0xFFFF0000), _set_name)
+    assert v6.render(Rule(Action.ALLOW, src_nets=("10.0.0.0/8",))) == []
+    assert v6.render(Rule(Action.ALLOW, protocol="icmp")) == []
+    assert v6.render(Rule(Action.ALLOW, ip_version=4)) == []
