@@ -36,7 +36,13 @@ from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.backoff import Backoff
 from dataplane.config import Config, parse_config
 from dataplane.errors import InputError, ProgrammingError, ProtocolError
-from dataplane.managers import EndpointManager, IPSetsManager, Manager, PolicyManager
+from dataplane.managers import (
+    EndpointManager,
+    IPSetsManager,
+    Manager,
+    PolicyManager,
+    PoolsManager,
+)
 from dataplane.msgs import from_dataplane, to_dataplane
 from dataplane.platform import Platform
 from dataplane.status import StatusReporter
@@ -109,6 +115,7 @@ class Dataplane:
             IPSetsManager(platform),
             PolicyManager(platform),
             EndpointManager(platform),
+            PoolsManager(platform),
         ]
         self._routes: dict[type, tuple[Manager, ...]] = {}
         self._input = QueueSource()
@@ -213,7 +220,7 @@ class Dataplane:
     async def _main(self, source: MessageSource) -> None:
         while True:
             batch: list[pb.ToDataplane] | None = None
-            with trio.move_on_at(math.inf if self._retry_at is None else self._retry_at):
+            with trio.move_on_at(self._wake_at()):
                 batch = await source.receive_batch()
             if batch is not None:
                 if not batch:
@@ -274,13 +281,22 @@ class Dataplane:
 
     # --- phase 2 ---------------------------------------------------------------
 
+    def _wake_at(self) -> float:
+        """When the loop must run phase 2 even if no input arrives."""
+        if not self._in_sync:
+            return math.inf
+        if self._retry_at is not None:
+            return self._retry_at
+        return self.platform.wants_apply_at()
+
     async def _maybe_apply(self) -> None:
         if not self._in_sync:
             return
+        now = trio.current_time()
         if self._retry_at is not None:
-            if trio.current_time() < self._retry_at:
+            if now < self._retry_at:
                 return
-        elif not self._dirty:
+        elif not self._dirty and self.platform.wants_apply_at() > now:
             return
         await self._apply()
 

@@ -17,6 +17,7 @@ __all__ = [
     "EndpointStatus",
     "HostEndpoint",
     "HostEndpointKey",
+    "IPPool",
     "IPSet",
     "IPSetType",
     "IcmpMatch",
@@ -225,6 +226,14 @@ class HostEndpoint:
     forward_tiers: tuple[TierInfo, ...] = ()
     expected_ipv4_addrs: tuple[str, ...] = ()
     expected_ipv6_addrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IPPool:
+    """An IPAM pool: pod traffic leaving all pools from a masquerade pool is NATed."""
+
+    cidr: str
+    masquerade: bool = False
 
 
 class EndpointStatus(enum.Enum):

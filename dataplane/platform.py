@@ -21,6 +21,7 @@ from dataplane.model import (
     EndpointStatus,
     HostEndpoint,
     HostEndpointKey,
+    IPPool,
     IPSet,
     Policy,
     PolicyKey,
@@ -29,7 +30,7 @@ from dataplane.model import (
     WorkloadEndpointKey,
 )
 
-__all__ = ["EndpointKey", "EndpointsSink", "IPSetsSink", "Platform", "RulesSink"]
+__all__ = ["EndpointKey", "EndpointsSink", "IPSetsSink", "Platform", "PoolsSink", "RulesSink"]
 
 EndpointKey = WorkloadEndpointKey | HostEndpointKey
 
@@ -67,10 +68,24 @@ class EndpointsSink(Protocol):
     def remove_host_endpoint(self, key: HostEndpointKey) -> None: ...
 
 
-class Platform(IPSetsSink, RulesSink, EndpointsSink, Protocol):
+class PoolsSink(Protocol):
+    def set_ip_pool(self, pool_id: str, pool: IPPool) -> None: ...
+
+    def remove_ip_pool(self, pool_id: str) -> None: ...
+
+
+class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, Protocol):
     """A complete dataplane backend (Linux, Windows, or the in-memory sim)."""
 
     name: str
+
+    def wants_apply_at(self) -> float:
+        """trio time at which the platform wants an apply even without input.
+
+        Kernel platforms use it for their refresh timers (re-read the kernel,
+        repair drift) and to retry endpoints whose interface is not there
+        yet; ``math.inf`` means never.
+        """
 
     def configure(self, config: Config) -> None:
         """Take a new configuration; it applies from the next :meth:`apply`."""

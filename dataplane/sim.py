@@ -10,6 +10,7 @@ it) and has a fault switch so tests can make applies fail.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from dataplane.model import (
     EndpointStatus,
     HostEndpoint,
     HostEndpointKey,
+    IPPool,
     IPSet,
     Policy,
     PolicyKey,
@@ -44,6 +46,7 @@ class SimState:
     profiles: dict[str, Profile] = field(default_factory=dict)
     workload_endpoints: dict[WorkloadEndpointKey, WorkloadEndpoint] = field(default_factory=dict)
     host_endpoints: dict[HostEndpointKey, HostEndpoint] = field(default_factory=dict)
+    ip_pools: dict[str, IPPool] = field(default_factory=dict)
 
     def copy(self) -> SimState:
         # Values are frozen, so shallow copies of the maps are snapshots.
@@ -53,6 +56,7 @@ class SimState:
             dict(self.profiles),
             dict(self.workload_endpoints),
             dict(self.host_endpoints),
+            dict(self.ip_pools),
         )
 
 
@@ -129,7 +133,18 @@ class SimPlatform:
     def remove_host_endpoint(self, key: HostEndpointKey) -> None:
         self.desired.host_endpoints.pop(key, None)
 
+    # --- PoolsSink ----------------------------------------------------------
+
+    def set_ip_pool(self, pool_id: str, pool: IPPool) -> None:
+        self.desired.ip_pools[pool_id] = pool
+
+    def remove_ip_pool(self, pool_id: str) -> None:
+        self.desired.ip_pools.pop(pool_id, None)
+
     # --- Platform -----------------------------------------------------------
+
+    def wants_apply_at(self) -> float:
+        return math.inf  # memory does not drift
 
     def configure(self, config: Config) -> None:
         self.config = config
@@ -249,6 +264,10 @@ def dump_state(state: SimState) -> str:
         out.extend(_describe_tiers("", wep.tiers))
         if wep.profile_ids:
             out.append(f"    profiles [{_join(wep.profile_ids)}]")
+    out.append(f"ip pools ({len(state.ip_pools)}):")
+    for pool_id in sorted(state.ip_pools):
+        pool = state.ip_pools[pool_id]
+        out.append(f"  {pool_id} {pool.cidr}{' masquerade' if pool.masquerade else ''}")
     out.append(f"host endpoints ({len(state.host_endpoints)}):")
     for hkey in sorted(state.host_endpoints):
         hep = state.host_endpoints[hkey]

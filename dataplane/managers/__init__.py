@@ -23,8 +23,9 @@ from google.protobuf.message import Message
 from dataplane.managers.endpoints import EndpointManager
 from dataplane.managers.ipsets import IPSetsManager
 from dataplane.managers.policy import PolicyManager
+from dataplane.managers.pools import PoolsManager
 
-__all__ = ["EndpointManager", "IPSetsManager", "Manager", "PolicyManager"]
+__all__ = ["EndpointManager", "IPSetsManager", "Manager", "PolicyManager", "PoolsManager"]
 
 
 class Manager(Protocol):
