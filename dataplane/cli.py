@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import shutil
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -41,6 +43,8 @@ commands:
   replay FILE   run a recorded log (the fd 3 byte stream, e.g. from --record)
                 through the same loop with the in-memory platform and print
                 the resulting dataplane state
+  cleanup       remove everything the Linux platform programmed (chains, hook
+                rules, IP sets, routes, interface sysctls), nothing else
   version       print the version and the platforms available
 
 examples:
@@ -56,12 +60,30 @@ def _version() -> str:
         return "unknown"
 
 
-def _platform(name: str) -> Platform:
-    # Kernel platforms plug in here as they land; "sim" keeps the desired
-    # state in memory and is what runs when no kernel platform is chosen.
-    if name == "sim":
-        return SimPlatform()
-    raise SystemExit(f"driver.py: unknown platform {name!r}")
+def _linux_usable() -> str | None:
+    """Why the Linux platform cannot run here, or None if it can."""
+    if sys.platform != "linux":
+        return f"not Linux ({sys.platform})"
+    if os.geteuid() != 0:
+        return "not running as root"
+    if shutil.which("iptables-save") is None or shutil.which("ipset") is None:
+        return "iptables or ipset is not installed"
+    return None
+
+
+def _platform(name: str, chain_prefix: str) -> Platform:
+    """The platform to program; "auto" is Linux where it can run, else sim."""
+    if name == "auto":
+        reason = _linux_usable()
+        if reason is not None:
+            log.warning("Linux platform unavailable (%s); using the in-memory sim platform", reason)
+            return SimPlatform()
+        name = "linux"
+    if name == "linux":
+        from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
+
+        return LinuxPlatform(chain_prefix=chain_prefix)
+    return SimPlatform()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -86,9 +108,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--platform",
-        default="sim",
-        choices=["sim"],
-        help="dataplane to program (default: sim, in memory)",
+        default="auto",
+        choices=["auto", "linux", "sim"],
+        help="dataplane to program: linux (iptables, ipsets, routes), sim (in memory),"
+        " or auto (default): linux when root with iptables and ipset installed, else sim",
+    )
+    parser.add_argument(
+        "--chain-prefix",
+        default="cali-",
+        metavar="PREFIX",
+        help="prefix of the iptables chains we own (default: cali-, as Felix)",
     )
     parser.add_argument(
         "--record",
@@ -99,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help="replay a recorded log and print the state")
     replay.add_argument("file", metavar="FILE", help="log file ('-' for stdin)")
     commands.add_parser("version", help="print the version")
+    commands.add_parser(
+        "cleanup",
+        help="remove every chain, rule, IP set, route and sysctl change we own (both"
+        " iptables backends); touches nothing else",
+    )
     return parser
 
 
@@ -128,8 +162,11 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
             record = stack.enter_context(open(args.record, "ab"))
         source = PipeSource(FELIX_INPUT_FD, max_frame_bytes=args.max_frame_bytes, record_to=record)
         sink = PipeSink(FELIX_OUTPUT_FD)
-        dataplane = Dataplane(_platform(args.platform), follow_log_severity=args.log_level is None)
-        log.info("driver %s starting, platform %s", _version(), args.platform)
+        dataplane = Dataplane(
+            _platform(args.platform, args.chain_prefix),
+            follow_log_severity=args.log_level is None,
+        )
+        log.info("driver %s starting, platform %s", _version(), dataplane.platform.name)
         try:
             trio.run(dataplane.run, source, sink)
         except ProtocolError as exc:
@@ -163,12 +200,26 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_cleanup(args: argparse.Namespace) -> int:
+    reason = _linux_usable()
+    if reason is not None:
+        log.critical("cleanup needs the Linux platform: %s", reason)
+        return 1
+    from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
+
+    trio.run(LinuxPlatform(chain_prefix=args.chain_prefix).cleanup)
+    log.info("cleanup done: our chains, rules, IP sets, routes and interface sysctls removed")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "version":
-        print(f"dataplane {_version()} (Felix felixbackend.proto; platforms: sim)")
+        print(f"dataplane {_version()} (Felix felixbackend.proto; platforms: linux, sim)")
         return 0
     _setup_logging(args.log_level)
     if args.command == "replay":
         return _run_replay(args)
+    if args.command == "cleanup":
+        return _run_cleanup(args)
     return _run_felix_mode(args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -23,7 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 class FelixHarness:
     """Plays Felix's side of the external-driver pipes."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, netns: str | None = None) -> None:
+        """Start ``driver.py ARGS``; inside network namespace ``netns`` if given."""
         to_driver_r, self.to_driver = os.pipe()
         self.from_driver, from_driver_w = os.pipe()
         # Park the child's ends above 10 so dup2 onto 3/4 cannot clobber them.
@@ -36,8 +38,9 @@ class FelixHarness:
             os.dup2(child_r, 3)
             os.dup2(child_w, 4)
 
+        prefix = ["ip", "netns", "exec", netns] if netns else []
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "driver.py"), *args],
+            [*prefix, sys.executable, str(REPO / "driver.py"), *args],
             preexec_fn=wire_fds,  # noqa: PLW1509 - single-threaded test process
             pass_fds=(3, 4),
             stdout=subprocess.PIPE,
@@ -87,6 +90,14 @@ class FelixHarness:
 
     def close_input(self) -> None:
         os.close(self.to_driver)
+
+    def kill(self) -> None:
+        """Stop the driver abruptly (as a crash would), leaving the dataplane."""
+        self.proc.kill()
+        self.proc.wait(timeout=20)
+        for fd in (self.to_driver, self.from_driver):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def wait(self, timeout: float = 20.0) -> tuple[int, str]:
         _, err = self.proc.communicate(timeout=timeout)

@@ -30,7 +30,7 @@ POLICY = pb.ActivePolicyUpdate(
 
 def test_felix_mode_handshake_status_and_clean_exit(tmp_path: Path) -> None:
     record = tmp_path / "recorded.log"
-    felix = FelixHarness("--record", str(record))
+    felix = FelixHarness("--platform", "sim", "--record", str(record))
     sent = [
         pb.ConfigUpdate(config={"ReportingIntervalSecs": "1", "FelixHostname": "node-1"}),
         ipset("s:web", "10.0.0.1"),
@@ -83,7 +83,7 @@ def _fatal_line(err: str) -> str:
     ],
 )
 def test_malformed_input_stops_with_one_line(garbage: bytes, expect: str) -> None:
-    felix = FelixHarness()
+    felix = FelixHarness("--platform", "sim")
     felix.send(ipset("s:a", "10.0.0.1"), pb.InSync())
     felix.recv_until("dataplane_in_sync")
     felix.send_raw(garbage)

@@ -1,0 +1,516 @@
+"""LinuxPlatform: desired model state -> ipsets, iptables, routes, sysctls.
+
+Holds the desired state the managers hand over, renders what changed into
+iptables chains (pure renderers) and programs the kernel in one order,
+fixed here and nowhere else (see :meth:`LinuxPlatform.apply`).
+
+Start-up adopts what a previous run left: every programmer first reads the
+kernel and then writes only the difference, so a restart re-asserts the
+same rules without ever flushing them and established connections survive.
+Refresh timers (``IptablesRefreshInterval``, ``IpsetsRefreshInterval``,
+``RouteRefreshInterval``) make the next apply re-read the kernel, which
+repairs anything someone flushed or deleted behind our back.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from dataplane.config import Config
+from dataplane.linux.backend import detect_backend
+from dataplane.linux.cmd import CommandRunner, ProcessRunner
+from dataplane.linux.filter_render import FilterRenderer
+from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.marks import Marks
+from dataplane.linux.names import ChainNames
+from dataplane.linux.nat_render import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
+from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
+from dataplane.linux.rule_render import RuleRenderer
+from dataplane.linux.sysctls import SysctlWriter
+from dataplane.linux.table import IptablesCommands, Table
+from dataplane.model import (
+    EndpointStatus,
+    HostEndpoint,
+    HostEndpointKey,
+    IPPool,
+    IPSet,
+    IPSetType,
+    Policy,
+    PolicyKey,
+    Profile,
+    WorkloadEndpoint,
+    WorkloadEndpointKey,
+)
+from dataplane.platform import EndpointKey
+
+__all__ = ["LinuxPlatform"]
+
+log = logging.getLogger(__name__)
+
+# While an endpoint's interface is missing or links may change state, look
+# again this often (the CNI plugin creates the interface moments after
+# Felix announces the endpoint).
+_LINK_POLL_SECONDS = 1.0
+_ROUTE_PROTOCOL_DEFAULT = 80
+
+
+def _default_netlink() -> NetlinkHandle:
+    from pyroute2 import IPRoute  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    handle: NetlinkHandle = IPRoute()
+    return handle
+
+
+class LinuxPlatform:
+    name = "linux"
+
+    def __init__(
+        self,
+        *,
+        runner: CommandRunner | None = None,
+        netlink: Callable[[], NetlinkHandle] = _default_netlink,
+        sysctl_root: str = "/proc/sys",
+        chain_prefix: str = "cali-",
+        route_protocol: int = _ROUTE_PROTOCOL_DEFAULT,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self.config = Config()
+        self._runner = runner or ProcessRunner()
+        self._netlink = netlink
+        self._sysctl_root = sysctl_root
+        self.names = ChainNames(chain_prefix)
+        self.route_protocol = route_protocol
+        self._clock = clock
+        self.backend: str | None = None
+        # Desired model state.
+        self.policies: dict[PolicyKey, Policy] = {}
+        self.profiles: dict[str, Profile] = {}
+        self.workloads: dict[WorkloadEndpointKey, WorkloadEndpoint] = {}
+        self.hosts: dict[HostEndpointKey, HostEndpoint] = {}
+        self.pools: dict[str, IPPool] = {}
+        self._ipset_types: dict[str, IPSetType] = {}
+        self._ipset_queue: list[tuple[str, Any]] = []
+        # What changed since the last render.
+        self._dirty_policies: set[PolicyKey] = set()
+        self._dirty_profiles: set[str] = set()
+        self._dirty_workloads: set[WorkloadEndpointKey] = set()
+        self._removed_ifaces: set[str] = set()
+        self._dispatch_dirty = True
+        self._dispatch_chains: dict[int, set[str]] = {}
+        self._rerender_all = True
+        self._pools_dirty = True
+        # Programmers, built at the first apply (backend detection is I/O).
+        self._ipsets: IPSetsProgrammer | None = None
+        self._tables: dict[tuple[str, int], Table] = {}
+        self._routes: RouteProgrammer | None = None
+        self._sysctls: SysctlWriter | None = None
+        self._renderers: dict[int, FilterRenderer] = {}
+        self._nat: dict[int, NatRenderer] = {}
+        self._next_refresh: dict[str, float] = {}
+        self._statuses: dict[EndpointKey, EndpointStatus] = {}
+        self._last_apply = -math.inf
+
+    # --- sinks ------------------------------------------------------------------
+
+    def replace_ipset(self, ipset: IPSet) -> None:
+        if ipset.id not in self._ipset_types:
+            self._rerender_rules_referencing(ipset.id)  # was an empty set until now
+        self._ipset_types[ipset.id] = ipset.type
+        self._ipset_op("replace", ipset)
+
+    def update_ipset_members(
+        self, set_id: str, added: frozenset[str], removed: frozenset[str]
+    ) -> None:
+        self._ipset_op("update", (set_id, added, removed))
+
+    def remove_ipset(self, set_id: str) -> None:
+        self._ipset_types.pop(set_id, None)
+        self._ipset_op("remove", set_id)
+        self._rerender_rules_referencing(set_id)
+
+    def _ipset_op(self, op: str, arg: Any) -> None:
+        # Before the first apply the programmer does not exist yet (creating
+        # it needs I/O); changes queue up and are replayed into it in order.
+        if self._ipsets is None:
+            self._ipset_queue.append((op, arg))
+        else:
+            self._replay_ipset_op(op, arg)
+
+    def _rerender_rules_referencing(self, set_id: str) -> None:
+        # A rule on a missing set renders differently (it is an empty set).
+        for key, policy in self.policies.items():
+            if set_id in policy.ip_set_ids():
+                self._dirty_policies.add(key)
+        for name, profile in self.profiles.items():
+            if set_id in profile.ip_set_ids():
+                self._dirty_profiles.add(name)
+
+    def set_policy(self, key: PolicyKey, policy: Policy) -> None:
+        known = key in self.policies
+        self.policies[key] = policy
+        self._dirty_policies.add(key)
+        if not known:
+            self._rerender_all = True  # endpoint chains may now jump to it
+
+    def remove_policy(self, key: PolicyKey) -> None:
+        if self.policies.pop(key, None) is not None:
+            self._dirty_policies.add(key)
+            self._rerender_all = True
+
+    def set_profile(self, profile_id: str, profile: Profile) -> None:
+        known = profile_id in self.profiles
+        self.profiles[profile_id] = profile
+        self._dirty_profiles.add(profile_id)
+        if not known:
+            self._rerender_all = True
+
+    def remove_profile(self, profile_id: str) -> None:
+        if self.profiles.pop(profile_id, None) is not None:
+            self._dirty_profiles.add(profile_id)
+            self._rerender_all = True
+
+    def set_workload_endpoint(self, endpoint: WorkloadEndpoint) -> None:
+        old = self.workloads.get(endpoint.key)
+        self.workloads[endpoint.key] = endpoint
+        self._dirty_workloads.add(endpoint.key)
+        if old is None or old.name != endpoint.name:
+            self._dispatch_dirty = True  # the set of interfaces changed
+        if old is not None and old.name != endpoint.name:
+            self._removed_ifaces.add(old.name)
+
+    def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
+        old = self.workloads.pop(key, None)
+        if old is not None:
+            self._removed_ifaces.add(old.name)
+            self._dispatch_dirty = True
+
+    def set_host_endpoint(self, endpoint: HostEndpoint) -> None:
+        if not endpoint.name:
+            log.warning(
+                "host endpoint %s has no interface name; all-interfaces host endpoints"
+                " are not supported yet and it is ignored",
+                endpoint.key,
+            )
+            return
+        self.hosts[endpoint.key] = endpoint
+        self._rerender_all = True
+
+    def remove_host_endpoint(self, key: HostEndpointKey) -> None:
+        if self.hosts.pop(key, None) is not None:
+            self._rerender_all = True
+
+    def set_ip_pool(self, pool_id: str, pool: IPPool) -> None:
+        self.pools[pool_id] = pool
+        self._pools_dirty = True
+
+    def remove_ip_pool(self, pool_id: str) -> None:
+        if self.pools.pop(pool_id, None) is not None:
+            self._pools_dirty = True
+
+    # --- configuration ------------------------------------------------------------
+
+    def configure(self, config: Config) -> None:
+        if self._tables and (
+            config.iptables_backend != self.config.iptables_backend
+            or config.ipv6_support != self.config.ipv6_support
+        ):
+            log.warning("IptablesBackend/Ipv6Support changes take effect after a restart")
+        self.config = config
+        self._renderers = {}
+        self._nat = {}
+        self._rerender_all = True
+        self._pools_dirty = True
+
+    def _versions(self) -> tuple[int, ...]:
+        return (4, 6) if self.config.ipv6_support else (4,)
+
+    async def _start(self) -> None:
+        config = self.config
+        self.backend = await detect_backend(self._runner, config.iptables_backend)
+        self._ipsets = IPSetsProgrammer(
+            self._runner, ipv6=config.ipv6_support, max_size=config.max_ipset_size
+        )
+        for op, arg in self._ipset_queue:
+            self._replay_ipset_op(op, arg)
+        self._ipset_queue = []
+        for version in self._versions():
+            commands = IptablesCommands.for_backend(self.backend, version)
+            for table in ("nat", "filter"):
+                self._tables[(table, version)] = Table(
+                    table,
+                    version,
+                    self._runner,
+                    commands,
+                    prefix=self.names.prefix,
+                    insert_mode=config.chain_insert_mode,
+                )
+        self._routes = RouteProgrammer(
+            self._netlink, protocol=self.route_protocol, ipv6=config.ipv6_support
+        )
+        self._sysctls = SysctlWriter(self._sysctl_root, ipv6=config.ipv6_support)
+        now = self._clock()
+        for timer in ("iptables", "ipsets", "routes"):
+            self._next_refresh[timer] = now  # adopt: read the kernel at the first apply
+
+    def _replay_ipset_op(self, op: str, arg: Any) -> None:
+        assert self._ipsets is not None
+        if op == "replace":
+            self._ipsets.replace(arg)
+        elif op == "update":
+            self._ipsets.update_members(*arg)
+        else:
+            self._ipsets.remove(arg)
+
+    # --- rendering -------------------------------------------------------------------
+
+    def _ipset_name(self, set_id: str, version: int) -> str | None:
+        if set_id not in self._ipset_types:
+            return None
+        assert self._ipsets is not None
+        return self._ipsets.kernel_name(set_id, version)
+
+    def _filter_renderer(self, version: int) -> FilterRenderer:
+        renderer = self._renderers.get(version)
+        if renderer is None:
+            marks = Marks.from_mask(self.config.iptables_mark_mask)
+            rules = RuleRenderer(version, marks, self._ipset_name, self.config.log_prefix)
+            renderer = FilterRenderer(version, self.config, marks, self.names, rules)
+            self._renderers[version] = renderer
+        return renderer
+
+    def _render(self) -> None:
+        everything = self._rerender_all
+        policies = set(self.policies) | self._dirty_policies if everything else self._dirty_policies
+        profiles = set(self.profiles) | self._dirty_profiles if everything else self._dirty_profiles
+        for version in self._versions():
+            table = self._tables[("filter", version)]
+            render = self._filter_renderer(version)
+            for key in policies:
+                chains = (
+                    render.policy_chains(key, self.policies[key]) if key in self.policies else []
+                )
+                for inbound in (True, False):
+                    name = self.names.policy(key, inbound)
+                    chain = next((c for c in chains if c.name == name), None)
+                    if chain is None:
+                        table.remove_chain(name)
+                    else:
+                        table.update_chain(chain)
+            for name in profiles:
+                if name in self.profiles:
+                    for chain in render.profile_chains(name, self.profiles[name]):
+                        table.update_chain(chain)
+                else:
+                    table.remove_chain(self.names.profile(name, True))
+                    table.remove_chain(self.names.profile(name, False))
+            if everything:
+                table.set_chains(self._all_filter_chains(render, table))
+                for builtin, rules in render.hooks().items():
+                    table.set_hooks(builtin, rules)
+                self._dispatch_chains[version] = {
+                    c.name for c in render.workload_dispatch(self._ifaces())
+                }
+                continue
+            in_use = self._ifaces()
+            for iface in self._removed_ifaces - in_use:
+                table.remove_chain(self.names.to_workload(iface))
+                table.remove_chain(self.names.from_workload(iface))
+            for wkey in self._dirty_workloads:
+                wep = self.workloads.get(wkey)
+                if wep is not None:
+                    for chain in render.workload_chains(
+                        wep, self.policies.__contains__, self.profiles.__contains__
+                    ):
+                        table.update_chain(chain)
+            if self._dispatch_dirty:
+                # Only the dispatch tree changes shape when endpoints come and
+                # go; everything else stays as it is.
+                dispatch = render.workload_dispatch(in_use)
+                for chain in dispatch:
+                    table.update_chain(chain)
+                names = {c.name for c in dispatch}
+                for stale in self._dispatch_chains.get(version, set()) - names:
+                    table.remove_chain(stale)
+                self._dispatch_chains[version] = names
+        if everything or self._dirty_workloads or self._removed_ifaces or self._pools_dirty:
+            self._render_nat()
+        self._dirty_policies.clear()
+        self._dirty_profiles.clear()
+        self._dirty_workloads.clear()
+        self._removed_ifaces.clear()
+        self._dispatch_dirty = False
+        self._rerender_all = False
+
+    def _ifaces(self) -> set[str]:
+        return {w.name for w in self.workloads.values()}
+
+    def _all_filter_chains(self, render: FilterRenderer, table: Table) -> list[Any]:
+        known_policy = self.policies.__contains__
+        known_profile = self.profiles.__contains__
+        chains = list(render.static_chains())
+        for key, policy in self.policies.items():
+            chains += render.policy_chains(key, policy)
+        for name, profile in self.profiles.items():
+            chains += render.profile_chains(name, profile)
+        for wep in self.workloads.values():
+            chains += render.workload_chains(wep, known_policy, known_profile)
+        chains += render.workload_dispatch(w.name for w in self.workloads.values())
+        for hep in self.hosts.values():
+            chains += render.host_endpoint_chains(hep, known_policy, known_profile)
+        chains += render.host_dispatch(h.name for h in self.hosts.values())
+        return chains
+
+    def _render_nat(self) -> None:
+        assert self._ipsets is not None
+        if self._pools_dirty:
+            all_pools = frozenset(p.cidr for p in self.pools.values())
+            masq = frozenset(p.cidr for p in self.pools.values() if p.masquerade)
+            for set_id, members in ((ALL_POOLS_SET, all_pools), (MASQ_POOLS_SET, masq)):
+                self._ipsets.replace(IPSet(set_id, IPSetType.NET, members))
+            self._pools_dirty = False
+        floating = [nat for wep in self.workloads.values() for nat in wep.ipv4_nat + wep.ipv6_nat]
+        for version in self._versions():
+            renderer = NatRenderer(
+                version,
+                self.names,
+                self._ipsets.kernel_name(ALL_POOLS_SET, version),
+                self._ipsets.kernel_name(MASQ_POOLS_SET, version),
+                self.config.nat_port_range,
+            )
+            table = self._tables[("nat", version)]
+            table.set_chains(renderer.chains(floating))
+            for builtin, rules in renderer.hooks().items():
+                table.set_hooks(builtin, rules)
+
+    # --- apply -------------------------------------------------------------------------
+
+    def _refresh_due(self) -> None:
+        now = self._clock()
+        intervals = {
+            "iptables": self.config.iptables_refresh_interval,
+            "ipsets": self.config.ipsets_refresh_interval,
+            "routes": self.config.route_refresh_interval,
+        }
+        for timer, interval in intervals.items():
+            if now < self._next_refresh.get(timer, math.inf):
+                continue
+            if timer == "iptables":
+                for table in self._tables.values():
+                    table.mark_for_resync()
+            elif timer == "ipsets" and self._ipsets is not None:
+                self._ipsets.mark_for_resync()
+            elif timer == "routes" and self._routes and self._sysctls:
+                self._routes.mark_for_resync()
+                self._sysctls.mark_for_resync()
+            self._next_refresh[timer] = now + interval if interval > 0 else math.inf
+
+    async def apply(self) -> None:
+        """Program everything, in the one order that never leaves a gap.
+
+        1. IP sets: create and fill new sets first -- rules may reference them.
+        2. iptables, nat then filter, v4 then v6, one atomic restore each:
+           new policy is in force before anything below makes a pod reachable.
+        3. Routes and interface sysctls: only now are new pods routable.
+        4. IP set deletions last: no rule references them any more.
+        """
+        if self._ipsets is None:
+            await self._start()
+        assert self._ipsets is not None and self._routes is not None
+        assert self._sysctls is not None
+        self._refresh_due()
+        self._render()
+        await self._ipsets.apply_updates()
+        for table in ("nat", "filter"):
+            for version in self._versions():
+                await self._tables[(table, version)].apply()
+        self._routes.set_routes(
+            {
+                net: wep.name
+                for wep in self.workloads.values()
+                for net in wep.ipv4_nets + wep.ipv6_nets
+            }
+        )
+        await self._routes.apply()
+        links = self._routes.links
+        await self._sysctls.apply(
+            (wep.name, links[wep.name].index, not wep.allow_spoofed_source_prefixes)
+            for wep in self.workloads.values()
+            if wep.name in links
+        )
+        await self._ipsets.apply_deletions()
+        self._update_statuses()
+        self._last_apply = self._clock()
+
+    def _update_statuses(self) -> None:
+        assert self._routes is not None
+        links = self._routes.links
+        statuses: dict[EndpointKey, EndpointStatus] = {}
+        for key, wep in self.workloads.items():
+            link = links.get(wep.name)
+            up = wep.admin_up and link is not None and link.up
+            statuses[key] = EndpointStatus.UP if up else EndpointStatus.DOWN
+        for hkey, hep in self.hosts.items():
+            link = links.get(hep.name)
+            statuses[hkey] = EndpointStatus.UP if link and link.up else EndpointStatus.DOWN
+        self._statuses = statuses
+
+    def wants_apply_at(self) -> float:
+        if self._ipsets is None:
+            return math.inf
+        refresh = min(self._next_refresh.values(), default=math.inf)
+        if self.workloads or self.hosts:
+            # Oper status follows the links; look at them while endpoints exist.
+            return min(refresh, self._last_apply + _LINK_POLL_SECONDS)
+        return refresh
+
+    def endpoint_statuses(self) -> Mapping[EndpointKey, EndpointStatus]:
+        return self._statuses
+
+    # --- cleanup and dumps ---------------------------------------------------------------
+
+    async def cleanup(self, backends: Sequence[str] = ("legacy", "nft")) -> None:
+        """Remove everything we own: chains, hook rules, sets, routes, sysctls.
+
+        Chains go first, in every listed backend that is installed (a host
+        may hold leftovers in both), because the kernel refuses to destroy
+        an IP set that a rule still references.
+        """
+        if self._ipsets is None:
+            await self._start()
+        assert self._ipsets is not None and self._routes is not None
+        assert self._sysctls is not None
+        for backend in backends:
+            if shutil.which(f"iptables-{backend}-save") is None:
+                continue
+            for version in (4, 6):
+                commands = IptablesCommands.for_backend(backend, version)
+                for name in ("raw", "mangle", "nat", "filter"):
+                    table = Table(name, version, self._runner, commands, prefix=self.names.prefix)
+                    await table.cleanup_all()
+        await self._ipsets.cleanup_all()
+        await self._routes.cleanup_all()
+        links = self._routes.links
+        prefixes = tuple(self.config.interface_prefixes)
+        await self._sysctls.cleanup(name for name in links if name.startswith(prefixes))
+
+    def dump(self) -> str:
+        out = [f"linux platform, iptables backend {self.backend}"]
+        for (table, version), programmer in sorted(self._tables.items()):
+            out.append(f"*{table} (IPv{version})")
+            for name, rules in sorted(programmer.snapshot().items()):
+                out.append(f"  {name}")
+                out.extend(f"    {r.text()}" for r in rules)
+        if self._routes is not None:
+            out.append("routes (ours):")
+            out.extend(
+                f"  {net} dev {wep.name}"
+                for wep in self.workloads.values()
+                for net in wep.ipv4_nets + wep.ipv6_nets
+            )
+        return "\n".join(out) + "\n"

@@ -1,0 +1,164 @@
+"""RouteProgrammer: routes to local workloads, and the links they use.
+
+Routes to each local workload address go via its interface (scope link),
+tagged with our route protocol number: the tag is how we find ours again,
+remove stale ones, and never touch anyone else's. All netlink calls are
+blocking (pyroute2), so they run in a worker thread.
+
+A route whose interface does not exist yet (the CNI plugin has not created
+it) cannot be added; it stays pending and the programmer reports that, so
+the platform retries shortly instead of waiting for a refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from dataplane.errors import ProgrammingError
+
+__all__ = ["LinkState", "NetlinkHandle", "RouteProgrammer"]
+
+log = logging.getLogger(__name__)
+
+_MAIN_TABLE = 254
+_SCOPE_LINK = 253
+_IFF_UP = 1
+
+
+class NetlinkHandle(Protocol):
+    """The slice of pyroute2's IPRoute we use (a fake implements the same)."""
+
+    def get_links(self) -> Any: ...
+
+    def get_routes(self, **kwargs: Any) -> Any: ...
+
+    def route(self, command: str, **kwargs: Any) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LinkState:
+    index: int
+    up: bool  # administratively up and carrier present
+
+
+def _family(cidr: str) -> int:
+    return socket.AF_INET6 if ":" in cidr else socket.AF_INET
+
+
+class RouteProgrammer:
+    def __init__(
+        self, netlink: Callable[[], NetlinkHandle], *, protocol: int, ipv6: bool = True
+    ) -> None:
+        self._netlink_factory = netlink
+        self._netlink: NetlinkHandle | None = None
+        self.protocol = protocol
+        self.ipv6 = ipv6
+        self._desired: dict[str, str] = {}  # cidr -> interface
+        self._actual: dict[str, int] | None = None  # cidr -> oif, ours only
+        self.links: dict[str, LinkState] = {}
+        self.pending: frozenset[str] = frozenset()  # cidrs waiting for an interface
+
+    def set_routes(self, desired: Mapping[str, str]) -> None:
+        self._desired = dict(desired)
+
+    def mark_for_resync(self) -> None:
+        self._actual = None
+
+    def _handle(self) -> NetlinkHandle:
+        if self._netlink is None:
+            self._netlink = self._netlink_factory()
+        return self._netlink
+
+    def _read_links(self) -> dict[str, LinkState]:
+        out = {}
+        for link in self._handle().get_links():
+            name = link.get("ifname")
+            if not name:
+                continue
+            operstate = link.get("operstate")
+            up = bool(link["flags"] & _IFF_UP) and operstate in ("UP", "UNKNOWN")
+            out[name] = LinkState(link["index"], up)
+        return out
+
+    def _read_routes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        families = [socket.AF_INET] + ([socket.AF_INET6] if self.ipv6 else [])
+        for family in families:
+            for route in self._handle().get_routes(family=family, table=_MAIN_TABLE):
+                if route["proto"] != self.protocol or route.get("dst") is None:
+                    continue
+                out[f"{route.get('dst')}/{route['dst_len']}"] = route.get("oif") or 0
+        return out
+
+    def _sync(self) -> None:
+        handle = self._handle()
+        self.links = self._read_links()
+        if self._actual is None:
+            self._actual = self._read_routes()
+        actual = self._actual
+        pending = []
+        for cidr, iface in sorted(self._desired.items()):
+            if _family(cidr) == socket.AF_INET6 and not self.ipv6:
+                continue
+            link = self.links.get(iface)
+            if link is None:
+                pending.append(cidr)
+                continue
+            if actual.get(cidr) == link.index:
+                continue
+            kwargs: dict[str, Any] = {
+                "dst": cidr,
+                "oif": link.index,
+                "proto": self.protocol,
+                "table": _MAIN_TABLE,
+                "family": _family(cidr),
+            }
+            if _family(cidr) == socket.AF_INET:
+                kwargs["scope"] = _SCOPE_LINK
+            handle.route("replace", **kwargs)
+            actual[cidr] = link.index
+        for cidr in [c for c in actual if c not in self._desired]:
+            # The kernel matches a delete on every field given (pyroute2 fills
+            # in a universe scope otherwise), so describe the route exactly.
+            kwargs = {
+                "dst": cidr,
+                "proto": self.protocol,
+                "table": _MAIN_TABLE,
+                "family": _family(cidr),
+            }
+            if actual[cidr]:
+                kwargs["oif"] = actual[cidr]
+            if _family(cidr) == socket.AF_INET:
+                kwargs["scope"] = _SCOPE_LINK
+            try:
+                handle.route("del", **kwargs)
+            except Exception as exc:  # already gone (ESRCH) is success
+                if getattr(exc, "code", None) != 3:
+                    raise
+            del actual[cidr]
+        self.pending = frozenset(pending)
+
+    async def apply(self) -> None:
+        try:
+            await trio.to_thread.run_sync(self._sync)
+        except Exception as exc:
+            self.mark_for_resync()
+            raise ProgrammingError(f"routes: {type(exc).__name__}: {exc}") from None
+
+    async def cleanup_all(self) -> None:
+        self._desired = {}
+        self.mark_for_resync()
+        await self.apply()
+
+    def close(self) -> None:
+        if self._netlink is not None:
+            self._netlink.close()
+            self._netlink = None

@@ -1,0 +1,100 @@
+"""Interface and global sysctls, written where Felix writes them.
+
+A pod is wired the Calico way (its address/32, default route via
+169.254.1.1 on the link), so the host side of its veth must answer ARP for
+any address it can route (proxy_arp, with no delay) and forward. The files
+are written only when the interface is new to us (or on a refresh), so an
+apply with thousands of endpoints does not rewrite thousands of files.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+import trio
+
+from dataplane.errors import ProgrammingError
+
+__all__ = ["SysctlWriter"]
+
+log = logging.getLogger(__name__)
+
+_IPV4_IFACE = {
+    "net/ipv4/conf/{}/forwarding": "1",
+    "net/ipv4/conf/{}/proxy_arp": "1",
+    "net/ipv4/neigh/{}/proxy_delay": "0",
+}
+_IPV6_IFACE = {
+    "net/ipv6/conf/{}/forwarding": "1",
+    "net/ipv6/conf/{}/accept_ra": "0",
+}
+_RP_FILTER = "net/ipv4/conf/{}/rp_filter"
+# Kernel defaults, restored by cleanup on interfaces that remain.
+_CLEANUP = {
+    "net/ipv4/conf/{}/proxy_arp": "0",
+    "net/ipv4/neigh/{}/proxy_delay": "80",
+}
+_GLOBAL_V4 = {"net/ipv4/ip_forward": "1"}
+_GLOBAL_V6 = {"net/ipv6/conf/all/forwarding": "1"}
+
+
+class SysctlWriter:
+    def __init__(self, root: str | Path = "/proc/sys", *, ipv6: bool = True) -> None:
+        self.root = Path(root)
+        self.ipv6 = ipv6
+        self._done: dict[str, tuple[int, bool]] = {}  # iface -> (ifindex, strict rpf)
+
+    def _write(self, key: str, value: str) -> None:
+        path = self.root / key
+        try:
+            if path.read_text().strip() == value:
+                return
+            path.write_text(value)
+        except FileNotFoundError:
+            return  # interface went away, or IPv6 disabled: nothing to configure
+        except OSError as exc:
+            raise ProgrammingError(f"sysctl {key}={value}: {exc}") from None
+
+    def _configure(self, iface: str, strict_rpf: bool) -> None:
+        for key, value in _IPV4_IFACE.items():
+            self._write(key.format(iface), value)
+        # Strict reverse-path filtering backs up the anti-spoofing rules,
+        # unless the endpoint may legitimately send from other addresses.
+        self._write(_RP_FILTER.format(iface), "1" if strict_rpf else "0")
+        if self.ipv6:
+            for key, value in _IPV6_IFACE.items():
+                self._write(key.format(iface), value)
+
+    def _sync(self, wanted: dict[str, tuple[int, bool]]) -> None:
+        for key, value in _GLOBAL_V4.items():
+            self._write(key, value)
+        if self.ipv6:
+            for key, value in _GLOBAL_V6.items():
+                self._write(key, value)
+        for iface, state in wanted.items():
+            if self._done.get(iface) != state:
+                self._configure(iface, state[1])
+                self._done[iface] = state
+        for iface in [i for i in self._done if i not in wanted]:
+            del self._done[iface]
+
+    async def apply(self, interfaces: Iterable[tuple[str, int, bool]]) -> None:
+        """Configure each (name, ifindex, strict_rpf) interface that is new or changed."""
+        wanted = {name: (index, strict) for name, index, strict in interfaces}
+        await trio.to_thread.run_sync(self._sync, wanted)
+
+    def mark_for_resync(self) -> None:
+        self._done.clear()
+
+    async def cleanup(self, interfaces: Iterable[str]) -> None:
+        """Return our per-interface settings to kernel defaults."""
+
+        def work() -> None:
+            for iface in interfaces:
+                for key, value in _CLEANUP.items():
+                    self._write(key.format(iface), value)
+
+        await trio.to_thread.run_sync(work)
+        self._done.clear()

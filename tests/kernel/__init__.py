@@ -1,0 +1,1 @@
+"""Real-kernel test helpers: throwaway namespaces, veths and real packets."""

@@ -1,0 +1,241 @@
+"""The Linux platform on the real kernel: every verdict checked with packets."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from dataplane._pb import felixbackend_pb2 as pb
+from tests.conftest import REPO
+from tests.kernel import scenario
+from tests.kernel.cluster import Cluster, Probe
+from tests.kernel.topology import Topology, requires_root
+
+pytestmark = [requires_root, pytest.mark.slow]
+
+
+def matrix() -> list[Probe]:
+    """The scenario's expected verdicts (see tests/kernel/scenario.py)."""
+    both = (4, 6)
+    probes = []
+    for family in both:
+        probes += [
+            Probe("web-1", "api-1", "tcp", 8080, family, True),  # named port, selector
+            Probe("web-2", "api-1", "tcp", 8080, family, False),  # blocklisted (security tier)
+            Probe("prom-1", "api-1", "tcp", 8080, family, False),  # end-of-tier drop
+            Probe("api-2", "api-1", "tcp", 8080, family, False),
+            Probe("prom-1", "api-1", "tcp", 9090, family, True),  # range from monitoring
+            Probe("prom-1", "api-2", "tcp", 9091, family, True),
+            Probe("web-1", "api-1", "tcp", 9090, family, False),  # web egress policy
+            Probe("api-1", "db-1", "tcp", 5432, family, True),
+            Probe("web-1", "db-1", "tcp", 5432, family, False),
+            Probe("prom-1", "db-1", "tcp", 5432, family, False),
+            Probe("api-2", "db-1", "udp", 5353, family, True),  # UDP range
+            Probe("prom-1", "db-1", "udp", 5353, family, False),
+            Probe("db-1", "web-1", "tcp", 80, family, True),  # profiles (no ingress policy)
+            Probe("web-2", "web-1", "tcp", 80, family, False),  # web egress end-of-tier
+            Probe("prom-1", "web-1", "tcp", 6666, family, True),  # negation: from monitoring
+            Probe("db-1", "web-1", "tcp", 6666, family, False),  # negation: others denied
+            Probe("db-1", "web-1", "icmp", 0, family, True),
+            Probe("prom-1", "api-1", "icmp", 0, family, False),
+        ]
+    probes += [
+        Probe("web-1", "api-1", "icmp", 0, 4, True),  # ICMPv4 echo allowed from web
+        Probe("web-1", "api-1", "icmp", 0, 6, False),  # no ICMPv6 rule for api
+        Probe("web-1", "web-2", "icmp", 0, 4, False),  # web-2 blocklisted (ingress)
+    ]
+    return probes
+
+
+def test_connectivity_matrix_v4_and_v6(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    felix = cluster.start_driver()
+    try:
+        assert cluster.failures(matrix()) == []
+    finally:
+        felix.close_input()
+        code, err = felix.wait()
+    assert code == 0, err
+
+
+def test_nat_outgoing_masquerades_only_masquerade_pools(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    external = cluster.node.external
+    external.listen("tcp", 443)
+    felix = cluster.start_driver()
+    try:
+        prom = cluster.pods["prom-1"]
+        assert prom.can_connect("tcp", external.address(4), 443, timeout=3)
+        assert prom.can_connect("tcp", external.address(6), 443, timeout=3)
+        seen = external.peers("tcp", 443)
+        # IPv4 pool has masquerade: the node's address; IPv6 pool has not.
+        assert cluster.node.address(4) in seen
+        assert prom.ipv6 in seen and prom.ipv4 not in seen
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def test_in_place_updates_follow_and_keep_established_connections(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    felix = cluster.start_driver()
+    prom, web = cluster.pods["prom-1"], cluster.pods["web-1"]
+    held = prom.hold("tcp", web.ipv4, 80)
+    try:
+        # IP set member added: prometheus joins the web selector.
+        felix.send(
+            pb.IPSetDeltaUpdate(id=scenario.SET_WEB, added_members=scenario.ips("prometheus"))
+        )
+        cluster.wait_for(Probe("prom-1", "api-1", "tcp", 8080, 4, True))
+        cluster.wait_for(Probe("prom-1", "api-1", "tcp", 8080, 6, True))
+        assert held.check()
+        # ... and removed again.
+        felix.send(
+            pb.IPSetDeltaUpdate(id=scenario.SET_WEB, removed_members=scenario.ips("prometheus"))
+        )
+        cluster.wait_for(Probe("prom-1", "api-1", "tcp", 8080, 4, False))
+        assert held.check()
+        # A policy changes: the monitoring range shrinks to one port.
+        changed = scenario.policies()[2]
+        assert isinstance(changed, pb.ActivePolicyUpdate)
+        changed.policy.inbound_rules[0].dst_ports[0].last = 9090
+        felix.send(changed)
+        cluster.wait_for(Probe("prom-1", "api-1", "tcp", 9091, 4, False))
+        assert cluster.failures([Probe("prom-1", "api-1", "tcp", 9090, 4, True)]) == []
+        assert held.check()
+        # An endpoint is added (a new api pod) and becomes reachable as policy says.
+        api3 = cluster.add_pod("api-3")
+        spec = scenario.pod("api-3")
+        felix.send(
+            pb.IPSetDeltaUpdate(id=scenario.SET_API, added_members=[spec.ipv4, spec.ipv6]),
+            pb.IPSetDeltaUpdate(
+                id=scenario.SET_HTTP,
+                added_members=[f"{spec.ipv4},tcp:8080", f"{spec.ipv6},tcp:8080"],
+            ),
+            scenario.endpoint(spec, api3.iface),
+        )
+        cluster.wait_for(Probe("web-1", "api-3", "tcp", 8080, 4, True))
+        assert (
+            cluster.failures(
+                [
+                    Probe("web-1", "api-3", "tcp", 8080, 6, True),
+                    Probe("prom-1", "api-3", "tcp", 8080, 4, False),
+                    Probe("prom-1", "api-3", "tcp", 9090, 4, True),
+                ]
+            )
+            == []
+        )
+        assert held.check()
+        # ... and removed: its route and chains go, so nothing reaches it.
+        felix.send(pb.WorkloadEndpointRemove(id=scenario.endpoint_id(spec)))
+        cluster.wait_for(Probe("web-1", "api-3", "tcp", 8080, 4, False))
+        assert "10.65.0.22" not in cluster.node.ip("route").stdout
+        assert held.check()
+    finally:
+        held.close()
+        felix.close_input()
+        felix.wait()
+
+
+def test_tampering_is_repaired_within_a_refresh_interval(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    felix = cluster.start_driver(
+        IptablesRefreshInterval="1", IpsetsRefreshInterval="1", RouteRefreshInterval="1"
+    )
+    node = cluster.node
+    api = cluster.pods["api-1"]
+    try:
+        # Someone flushes the api pod's ingress chain: prometheus would get in.
+        node.run("iptables", "-F", f"cali-tw-{api.iface}")
+        cluster.wait_for(Probe("prom-1", "api-1", "tcp", 8080, 4, False), deadline=10)
+        assert "-j DROP" in node.run("iptables", "-S", f"cali-tw-{api.iface}").stdout
+        # Someone empties the web selector set: web loses access until repaired.
+        node.run("ipset", "flush", "cali40s:web")
+        cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True), deadline=10)
+        # Someone deletes the route to a pod.
+        node.ip("route", "del", f"{api.ipv4}/32")
+        cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True), deadline=10)
+        assert f"{api.ipv4} dev {api.iface}" in node.ip("route").stdout
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def test_restart_keeps_established_connections(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    felix = cluster.start_driver()
+    web, api = cluster.pods["web-1"], cluster.pods["api-1"]
+    held = web.hold("tcp", api.ipv4, 8080)
+    held6 = web.hold("tcp", api.address(6), 8080)
+    try:
+        felix.kill()  # a crash: the dataplane stays as programmed
+        assert held.check() and held6.check()
+        again = cluster.start_driver()  # adopts, then converges in one apply
+        assert held.check() and held6.check()
+        assert cluster.failures(matrix()[:6]) == []
+        again.close_input()
+        again.wait()
+    finally:
+        held.close()
+        held6.close()
+
+
+def test_cleanup_removes_only_what_we_own(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    node = cluster.node
+    node.run("iptables", "-N", "FOREIGN")
+    node.run("iptables", "-A", "FORWARD", "-j", "FOREIGN")
+    node.run("ipset", "create", "foreign", "hash:ip")
+    node.ip("route", "add", "10.99.0.0/24", "via", "192.168.200.2")
+    felix = cluster.start_driver()
+    felix.close_input()
+    felix.wait()
+    assert "cali-" in node.run("iptables-save").stdout
+    result = topology.run(node, sys.executable, str(REPO / "driver.py"), "cleanup")
+    assert result.returncode == 0, result.stderr
+    saved = node.run("iptables-save").stdout + node.run("ip6tables-save").stdout
+    assert "cali" not in saved
+    assert "-A FORWARD -j FOREIGN" in saved
+    sets = node.run("ipset", "list", "-n").stdout.split()
+    assert sets == ["foreign"]
+    routes = node.ip("route").stdout
+    assert "10.99.0.0/24 via 192.168.200.2" in routes
+    assert "10.65.0." not in routes
+
+
+def test_failsafe_ports_survive_a_deny_all_host_policy(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    node, external = cluster.node, cluster.node.external
+    node.listen("tcp", 22)
+    node.listen("tcp", 8000)
+    felix = cluster.start_driver()
+    try:
+        assert external.can_connect("tcp", node.address(4), 8000, timeout=3)
+        deny_all = pb.ActivePolicyUpdate(
+            id=pb.PolicyID(name="host-deny-all"),
+            policy=pb.Policy(tier="default", inbound_rules=[pb.Rule(action="deny")]),
+        )
+        felix.send(
+            deny_all,
+            pb.HostEndpointUpdate(
+                id=pb.HostEndpointID(endpoint_id="node-eth0"),
+                endpoint=pb.HostEndpoint(
+                    name="eth0",
+                    tiers=[pb.TierInfo(name="default", ingress_policies=[deny_all.id])],
+                    expected_ipv4_addrs=[node.address(4)],
+                ),
+            ),
+        )
+        status = felix.recv_until("host_endpoint_status_update")[-1]
+        assert status.host_endpoint_status_update.status.status == "up"
+        end = time.monotonic() + 10
+        while external.can_connect("tcp", node.address(4), 8000, timeout=0.7):
+            assert time.monotonic() < end, "host policy never applied"
+        assert external.can_connect("tcp", node.address(4), 22, timeout=3)
+        assert external.can_connect("tcp", node.address(6), 22, timeout=3)
+        assert not external.can_connect("tcp", node.address(6), 8000, timeout=0.7)
+    finally:
+        felix.close_input()
+        felix.wait()
