@@ -41,8 +41,8 @@ and 1 with a one-line error if the stream is malformed.
 _EPILOG = """\
 commands:
   replay FILE   run a recorded log (the fd 3 byte stream, e.g. from --record)
-                through the same loop with the in-memory platform and print
-                the resulting dataplane state
+                through the same loop and print the resulting dataplane state;
+                in memory unless --platform linux is given explicitly
   cleanup       remove everything the Linux platform programmed (chains, hook
                 rules, IP sets, routes, interface sysctls), nothing else
   version       print the version and the platforms available
@@ -177,7 +177,13 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    platform = SimPlatform()
+    # Replaying is for looking: it programs a kernel only when asked to
+    # explicitly (--platform linux), never by "auto".
+    platform = (
+        SimPlatform()
+        if args.platform in ("auto", "sim")
+        else _platform(args.platform, args.chain_prefix)
+    )
     dataplane = Dataplane(platform, follow_log_severity=args.log_level is None)
     with contextlib.ExitStack() as stack:
         file: BinaryIO = (

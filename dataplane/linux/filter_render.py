@@ -77,14 +77,23 @@ class FilterRenderer:
 
     # --- endpoints ------------------------------------------------------------------
 
-    def _policy_rules(
+    def tiered_rules(
         self,
         tiers: Sequence[TierInfo],
         inbound: bool,
         profile_ids: Sequence[str],
         known_policies: Callable[[PolicyKey], bool],
         known_profiles: Callable[[str], bool],
+        *,
+        enforce: bool = True,
     ) -> list[IptRule]:
+        """Tiers, then profiles, then drop.
+
+        With ``enforce`` False (untracked and pre-DNAT policy) only what a
+        policy explicitly denies is dropped: traffic no policy decided goes
+        on to normal policy, so there is no end-of-tier drop, no profile and
+        no final drop.
+        """
         m = self.marks
         out = [IptRule("", clear_mark(m.accept | m.pass_))]
         for tier in tiers:
@@ -99,10 +108,12 @@ class FilterRenderer:
             for key in keys:
                 out.append(IptRule(lacks_mark(m.pass_), f"-j {self.names.policy(key, inbound)}"))
                 out.append(IptRule(has_mark(m.accept), "-j RETURN"))
-            if tier.default_action is Action.DENY:
+            if enforce and tier.default_action is Action.DENY:
                 out.append(
                     IptRule(lacks_mark(m.pass_), "-j DROP", comment=f"end of tier {tier.name}")
                 )
+        if not enforce:
+            return out
         for name in profile_ids:
             if known_profiles(name):
                 out.append(IptRule("", f"-j {self.names.profile(name, inbound)}"))
@@ -140,10 +151,10 @@ class FilterRenderer:
         if not endpoint.admin_up:
             down = (IptRule("", "-j DROP", comment="endpoint is not active"),)
             return [Chain(to_name, down), Chain(from_name, down)]
-        ingress = self._policy_rules(
+        ingress = self.tiered_rules(
             endpoint.tiers, True, endpoint.profile_ids, known_policies, known_profiles
         )
-        egress = self._anti_spoof(endpoint) + self._policy_rules(
+        egress = self._anti_spoof(endpoint) + self.tiered_rules(
             endpoint.tiers, False, endpoint.profile_ids, known_policies, known_profiles
         )
         return [Chain(to_name, tuple(ingress)), Chain(from_name, tuple(egress))]
@@ -158,23 +169,35 @@ class FilterRenderer:
         ingress = [
             _ESTABLISHED,
             IptRule("", f"-j {n.top('failsafe-in')}"),
-            *self._policy_rules(
+            *self.tiered_rules(
                 endpoint.tiers, True, endpoint.profile_ids, known_policies, known_profiles
             ),
         ]
         egress = [
             _ESTABLISHED,
             IptRule("", f"-j {n.top('failsafe-out')}"),
-            *self._policy_rules(
+            *self.tiered_rules(
                 endpoint.tiers, False, endpoint.profile_ids, known_policies, known_profiles
             ),
         ]
         # The endpoint chains end in DROP; what they allow returns with the
         # accept mark, which the top-level chain turns into ACCEPT.
-        return [
+        chains = [
             Chain(n.from_host_endpoint(endpoint.name), tuple(ingress)),
             Chain(n.to_host_endpoint(endpoint.name), tuple(egress)),
         ]
+        if endpoint.forward_tiers:
+            # Forwarded traffic through the endpoint (applyOnForward policy);
+            # no profiles: Felix applies only policy to forwarded traffic.
+            for inbound, name in (
+                (True, n.dispatch_child("fhfw", endpoint.name)),
+                (False, n.dispatch_child("thfw", endpoint.name)),
+            ):
+                rules = self.tiered_rules(
+                    endpoint.forward_tiers, inbound, (), known_policies, known_profiles
+                )
+                chains.append(Chain(name, tuple(rules)))
+        return chains
 
     # --- dispatch --------------------------------------------------------------------
 
@@ -227,15 +250,36 @@ class FilterRenderer:
             n.top("to-wl-dispatch"), "twd", "-o", names, n.to_workload, unknown
         )
 
-    def host_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:
+    def host_dispatch(self, ifaces: Iterable[str], forward: Iterable[str] = ()) -> list[Chain]:
+        """Dispatch to host endpoint chains; ``forward``: those with forward tiers."""
         n = self.names
         # Interfaces without a host endpoint are not policed.
         other = IptRule("", "-j RETURN")
         names = sorted(ifaces)
-        return self.dispatch_chains(
-            n.top("from-host-endpoint"), "fhd", "-i", names, n.from_host_endpoint, other
-        ) + self.dispatch_chains(
-            n.top("to-host-endpoint"), "thd", "-o", names, n.to_host_endpoint, other
+        fwd = sorted(forward)
+        return (
+            self.dispatch_chains(
+                n.top("from-host-endpoint"), "fhd", "-i", names, n.from_host_endpoint, other
+            )
+            + self.dispatch_chains(
+                n.top("to-host-endpoint"), "thd", "-o", names, n.to_host_endpoint, other
+            )
+            + self.dispatch_chains(
+                n.top("from-hep-forward"),
+                "fhfd",
+                "-i",
+                fwd,
+                lambda i: n.dispatch_child("fhfw", i),
+                other,
+            )
+            + self.dispatch_chains(
+                n.top("to-hep-forward"),
+                "thfd",
+                "-o",
+                fwd,
+                lambda i: n.dispatch_child("thfw", i),
+                other,
+            )
         )
 
     # --- static chains and hooks ----------------------------------------------------
@@ -259,6 +303,18 @@ class FilterRenderer:
         forward += [IptRule(f"-o {p}", f"-j {n.top('to-wl-dispatch')}") for p in prefixes]
         forward += [IptRule(f"-i {p}", "-j ACCEPT") for p in prefixes]
         forward += [IptRule(f"-o {p}", "-j ACCEPT") for p in prefixes]
+        # Forwarded traffic between host endpoints: each side's forward
+        # policy drops or returns (with the accept mark if it allowed);
+        # traffic no host endpoint polices goes on through the kernel chain.
+        forward += [
+            IptRule("", f"-j {n.top('from-hep-forward')}"),
+            IptRule("", f"-j {n.top('to-hep-forward')}"),
+            IptRule(has_mark(m.accept), "-j ACCEPT"),
+        ]
+        # Untracked policy let these through in the raw table (it set our
+        # accept mark and NOTRACK); normal policy must not drop them.
+        untracked = IptRule(f"-m conntrack --ctstate UNTRACKED {has_mark(m.accept)}", "-j ACCEPT")
+        forward.insert(0, untracked)
 
         # IPv6 stops working without neighbour discovery, whatever the policy.
         ndp = (
@@ -279,14 +335,16 @@ class FilterRenderer:
             )
         )
 
-        inp = [IptRule(f"-i {p}", f"-g {n.top('wl-to-host')}") for p in prefixes]
+        inp = [untracked]
+        inp += [IptRule(f"-i {p}", f"-g {n.top('wl-to-host')}") for p in prefixes]
         inp += ndp
         inp += [
             IptRule("", clear_mark(m.all)),
             IptRule("", f"-j {n.top('from-host-endpoint')}"),
             IptRule(has_mark(m.accept), "-j ACCEPT"),
         ]
-        out = [IptRule(f"-o {p}", "-j RETURN") for p in prefixes]
+        out = [untracked]
+        out += [IptRule(f"-o {p}", "-j RETURN") for p in prefixes]
         out += ndp
         out += [
             IptRule("", clear_mark(m.all)),

@@ -26,6 +26,7 @@ from dataplane.config import Config
 from dataplane.linux.backend import detect_backend
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.filter_render import FilterRenderer
+from dataplane.linux.hostpolicy_render import HostPolicyRenderer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.marks import Marks
 from dataplane.linux.names import ChainNames
@@ -241,7 +242,7 @@ class LinuxPlatform:
         self._ipset_queue = []
         for version in self._versions():
             commands = IptablesCommands.for_backend(self.backend, version)
-            for table in ("nat", "filter"):
+            for table in ("raw", "mangle", "nat", "filter"):
                 self._tables[(table, version)] = Table(
                     table,
                     version,
@@ -338,6 +339,11 @@ class LinuxPlatform:
                 for stale in self._dispatch_chains.get(version, set()) - names:
                     table.remove_chain(stale)
                 self._dispatch_chains[version] = names
+        if everything or any(
+            p is None or p.untracked or p.pre_dnat
+            for p in (self.policies.get(k) for k in self._dirty_policies)
+        ):
+            self._render_host_policy()
         if everything or self._dirty_workloads or self._removed_ifaces or self._pools_dirty:
             self._render_nat()
         self._dirty_policies.clear()
@@ -363,8 +369,25 @@ class LinuxPlatform:
         chains += render.workload_dispatch(w.name for w in self.workloads.values())
         for hep in self.hosts.values():
             chains += render.host_endpoint_chains(hep, known_policy, known_profile)
-        chains += render.host_dispatch(h.name for h in self.hosts.values())
+        chains += render.host_dispatch(
+            (h.name for h in self.hosts.values()),
+            (h.name for h in self.hosts.values() if h.forward_tiers),
+        )
         return chains
+
+    def _render_host_policy(self) -> None:
+        """Raw (untracked) and mangle (pre-DNAT) chains: few, so always whole."""
+        heps = list(self.hosts.values())
+        for version in self._versions():
+            render = HostPolicyRenderer(self._filter_renderer(version))
+            for table, chains in (
+                ("raw", render.raw_chains(heps, self.policies)),
+                ("mangle", render.mangle_chains(heps, self.policies)),
+            ):
+                programmer = self._tables[(table, version)]
+                programmer.set_chains(chains)
+                for builtin, rules in render.hooks(table).items():
+                    programmer.set_hooks(builtin, rules)
 
     def _render_nat(self) -> None:
         assert self._ipsets is not None
@@ -414,8 +437,9 @@ class LinuxPlatform:
         """Program everything, in the one order that never leaves a gap.
 
         1. IP sets: create and fill new sets first -- rules may reference them.
-        2. iptables, nat then filter, v4 then v6, one atomic restore each:
-           new policy is in force before anything below makes a pod reachable.
+        2. iptables, raw, mangle, nat, filter, v4 then v6, one atomic
+           restore each: new policy is in force before anything below makes
+           a pod reachable.
         3. Routes and interface sysctls: only now are new pods routable.
         4. IP set deletions last: no rule references them any more.
         """
@@ -426,7 +450,7 @@ class LinuxPlatform:
         self._refresh_due()
         self._render()
         await self._ipsets.apply_updates()
-        for table in ("nat", "filter"):
+        for table in ("raw", "mangle", "nat", "filter"):
             for version in self._versions():
                 await self._tables[(table, version)].apply()
         self._routes.set_routes(

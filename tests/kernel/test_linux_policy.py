@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -49,11 +50,15 @@ def matrix() -> list[Probe]:
     return probes
 
 
-def test_connectivity_matrix_v4_and_v6(topology: Topology) -> None:
+@pytest.mark.parametrize("backend", ["nft", "legacy"])
+def test_connectivity_matrix_v4_and_v6(topology: Topology, backend: str) -> None:
     cluster = Cluster(topology)
-    felix = cluster.start_driver()
+    felix = cluster.start_driver(IptablesBackend=backend)
     try:
         assert cluster.failures(matrix()) == []
+        other = "legacy" if backend == "nft" else "nft"
+        assert "cali-FORWARD" in cluster.node.run(f"iptables-{backend}-save").stdout
+        assert "cali-FORWARD" not in cluster.node.run(f"iptables-{other}-save").stdout
     finally:
         felix.close_input()
         code, err = felix.wait()
@@ -236,6 +241,136 @@ def test_failsafe_ports_survive_a_deny_all_host_policy(topology: Topology) -> No
         assert external.can_connect("tcp", node.address(4), 22, timeout=3)
         assert external.can_connect("tcp", node.address(6), 22, timeout=3)
         assert not external.can_connect("tcp", node.address(6), 8000, timeout=0.7)
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def _host_endpoint(
+    node_ip: str,
+    tiers: list[pb.TierInfo],
+    untracked_tiers: list[pb.TierInfo] | None = None,
+    pre_dnat_tiers: list[pb.TierInfo] | None = None,
+) -> pb.HostEndpointUpdate:
+    return pb.HostEndpointUpdate(
+        id=pb.HostEndpointID(endpoint_id="node-eth0"),
+        endpoint=pb.HostEndpoint(
+            name="eth0",
+            expected_ipv4_addrs=[node_ip],
+            tiers=tiers,
+            untracked_tiers=untracked_tiers or [],
+            pre_dnat_tiers=pre_dnat_tiers or [],
+        ),
+    )
+
+
+def _wait_denied(check: Callable[[], bool], what: str) -> None:
+    end = time.monotonic() + 10
+    while check():
+        assert time.monotonic() < end, f"{what} never became denied"
+
+
+def test_untracked_policy_bypasses_normal_policy_without_conntrack(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    node, external = cluster.node, cluster.node.external
+    node.listen("tcp", 9000)
+    node.listen("tcp", 8000)
+    felix = cluster.start_driver()
+    deny_all = pb.ActivePolicyUpdate(
+        id=pb.PolicyID(name="host-deny-all"),
+        policy=pb.Policy(tier="default", inbound_rules=[pb.Rule(action="deny")]),
+    )
+    # Untracked: both directions need an allow, since replies are untracked too.
+    untracked = pb.ActivePolicyUpdate(
+        id=pb.PolicyID(name="untracked-9000"),
+        policy=pb.Policy(
+            tier="default",
+            untracked=True,
+            inbound_rules=[
+                pb.Rule(
+                    action="allow",
+                    protocol=scenario.TCP,
+                    dst_ports=[pb.PortRange(first=9000, last=9000)],
+                )
+            ],
+            outbound_rules=[
+                pb.Rule(
+                    action="allow",
+                    protocol=scenario.TCP,
+                    src_ports=[pb.PortRange(first=9000, last=9000)],
+                )
+            ],
+        ),
+    )
+    try:
+        felix.send(
+            deny_all,
+            untracked,
+            _host_endpoint(
+                node.address(4),
+                tiers=[pb.TierInfo(name="default", ingress_policies=[deny_all.id])],
+                untracked_tiers=[
+                    pb.TierInfo(
+                        name="default",
+                        ingress_policies=[untracked.id],
+                        egress_policies=[untracked.id],
+                    )
+                ],
+            ),
+        )
+        _wait_denied(
+            lambda: external.can_connect("tcp", node.address(4), 8000, timeout=0.7), "port 8000"
+        )
+        assert external.can_connect("tcp", node.address(4), 9000, timeout=3)
+        assert external.can_connect("tcp", node.address(6), 9000, timeout=3)
+        tracked = node.run("conntrack", "-L", "-p", "tcp", "--dport", "9000", check=False)
+        assert "dport=9000" not in tracked.stdout
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def test_pre_dnat_policy_drops_before_normal_policy(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    node, external = cluster.node, cluster.node.external
+    node.listen("tcp", 9000)
+    node.listen("tcp", 8000)
+    felix = cluster.start_driver()
+    allow_all = pb.ActivePolicyUpdate(
+        id=pb.PolicyID(name="host-allow-all"),
+        policy=pb.Policy(tier="default", inbound_rules=[pb.Rule(action="allow")]),
+    )
+    pre_dnat = pb.ActivePolicyUpdate(
+        id=pb.PolicyID(name="prednat-8000"),
+        policy=pb.Policy(
+            tier="default",
+            pre_dnat=True,
+            inbound_rules=[
+                pb.Rule(
+                    action="deny",
+                    protocol=scenario.TCP,
+                    dst_ports=[pb.PortRange(first=8000, last=8000)],
+                )
+            ],
+        ),
+    )
+    try:
+        assert external.can_connect("tcp", node.address(4), 8000, timeout=3)
+        felix.send(
+            allow_all,
+            pre_dnat,
+            _host_endpoint(
+                node.address(4),
+                tiers=[pb.TierInfo(name="default", ingress_policies=[allow_all.id])],
+                pre_dnat_tiers=[pb.TierInfo(name="default", ingress_policies=[pre_dnat.id])],
+            ),
+        )
+        _wait_denied(
+            lambda: external.can_connect("tcp", node.address(4), 8000, timeout=0.7), "port 8000"
+        )
+        assert not external.can_connect("tcp", node.address(6), 8000, timeout=0.7)
+        assert external.can_connect("tcp", node.address(4), 9000, timeout=3)
+        assert "cali-PREROUTING" in node.run("iptables", "-t", "mangle", "-S").stdout
     finally:
         felix.close_input()
         felix.wait()

@@ -214,3 +214,44 @@ def test_rule_for_other_family_renders_nothing() -> None:
     assert v6.render(Rule(Action.ALLOW, src_nets=("10.0.0.0/8",))) == []
     assert v6.render(Rule(Action.ALLOW, protocol="icmp")) == []
     assert v6.render(Rule(Action.ALLOW, ip_version=4)) == []
+
+
+def test_host_endpoint_chains_golden() -> None:
+    from dataplane.linux.hostpolicy_render import HostPolicyRenderer  # noqa: PLC0415
+    from dataplane.model import HostEndpoint, HostEndpointKey  # noqa: PLC0415
+
+    untracked = PolicyKey("untracked-ssh")
+    predant = PolicyKey("prednat-nodeport")
+    normal = PolicyKey("host-normal")
+    forward = PolicyKey("host-forward")
+    policies = {
+        untracked: Policy(
+            "default",
+            (Rule(Action.ALLOW, protocol="tcp", dst_ports=(PortRange(22, 22),)),),
+            untracked=True,
+        ),
+        predant: Policy(
+            "default",
+            (Rule(Action.DENY, protocol="tcp", dst_ports=(PortRange(30080, 30080),)),),
+            pre_dnat=True,
+        ),
+        normal: Policy("default", (Rule(Action.ALLOW, protocol="tcp"),)),
+        forward: Policy("default", (Rule(Action.ALLOW, protocol="udp"),)),
+    }
+    hep = HostEndpoint(
+        HostEndpointKey("node-eth0"),
+        name="eth0",
+        tiers=(TierInfo("default", (normal,), (normal,)),),
+        untracked_tiers=(TierInfo("default", (untracked,), (untracked,)),),
+        pre_dnat_tiers=(TierInfo("default", (predant,)),),
+        forward_tiers=(TierInfo("default", (forward,), (forward,)),),
+    )
+    chains = []
+    for v in (4, 6):
+        base = _renderer(v)
+        chains += base.host_endpoint_chains(hep, policies.__contains__, lambda _: False)
+        chains += base.host_dispatch(["eth0"], ["eth0"])
+        host = HostPolicyRenderer(base)
+        chains += host.raw_chains([hep], policies)
+        chains += host.mangle_chains([hep], policies)
+    _golden("host_endpoint.txt", _dump(chains))
