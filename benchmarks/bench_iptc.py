@@ -111,13 +111,23 @@ def _save_read() -> int:
     )
 
 
+def _bulk_restore(chains: int, rules: int) -> None:
+    _flush()
+    _restore(_restore_script(chains, rules))
+
+
+def _bulk_iptc(chains: int, rules: int) -> None:
+    _flush()
+    _iptc_write(chains, rules)
+
+
 def inside(chains: int, rules: int, repeat: int) -> None:
     rows = []
     for label, restore_fn, iptc_fn in (
         (
             f"bulk write ({chains} chains x {rules} rules)",
-            lambda: (_flush(), _restore(_restore_script(chains, rules))),
-            lambda: (_flush(), _iptc_write(chains, rules)),
+            lambda: _bulk_restore(chains, rules),
+            lambda: _bulk_iptc(chains, rules),
         ),
         (
             f"small write (1 chain of {rules} rules, table loaded)",
