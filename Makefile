@@ -1,5 +1,5 @@
 # Two entry points for a fresh machine (both install what they need):
-#   make demo   the main job: replay the example log, show the dataplane state
+#   make demo   the main job: program a throwaway node from the example log, probe it
 #   make test   everything CI checks: lint, types, unit/golden/property/process tests
 PYTHON ?= python3
 VENV   := .venv
@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml
 system-deps:
 	@./scripts/install-system-deps.sh
 
-demo: $(STAMP)
-	$(BIN)/python examples/demo_node.py
-	$(BIN)/python driver.py replay examples/demo-node.log
+# As root: a throwaway node and pods in network namespaces, programmed from
+# examples/demo-node.log, with the measured connectivity matrix beside the
+# expected one. Without root: the in-memory (sim) state instead, and says so.
+demo: $(STAMP) system-deps
+	$(BIN)/python examples/demo.py
 
 test: $(STAMP) system-deps lint typecheck pytest
 

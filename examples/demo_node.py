@@ -58,6 +58,8 @@ PODS = [
     ("monitoring", "prometheus-1", "prometheus", 40),
 ]
 NAMESPACES = ["frontend", "backend", "monitoring"]
+# The web deployment's scale-up, which arrives after InSync.
+SCALE_UP = ("frontend", "web-3", "web", 12)
 
 SEL_WEB = "projectcalico.org/namespace == 'frontend' && app == 'web'"
 SEL_API = "projectcalico.org/namespace == 'backend' && app == 'api'"
@@ -324,8 +326,9 @@ def demo_messages() -> list[Message]:
     )
     msgs.append(pb.InSync())
     # After InSync: the web deployment scales up by one pod.
-    msgs.append(pb.IPSetDeltaUpdate(id=SET_WEB, added_members=[ipv4(12), ipv6(12)]))
-    msgs.append(workload("frontend", "web-3", "web", 12))
+    namespace, pod, app, index = SCALE_UP
+    msgs.append(pb.IPSetDeltaUpdate(id=SET_WEB, added_members=[ipv4(index), ipv6(index)]))
+    msgs.append(workload(namespace, pod, app, index))
     return msgs
 
 
