@@ -379,7 +379,11 @@ class AgentClient:
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
             argv = ["ip", "netns", "exec", self.netns, self._python, __file__, self.name]
-            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            # Own session: a Ctrl-C aimed at the test run must not also kill
+            # (and traceback) the agents; the topology stops them itself.
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+            )
             threading.Thread(target=self._read_replies, args=(self._proc,), daemon=True).start()
         return self._proc
 
