@@ -102,28 +102,21 @@ class RuleRenderer:
             return [n for n in values if _family(n) == v]
 
         m = self.marks
-        for flag, values, bit in (
-            ("-s", rule.src_nets, m.src_net),
-            ("-d", rule.dst_nets, m.dst_net),
+        for flag, values, bit, negate in (
+            ("-s", rule.src_nets, m.src_net, False),
+            ("-d", rule.dst_nets, m.dst_net, False),
+            ("-s", rule.not_src_nets, m.not_src_net, True),
+            ("-d", rule.not_dst_nets, m.not_dst_net, True),
         ):
             own = nets(values)
             if len(own) == 1:
-                match.append(f"{flag} {own[0]}")
+                match.append(f"{'! ' if negate else ''}{flag} {own[0]}")
             elif own:
+                # One rule per CIDR marks a hit; the final rule requires a hit
+                # (any of them) or, negated, its absence (none of them).
                 blocks.append(IptRule("", clear_mark(bit)))
                 blocks.extend(IptRule(f"{flag} {n}", set_mark(bit)) for n in own)
-                match.append(has_mark(bit))
-        for flag, values, bit in (
-            ("-s", rule.not_src_nets, m.not_src_net),
-            ("-d", rule.not_dst_nets, m.not_dst_net),
-        ):
-            own = nets(values)
-            if len(own) == 1:
-                match.append(f"! {flag} {own[0]}")
-            elif own:
-                blocks.append(IptRule("", clear_mark(bit)))
-                blocks.extend(IptRule(f"{flag} {n}", set_mark(bit)) for n in own)
-                match.append(lacks_mark(bit))
+                match.append(lacks_mark(bit) if negate else has_mark(bit))
 
         def names(ids: tuple[str, ...]) -> list[str] | None:
             """Kernel names; None if a set is missing (empty: no match possible)."""
