@@ -42,6 +42,7 @@ from dataplane.managers import (
     Manager,
     PolicyManager,
     PoolsManager,
+    ServicesManager,
 )
 from dataplane.msgs import from_dataplane, to_dataplane
 from dataplane.platform import Platform
@@ -111,12 +112,15 @@ class Dataplane:
         self.stats = LoopStats()
         self._wall_clock = wall_clock
         self._follow_log_severity = follow_log_severity
+        self.services = ServicesManager(platform)
         self._managers: list[Manager] = [
             IPSetsManager(platform),
             PolicyManager(platform),
             EndpointManager(platform),
             PoolsManager(platform),
+            self.services,
         ]
+        self._configure_managers()
         self._routes: dict[type, tuple[Manager, ...]] = {}
         self._input = QueueSource()
         self._input_seq = 0
@@ -142,6 +146,15 @@ class Dataplane:
         """
         self._managers.append(manager)
         self._routes.clear()
+        configure = getattr(manager, "configure", None)
+        if configure is not None:
+            configure(self.config)
+
+    def _configure_managers(self) -> None:
+        for manager in self._managers:
+            configure = getattr(manager, "configure", None)
+            if configure is not None:
+                configure(self.config)
 
     def _route(self, payload_type: type) -> tuple[Manager, ...]:
         routed = tuple(
@@ -207,6 +220,7 @@ class Dataplane:
                 outer.start_soon(self._write_out, sink, outer.cancel_scope)
             async with trio.open_nursery() as inner:
                 inner.start_soon(self._heartbeat)
+                inner.start_soon(self.platform.serve)
                 try:
                     await self._main(source or self._input)
                 except ProtocolError as exc:
@@ -273,6 +287,7 @@ class Dataplane:
             return
         old, self.config = self.config, config
         self.platform.configure(config)
+        self._configure_managers()
         log.info("config updated (%d keys received)", len(update.config))
         if self._follow_log_severity:
             logging.getLogger("dataplane").setLevel(_LOG_LEVELS[config.log_severity])

@@ -29,8 +29,17 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.service_model import Service, ServiceKey
 
-__all__ = ["EndpointKey", "EndpointsSink", "IPSetsSink", "Platform", "PoolsSink", "RulesSink"]
+__all__ = [
+    "EndpointKey",
+    "EndpointsSink",
+    "IPSetsSink",
+    "Platform",
+    "PoolsSink",
+    "RulesSink",
+    "ServicesSink",
+]
 
 EndpointKey = WorkloadEndpointKey | HostEndpointKey
 
@@ -74,7 +83,14 @@ class PoolsSink(Protocol):
     def remove_ip_pool(self, pool_id: str) -> None: ...
 
 
-class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, Protocol):
+class ServicesSink(Protocol):
+    def set_service(self, service: Service) -> None:
+        """The full desired state of one service (frontends and backends)."""
+
+    def remove_service(self, key: ServiceKey) -> None: ...
+
+
+class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, ServicesSink, Protocol):
     """A complete dataplane backend (Linux, Windows, or the in-memory sim)."""
 
     name: str
@@ -103,3 +119,6 @@ class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, Protocol):
 
     def dump(self) -> str:
         """The programmed state, readable by an operator."""
+
+    async def serve(self) -> None:
+        """Long-running platform work (e.g. health-check servers); may return at once."""

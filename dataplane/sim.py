@@ -33,6 +33,7 @@ from dataplane.model import (
     WorkloadEndpointKey,
 )
 from dataplane.platform import EndpointKey
+from dataplane.service_model import Service, ServiceKey
 
 __all__ = ["SimPlatform", "SimState", "describe_rule"]
 
@@ -47,6 +48,7 @@ class SimState:
     workload_endpoints: dict[WorkloadEndpointKey, WorkloadEndpoint] = field(default_factory=dict)
     host_endpoints: dict[HostEndpointKey, HostEndpoint] = field(default_factory=dict)
     ip_pools: dict[str, IPPool] = field(default_factory=dict)
+    services: dict[ServiceKey, Service] = field(default_factory=dict)
 
     def copy(self) -> SimState:
         # Values are frozen, so shallow copies of the maps are snapshots.
@@ -57,6 +59,7 @@ class SimState:
             dict(self.workload_endpoints),
             dict(self.host_endpoints),
             dict(self.ip_pools),
+            dict(self.services),
         )
 
 
@@ -141,7 +144,18 @@ class SimPlatform:
     def remove_ip_pool(self, pool_id: str) -> None:
         self.desired.ip_pools.pop(pool_id, None)
 
+    # --- ServicesSink -------------------------------------------------------
+
+    def set_service(self, service: Service) -> None:
+        self.desired.services[service.key] = service
+
+    def remove_service(self, key: ServiceKey) -> None:
+        self.desired.services.pop(key, None)
+
     # --- Platform -----------------------------------------------------------
+
+    async def serve(self) -> None:
+        return  # nothing runs in the background in memory
 
     def wants_apply_at(self) -> float:
         return math.inf  # memory does not drift
@@ -268,6 +282,19 @@ def dump_state(state: SimState) -> str:
     for pool_id in sorted(state.ip_pools):
         pool = state.ip_pools[pool_id]
         out.append(f"  {pool_id} {pool.cidr}{' masquerade' if pool.masquerade else ''}")
+    out.append(f"services ({len(state.services)}):")
+    for skey in sorted(state.services):
+        svc = state.services[skey]
+        ports = ",".join(
+            f"{p.name or '-'}:{p.protocol}/{p.port}"
+            + (f"(node {p.node_port})" if p.node_port else "")
+            for p in svc.ports
+        )
+        out.append(f"  {skey} {svc.type} ips={_join(svc.cluster_ips)} ports={ports}")
+        out.extend(
+            f"    backend {b.address} {b.state.value}{' local' if b.local else ''}"
+            for b in svc.backends
+        )
     out.append(f"host endpoints ({len(state.host_endpoints)}):")
     for hkey in sorted(state.host_endpoints):
         hep = state.host_endpoints[hkey]

@@ -39,6 +39,8 @@ def test_embedding_methods() -> None:
         "in_sync",
         "run",
     }
+    # The services manager is reachable for health sources (set_backend_health).
+    assert hasattr(Dataplane(dataplane.SimPlatform()), "services")
 
 
 def test_error_tree() -> None:

@@ -6,6 +6,7 @@ A manager has two methods (Felix's shape):
   records desired state and marks it dirty. Raises
   :class:`~dataplane.errors.InputError` to reject an invalid message, and
   then must have changed nothing.
+* ``configure(config)`` (optional) -- a new configuration from ConfigUpdate.
 * ``handles`` (optional) -- the payload types ``on_update`` acts on; the
   loop then calls it for those only.
 * ``complete_deferred_work()`` -- called once per apply, after InSync; hands
@@ -24,8 +25,16 @@ from dataplane.managers.endpoints import EndpointManager
 from dataplane.managers.ipsets import IPSetsManager
 from dataplane.managers.policy import PolicyManager
 from dataplane.managers.pools import PoolsManager
+from dataplane.managers.services import ServicesManager
 
-__all__ = ["EndpointManager", "IPSetsManager", "Manager", "PolicyManager", "PoolsManager"]
+__all__ = [
+    "EndpointManager",
+    "IPSetsManager",
+    "Manager",
+    "PolicyManager",
+    "PoolsManager",
+    "ServicesManager",
+]
 
 
 class Manager(Protocol):

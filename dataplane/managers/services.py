@@ -1,0 +1,109 @@
+"""ServicesManager: services and their backends, as full per-service values.
+
+``ServiceUpdate`` (Felix's, plus our extension fields) and
+``ServiceBackendsUpdate`` (ours) are merged into one :class:`Service` value
+per service; a :class:`~dataplane.diffstore.DiffStore` turns each apply's
+values into the services that really changed, so a platform rewrites only
+those (kube-proxy's partial sync). ``resync`` hands over everything again
+(Contiv's Resync); ``set_backend_health`` takes a backend out of selection
+(Cilium's SetBackendHealth) without waiting for the control plane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from google.protobuf.message import Message
+
+from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.config import Config
+from dataplane.diffstore import DiffStore
+from dataplane.errors import InputError
+from dataplane.managers import _service_convert as convert
+from dataplane.platform import ServicesSink
+from dataplane.service_model import Backend, BackendState, Service, ServiceKey
+
+
+class ServicesManager:
+    def __init__(self, sink: ServicesSink) -> None:
+        self._sink = sink
+        self._services: dict[ServiceKey, Service] = {}  # without backends
+        self._backends: dict[ServiceKey, tuple[Backend, ...]] = {}
+        self._unhealthy: set[str] = set()
+        self._store: DiffStore[ServiceKey, Service] = DiffStore()
+        self._dirty: set[ServiceKey] = set()
+        self._node_port_ranges: tuple[tuple[int, int], ...] = Config().kube_node_port_ranges
+
+    def configure(self, config: Config) -> None:
+        self._node_port_ranges = config.kube_node_port_ranges
+
+    def on_update(self, msg: Message) -> None:
+        handler = self._handlers.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
+
+    def _on_update(self, msg: pb.ServiceUpdate) -> None:
+        service = convert.service(msg, self._node_port_ranges)
+        self._services[service.key] = service
+        self._dirty.add(service.key)
+
+    def _on_remove(self, msg: pb.ServiceRemove) -> None:
+        key = convert.service_key(msg.namespace, msg.name)
+        self._services.pop(key, None)
+        self._backends.pop(key, None)
+        self._dirty.add(key)
+
+    def _on_backends(self, msg: pb.ServiceBackendsUpdate) -> None:
+        key = convert.service_key(msg.namespace, msg.name)
+        if key not in self._services:
+            raise InputError("name", f"{key}", "backends for a service that does not exist")
+        self._backends[key] = convert.backends(msg)
+        self._dirty.add(key)
+
+    _handlers: ClassVar[dict[type, Callable[[ServicesManager, Any], None]]] = {
+        pb.ServiceUpdate: _on_update,
+        pb.ServiceRemove: _on_remove,
+        pb.ServiceBackendsUpdate: _on_backends,
+    }
+    handles: ClassVar[frozenset[type]] = frozenset(_handlers)
+
+    # --- health and resync ------------------------------------------------------
+
+    def set_backend_health(self, address: str, healthy: bool) -> None:
+        """A health source's verdict on one backend address (all its services)."""
+        if healthy:
+            self._unhealthy.discard(address)
+        else:
+            self._unhealthy.add(address)
+        for key, backends in self._backends.items():
+            if any(b.address == address for b in backends):
+                self._dirty.add(key)
+
+    def resync(self) -> None:
+        """Hand every service to the platform again at the next apply."""
+        self._dirty |= set(self._services)
+        self._store.touch_all()
+
+    # --- deferred work ------------------------------------------------------------
+
+    def _value(self, key: ServiceKey) -> Service:
+        backends = tuple(
+            replace(b, state=BackendState.QUARANTINED) if b.address in self._unhealthy else b
+            for b in self._backends.get(key, ())
+        )
+        return replace(self._services[key], backends=backends)
+
+    def complete_deferred_work(self) -> None:
+        for key in self._dirty:
+            if key in self._services:
+                self._store.set(key, self._value(key))
+            else:
+                self._store.delete(key)
+        self._dirty.clear()
+        changes = self._store.commit()
+        for key in sorted(changes.deletes):
+            self._sink.remove_service(key)
+        for key in sorted(changes.upserts):
+            self._sink.set_service(changes.upserts[key])

@@ -1,0 +1,105 @@
+"""Typed service model: services, their frontends and backends.
+
+After Cilium's load-balancer tables: a *service* owns frontends (cluster
+IPs, node ports, external IPs, load-balancer IPs, each with a protocol and
+port) and refers to *backends* (address, port, node-locality, state). A
+backend shared by two services is one value referenced twice. The service
+value is the full state of one service (KPNG's ServiceEndpoints), so a
+platform can compare it with what it programmed last and rewrite only that
+service.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "Backend",
+    "BackendPort",
+    "BackendState",
+    "Service",
+    "ServiceKey",
+    "ServicePort",
+]
+
+DEFAULT_AFFINITY_TIMEOUT = 10800  # kube-proxy's ClientIP default, seconds
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ServiceKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    """One port of a service: the frontend port, and the node port if any."""
+
+    name: str
+    protocol: str  # tcp, udp or sctp
+    port: int
+    node_port: int = 0
+
+
+class BackendState(enum.Enum):
+    ACTIVE = "active"
+    TERMINATING = "terminating"  # used only when no active backend is left
+    QUARANTINED = "quarantined"  # never selected
+
+
+@dataclass(frozen=True, slots=True)
+class BackendPort:
+    name: str
+    protocol: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    address: str
+    ports: tuple[BackendPort, ...]
+    local: bool = False
+    state: BackendState = BackendState.ACTIVE
+    node_name: str = ""
+
+    def port_for(self, port: ServicePort) -> int | None:
+        """The backend port serving ``port`` (matched by name, as EndpointSlices do)."""
+        for p in self.ports:
+            if p.name == port.name and p.protocol == port.protocol:
+                return p.port
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    key: ServiceKey
+    type: str = "ClusterIP"
+    cluster_ips: tuple[str, ...] = ()
+    external_ips: tuple[str, ...] = ()
+    load_balancer_ips: tuple[str, ...] = ()
+    ports: tuple[ServicePort, ...] = ()
+    session_affinity: bool = False
+    affinity_timeout: int = DEFAULT_AFFINITY_TIMEOUT
+    external_local: bool = False  # externalTrafficPolicy=Local
+    internal_local: bool = False  # internalTrafficPolicy=Local
+    source_ranges: tuple[str, ...] = ()
+    health_check_node_port: int = 0
+    backends: tuple[Backend, ...] = ()
+
+    def usable(
+        self, *, local_only: bool, unhealthy: frozenset[str] = frozenset()
+    ) -> tuple[Backend, ...]:
+        """Backends traffic may go to: active ones, else terminating ones (kube-proxy)."""
+        pool = [
+            b
+            for b in self.backends
+            if b.address not in unhealthy
+            and b.state is not BackendState.QUARANTINED
+            and (b.local or not local_only)
+        ]
+        active = tuple(b for b in pool if b.state is BackendState.ACTIVE)
+        return active or tuple(b for b in pool if b.state is BackendState.TERMINATING)
