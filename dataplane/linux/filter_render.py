@@ -314,7 +314,13 @@ class FilterRenderer:
         # Untracked policy let these through in the raw table (it set our
         # accept mark and NOTRACK); normal policy must not drop them.
         untracked = IptRule(f"-m conntrack --ctstate UNTRACKED {has_mark(m.accept)}", "-j ACCEPT")
-        forward.insert(0, untracked)
+        # Service traffic the nat table condemned, and new connections to
+        # service ports with no backend (refused at once, as kube-proxy does).
+        services = [
+            IptRule(has_mark(m.drop), "-j DROP"),
+            IptRule("-m conntrack --ctstate NEW", f"-j {n.top('svc-reject')}"),
+        ]
+        forward[0:0] = [untracked, *services]
 
         # IPv6 stops working without neighbour discovery, whatever the policy.
         ndp = (
@@ -335,7 +341,7 @@ class FilterRenderer:
             )
         )
 
-        inp = [untracked]
+        inp = [untracked, *services]
         inp += [IptRule(f"-i {p}", f"-g {n.top('wl-to-host')}") for p in prefixes]
         inp += ndp
         inp += [
@@ -343,7 +349,7 @@ class FilterRenderer:
             IptRule("", f"-j {n.top('from-host-endpoint')}"),
             IptRule(has_mark(m.accept), "-j ACCEPT"),
         ]
-        out = [untracked]
+        out = [untracked, *services]
         out += [IptRule(f"-o {p}", "-j RETURN") for p in prefixes]
         out += ndp
         out += [

@@ -25,6 +25,8 @@ _NAMES = (
     "not_dst_net",
     "src_port",
     "dst_port",
+    "masq",
+    "drop",
 )
 
 
@@ -38,6 +40,8 @@ class Marks:
     not_dst_net: int
     src_port: int
     dst_port: int
+    masq: int  # service traffic to masquerade on the way out (kube-proxy's 0x4000)
+    drop: int  # service traffic to drop in the filter table (kube-proxy's 0x8000)
 
     @classmethod
     def from_mask(cls, mask: int) -> Marks:
@@ -46,12 +50,17 @@ class Marks:
             raise ConfigError(
                 "config[IptablesMarkMask]",
                 hex(mask),
-                f"needs at least {len(_NAMES)} bits for policy marks",
+                f"needs at least {len(_NAMES)} bits for policy and service marks",
             )
         return cls(*bits[: len(_NAMES)])
 
     @property
     def all(self) -> int:
+        """The policy bits, cleared as policy evaluation starts.
+
+        Not the service bits: those are set in the nat table before the
+        filter table runs and must survive to POSTROUTING.
+        """
         return (
             self.accept
             | self.pass_

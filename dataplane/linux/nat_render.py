@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dataplane.linux.iptables import Chain, IptRule
+from dataplane.linux.marks import has_mark
 from dataplane.linux.names import ChainNames
 from dataplane.model import NatInfo
 
@@ -30,6 +31,7 @@ class NatRenderer:
     names: ChainNames
     all_pools_set: str  # kernel names, for this IP version
     masq_pools_set: str
+    masq_mark: int
     nat_port_range: tuple[int, int] | None = None
 
     def chains(self, floating: Iterable[NatInfo]) -> list[Chain]:
@@ -48,24 +50,29 @@ class NatRenderer:
         if self.nat_port_range:
             lo, hi = self.nat_port_range
             ports = f" --to-ports {lo}-{hi}" if lo != hi else f" --to-ports {lo}"
-        masq = IptRule(
+        outgoing = IptRule(
             f"-m set --match-set {self.masq_pools_set} src"
             f" -m set ! --match-set {self.all_pools_set} dst",
             f"-j MASQUERADE{ports}",
         )
+        services = IptRule("", f"-j {n.top('SERVICES')}")
+        masq = has_mark(self.masq_mark)
         return [
-            Chain(n.top("PREROUTING"), (IptRule("", f"-j {n.top('fip-dnat')}"),)),
-            Chain(n.top("OUTPUT"), (IptRule("", f"-j {n.top('fip-dnat')}"),)),
+            Chain(n.top("PREROUTING"), (IptRule("", f"-j {n.top('fip-dnat')}"), services)),
+            Chain(n.top("OUTPUT"), (IptRule("", f"-j {n.top('fip-dnat')}"), services)),
             Chain(
                 n.top("POSTROUTING"),
                 (
                     IptRule("", f"-j {n.top('fip-snat')}"),
+                    # Service traffic marked for it (hairpin, off-node
+                    # backends, external Cluster-policy traffic).
+                    IptRule(masq, f"-j MASQUERADE{ports}"),
                     IptRule("", f"-j {n.top('nat-outgoing')}"),
                 ),
             ),
             Chain(n.top("fip-dnat"), dnat),
             Chain(n.top("fip-snat"), snat),
-            Chain(n.top("nat-outgoing"), (masq,)),
+            Chain(n.top("nat-outgoing"), (outgoing,)),
         ]
 
     def hooks(self) -> Mapping[str, tuple[IptRule, ...]]:

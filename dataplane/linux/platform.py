@@ -26,13 +26,16 @@ from dataplane.config import Config
 from dataplane.linux.backend import detect_backend
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.filter_render import FilterRenderer
+from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.hostpolicy_render import HostPolicyRenderer
 from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.iptables import Chain
 from dataplane.linux.marks import Marks
 from dataplane.linux.names import ChainNames
 from dataplane.linux.nat_render import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
 from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.rule_render import RuleRenderer
+from dataplane.linux.service_render import Frontend, RenderedService, ServiceRenderer
 from dataplane.linux.sysctls import SysctlWriter
 from dataplane.linux.table import IptablesCommands, Table
 from dataplane.model import (
@@ -49,6 +52,7 @@ from dataplane.model import (
     WorkloadEndpointKey,
 )
 from dataplane.platform import EndpointKey
+from dataplane.service_model import Service, ServiceKey
 
 __all__ = ["LinuxPlatform"]
 
@@ -95,6 +99,13 @@ class LinuxPlatform:
         self.workloads: dict[WorkloadEndpointKey, WorkloadEndpoint] = {}
         self.hosts: dict[HostEndpointKey, HostEndpoint] = {}
         self.pools: dict[str, IPPool] = {}
+        self.services: dict[ServiceKey, Service] = {}
+        self._dirty_services: set[ServiceKey] = set()
+        self._frontends: dict[tuple[int, ServiceKey], list[Frontend]] = {}
+        self._local_endpoints: dict[ServiceKey, int] = {}
+        # Chains rendered as a unit (a service, the NAT base, ...), by table.
+        self._groups: dict[tuple[str, int, str], set[str]] = {}
+        self._health = HealthCheckServer()
         self._ipset_types: dict[str, IPSetType] = {}
         self._ipset_queue: list[tuple[str, Any]] = []
         # What changed since the last render.
@@ -214,6 +225,14 @@ class LinuxPlatform:
         if self.pools.pop(pool_id, None) is not None:
             self._pools_dirty = True
 
+    def set_service(self, service: Service) -> None:
+        self.services[service.key] = service
+        self._dirty_services.add(service.key)
+
+    def remove_service(self, key: ServiceKey) -> None:
+        self.services.pop(key, None)
+        self._dirty_services.add(key)
+
     # --- configuration ------------------------------------------------------------
 
     def configure(self, config: Config) -> None:
@@ -227,6 +246,7 @@ class LinuxPlatform:
         self._nat = {}
         self._rerender_all = True
         self._pools_dirty = True
+        self._dirty_services |= set(self.services)
 
     def _versions(self) -> tuple[int, ...]:
         return (4, 6) if self.config.ipv6_support else (4,)
@@ -346,6 +366,8 @@ class LinuxPlatform:
             self._render_host_policy()
         if everything or self._dirty_workloads or self._removed_ifaces or self._pools_dirty:
             self._render_nat()
+        if everything or self._dirty_services:
+            self._render_services(everything)
         self._dirty_policies.clear()
         self._dirty_profiles.clear()
         self._dirty_workloads.clear()
@@ -373,6 +395,10 @@ class LinuxPlatform:
             (h.name for h in self.hosts.values()),
             (h.name for h in self.hosts.values() if h.forward_tiers),
         )
+        # The service reject chain lives in filter too; keep what is there
+        # (services re-render it whenever their frontends change).
+        reject = table.snapshot().get(self.names.top("svc-reject"))
+        chains.append(Chain(self.names.top("svc-reject"), reject or ()))
         return chains
 
     def _render_host_policy(self) -> None:
@@ -404,12 +430,59 @@ class LinuxPlatform:
                 self.names,
                 self._ipsets.kernel_name(ALL_POOLS_SET, version),
                 self._ipsets.kernel_name(MASQ_POOLS_SET, version),
+                self._filter_renderer(version).marks.masq,
                 self.config.nat_port_range,
             )
             table = self._tables[("nat", version)]
-            table.set_chains(renderer.chains(floating))
+            self._set_group(table, "nat", renderer.chains(floating))
             for builtin, rules in renderer.hooks().items():
                 table.set_hooks(builtin, rules)
+
+    def _set_group(self, table: Table, group: str, chains: list[Chain]) -> None:
+        """Replace one unit of chains in ``table``, removing its stale ones."""
+        key = (table.name, table.version, group)
+        names = {c.name for c in chains}
+        for stale in self._groups.get(key, set()) - names:
+            table.remove_chain(stale)
+        for chain in chains:
+            table.update_chain(chain)
+        self._groups[key] = names
+
+    def _render_services(self, everything: bool) -> None:
+        assert self._ipsets is not None
+        keys = set(self.services) | self._dirty_services if everything else self._dirty_services
+        for key in keys:
+            self._local_endpoints.pop(key, None)
+        for version in self._versions():
+            marks = self._filter_renderer(version).marks
+            renderer = ServiceRenderer(
+                version, self.names, marks, self._ipsets.kernel_name(ALL_POOLS_SET, version)
+            )
+            nat = self._tables[("nat", version)]
+            for key in keys:
+                service = self.services.get(key)
+                rendered = renderer.render(service) if service else RenderedService()
+                self._set_group(nat, f"svc:{key}", rendered.chains)
+                self._frontends[(version, key)] = rendered.frontends
+                if service is None:
+                    del self._frontends[(version, key)]
+                else:
+                    self._local_endpoints[key] = max(
+                        rendered.local_endpoints, self._local_endpoints.get(key, 0)
+                    )
+            frontends = [f for (v, _), fs in self._frontends.items() if v == version for f in fs]
+            # Only the dispatch tree's leaves for changed frontends differ, so
+            # the table rewrites just those chains.
+            self._set_group(nat, "svc-dispatch", renderer.dispatch(frontends))
+            self._tables[("filter", version)].update_chain(renderer.rejects(frontends))
+        self._health.update(
+            {
+                s.health_check_node_port: (key, self._local_endpoints.get(key, 0))
+                for key, s in self.services.items()
+                if s.external_local and s.health_check_node_port
+            }
+        )
+        self._dirty_services.clear()
 
     # --- apply -------------------------------------------------------------------------
 
@@ -495,6 +568,10 @@ class LinuxPlatform:
 
     def endpoint_statuses(self) -> Mapping[EndpointKey, EndpointStatus]:
         return self._statuses
+
+    async def serve(self) -> None:
+        """Health-check node ports of Local-policy services."""
+        await self._health.serve()
 
     # --- cleanup and dumps ---------------------------------------------------------------
 

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from google.protobuf.message import Message
+
 from tests.felix_harness import FelixHarness
 from tests.kernel import scenario
 from tests.kernel.topology import Namespace, Node, Pod, Topology
@@ -57,9 +59,17 @@ class Cluster:
     def ns(self, name: str) -> Namespace:
         return self.node.external if name == "external" else self.pods[name]
 
-    def start_driver(self, *args: str, **config: str) -> FelixHarness:
+    def start_driver(
+        self,
+        *args: str,
+        policies: bool = True,
+        extra: list[Message] | None = None,
+        **config: str,
+    ) -> FelixHarness:
         felix = FelixHarness("--platform", "linux", *args, netns=self.node.netns)
-        felix.send(*scenario.node_messages(self.ifaces, **config))
+        felix.send(
+            *scenario.node_messages(self.ifaces, with_policies=policies, extra=extra, **config)
+        )
         felix.recv_until("dataplane_in_sync", timeout=60)
         return felix
 

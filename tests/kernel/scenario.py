@@ -193,7 +193,9 @@ def tiers(app: str) -> list[pb.TierInfo]:
     return [security, default]
 
 
-def endpoint(spec: PodSpec, iface: str, state: str = "active") -> pb.WorkloadEndpointUpdate:
+def endpoint(
+    spec: PodSpec, iface: str, state: str = "active", *, policies: bool = True
+) -> pb.WorkloadEndpointUpdate:
     return pb.WorkloadEndpointUpdate(
         id=endpoint_id(spec),
         endpoint=pb.WorkloadEndpoint(
@@ -202,7 +204,7 @@ def endpoint(spec: PodSpec, iface: str, state: str = "active") -> pb.WorkloadEnd
             profile_ids=[f"kns.{spec.namespace}"],
             ipv4_nets=[f"{spec.ipv4}/32"],
             ipv6_nets=[f"{spec.ipv6}/128"],
-            tiers=tiers(spec.app),
+            tiers=tiers(spec.app) if policies else [],
         ),
     )
 
@@ -224,8 +226,18 @@ def config(**overrides: str) -> pb.ConfigUpdate:
     return pb.ConfigUpdate(config=values)
 
 
-def node_messages(ifaces: dict[str, str], **config_overrides: str) -> list[Message]:
-    """Everything up to and including InSync, for pods with these interfaces."""
+def node_messages(
+    ifaces: dict[str, str],
+    *,
+    with_policies: bool = True,
+    extra: list[Message] | None = None,
+    **config_overrides: str,
+) -> list[Message]:
+    """Everything up to and including InSync, for pods with these interfaces.
+
+    Without ``with_policies`` the pods have only their allow-all profiles;
+    ``extra`` messages go in just before InSync.
+    """
     msgs: list[Message] = [
         config(**config_overrides),
         pb.IPAMPoolUpdate(id="pool-v4", pool=pb.IPAMPool(cidr="10.65.0.0/16", masquerade=True)),
@@ -255,6 +267,11 @@ def node_messages(ifaces: dict[str, str], **config_overrides: str) -> list[Messa
             )
         )
     msgs += policies()
-    msgs += [endpoint(spec, ifaces[spec.name]) for spec in PODS if spec.name in ifaces]
+    msgs += [
+        endpoint(spec, ifaces[spec.name], policies=with_policies)
+        for spec in PODS
+        if spec.name in ifaces
+    ]
+    msgs += extra or []
     msgs.append(pb.InSync())
     return msgs

@@ -150,7 +150,9 @@ def test_static_chains_golden() -> None:
 def test_nat_chains_golden() -> None:
     chains = []
     for v in (4, 6):
-        nat = NatRenderer(v, ChainNames(), f"cali{v}0all", f"cali{v}0masq", (32768, 60999))
+        nat = NatRenderer(
+            v, ChainNames(), f"cali{v}0all", f"cali{v}0masq", 0x1000000, (32768, 60999)
+        )
         chains += nat.chains(
             [NatInfo("172.16.0.5", "10.65.0.10"), NatInfo("fd00:ff::5", "fd00:10:65::a")]
         )

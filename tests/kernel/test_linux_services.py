@@ -1,0 +1,263 @@
+"""Service load balancing on the real kernel, kube-proxy semantics, real packets.
+
+The pods run with allow-all profiles only (policy is covered elsewhere);
+services point at pods listening on 8080 (port name "http"), and every
+server answers with its pod name, so a reply says which backend served.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+
+import pytest
+
+from dataplane._pb import felixbackend_pb2 as pb
+from tests.kernel import scenario
+from tests.kernel.cluster import Cluster
+from tests.kernel.topology import Namespace, Topology, requires_root
+
+pytestmark = [requires_root, pytest.mark.slow]
+
+VIP4, VIP6 = "10.96.0.10", "fd00:96::10"
+HTTP = [pb.ServicePort(Protocol="TCP", Port=80, name="http")]
+
+
+def service(name: str = "web", **kwargs: object) -> pb.ServiceUpdate:
+    base: dict[str, object] = {
+        "name": name,
+        "namespace": "prod",
+        "type": "ClusterIP",
+        "cluster_ips": [VIP4, VIP6],
+        "ports": HTTP,
+    }
+    base.update(kwargs)
+    return pb.ServiceUpdate(**base)  # type: ignore[arg-type]
+
+
+def backends(
+    name: str, pods: list[str], *, remote: tuple[str, ...] = (), state: int = pb.BACKEND_ACTIVE
+) -> pb.ServiceBackendsUpdate:
+    return pb.ServiceBackendsUpdate(
+        name=name,
+        namespace="prod",
+        backends=[
+            pb.ServiceBackend(
+                addresses=[scenario.pod(p).ipv4, scenario.pod(p).ipv6],
+                ports=[pb.ServiceBackendPort(name="http", protocol="TCP", port=8080)],
+                local=p not in remote,
+                state=state,  # type: ignore[arg-type]
+            )
+            for p in pods
+        ],
+    )
+
+
+def served_by(src: Namespace, dst: str, port: int, count: int) -> collections.Counter[str]:
+    """Which backend answered each of ``count`` fresh connections."""
+    seen: collections.Counter[str] = collections.Counter()
+    for _ in range(count):
+        result = src.connect("tcp", dst, port, timeout=3)
+        seen[result.reply if result.ok and result.reply else f"failed:{result.error}"] += 1
+    return seen
+
+
+def within_binomial(counts: collections.Counter[str], names: list[str], n: int) -> bool:
+    """Every backend's share is within 4.5 standard deviations of n/k."""
+    k = len(names)
+    mean, sd = n / k, math.sqrt(n * (1 / k) * (1 - 1 / k))
+    return set(counts) == set(names) and all(abs(counts[b] - mean) <= 4.5 * sd for b in names)
+
+
+def test_cluster_ip_spreads_evenly_and_affinity_pins(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    felix = cluster.start_driver(
+        policies=False,
+        extra=[
+            service(),
+            backends("web", ["api-1", "api-2", "db-1"]),
+            service("sticky", cluster_ips=["10.96.0.11"], session_affinity="ClientIP"),
+            backends("sticky", ["api-1", "api-2", "db-1"]),
+        ],
+    )
+    web = cluster.pods["web-1"]
+    try:
+        names = ["api-1", "api-2", "db-1"]
+        counts = served_by(web, VIP4, 80, 150)
+        assert within_binomial(counts, names, 150), counts
+        counts6 = served_by(web, VIP6, 80, 60)
+        assert within_binomial(counts6, names, 60), counts6
+        pinned = served_by(web, "10.96.0.11", 80, 20)
+        assert len(pinned) == 1 and next(iter(pinned)) in names, pinned
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def test_node_port_cluster_policy_masquerades_local_policy_keeps_client(
+    topology: Topology,
+) -> None:
+    cluster = Cluster(topology)
+    external = cluster.node.external
+    felix = cluster.start_driver(
+        policies=False,
+        extra=[
+            service(
+                "cluster",
+                type="NodePort",
+                cluster_ips=["10.96.0.20"],
+                ports=[pb.ServicePort(Protocol="TCP", Port=80, NodePort=30080, name="http")],
+            ),
+            backends("cluster", ["api-1"]),
+            # db-1 plays a backend on another node: Local policy must skip it.
+            service(
+                "local",
+                type="NodePort",
+                cluster_ips=["10.96.0.21", "fd00:96::21"],
+                external_traffic_policy="Local",
+                ports=[pb.ServicePort(Protocol="TCP", Port=80, NodePort=30081, name="http")],
+            ),
+            backends("local", ["api-2", "db-1"], remote=("db-1",)),
+        ],
+    )
+    node = cluster.node
+    try:
+        result = external.connect("tcp", node.address(4), 30080, timeout=3)
+        assert result.ok and result.reply == "api-1"
+        assert cluster.pods["api-1"].peers("tcp", 8080) == [node.address(4)]  # masqueraded
+        local = served_by(external, node.address(4), 30081, 20)
+        assert local == {"api-2": 20}
+        local6 = served_by(external, node.address(6), 30081, 10)
+        assert local6 == {"api-2": 10}
+        assert external.address(4) in cluster.pods["api-2"].peers("tcp", 8080)  # client kept
+        # From a pod, the same node port reaches every backend, local or not.
+        from_pod = served_by(cluster.pods["web-1"], node.address(4), 30081, 40)
+        assert set(from_pod) == {"api-2", "db-1"}, from_pod
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def test_source_ranges_no_backends_and_terminating(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    node, external = cluster.node, cluster.node.external
+    external.ip("route", "add", "172.16.9.9/32", "via", node.address(4))
+    felix = cluster.start_driver(
+        policies=False,
+        extra=[
+            service(
+                "lb",
+                type="LoadBalancer",
+                cluster_ips=["10.96.0.30"],
+                loadbalancer_ip="172.16.9.9",
+                load_balancer_source_ranges=[f"{external.address(4)}/32"],
+            ),
+            backends("lb", ["api-1"]),
+            service("empty", cluster_ips=["10.96.0.31"]),
+            service("leaving", cluster_ips=["10.96.0.32"]),
+            backends("leaving", ["api-2"], state=pb.BACKEND_TERMINATING),
+        ],
+    )
+    web = cluster.pods["web-1"]
+    try:
+        assert external.connect("tcp", "172.16.9.9", 80, timeout=3).ok
+        assert not web.can_connect("tcp", "172.16.9.9", 80, timeout=0.7)  # not in range
+        start = time.monotonic()
+        refused = web.connect("tcp", "10.96.0.31", 80, timeout=3)
+        assert not refused.ok and refused.error == "refused"
+        assert time.monotonic() - start < 1.0  # rejected at once, not a timeout
+        result = web.connect("tcp", "10.96.0.32", 80, timeout=3)
+        assert result.ok and result.reply == "api-2"  # terminating-only still serves
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+_HTTP_GET = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+s.sendall(b"GET /healthz HTTP/1.1\\r\\nHost: node\\r\\n\\r\\n")
+data = b""
+while True:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+print(data.decode())
+"""
+
+
+def test_health_check_node_port_follows_local_backends(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    node, external = cluster.node, cluster.node.external
+    local_service = service(
+        "hc",
+        type="LoadBalancer",
+        cluster_ips=["10.96.0.40"],
+        external_traffic_policy="Local",
+        health_check_node_port=32000,
+        ports=[pb.ServicePort(Protocol="TCP", Port=80, NodePort=30090, name="http")],
+    )
+    felix = cluster.start_driver(policies=False, extra=[local_service, backends("hc", ["api-1"])])
+
+    def health() -> str:
+        end = time.monotonic() + 10
+        while True:
+            got = external.run("python3", "-c", _HTTP_GET, node.address(4), "32000", check=False)
+            if got.returncode == 0 or time.monotonic() > end:
+                return got.stdout
+
+    try:
+        answer = health()
+        assert answer.startswith("HTTP/1.1 200") and '"localEndpoints": 1' in answer
+        assert '"name": "hc"' in answer
+        felix.send(backends("hc", ["db-1"], remote=("db-1",)))
+        end = time.monotonic() + 10
+        while not (answer := health()).startswith("HTTP/1.1 503"):
+            assert time.monotonic() < end, answer
+        assert '"localEndpoints": 0' in answer
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def test_changing_one_service_keeps_anothers_connections(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    felix = cluster.start_driver(
+        policies=False,
+        extra=[
+            service(),
+            backends("web", ["api-1"]),
+            service("other", cluster_ips=["10.96.0.50"]),
+            backends("other", ["api-2"]),
+        ],
+    )
+    web = cluster.pods["web-1"]
+    held = web.hold("tcp", VIP4, 80)
+    try:
+        for pods in (["db-1"], ["api-2", "db-1"], ["db-1", "prom-1"], []):
+            felix.send(backends("other", pods))
+            assert held.check()
+        end = time.monotonic() + 10
+        while web.can_connect("tcp", "10.96.0.50", 80, timeout=0.5):
+            assert time.monotonic() < end, "emptied service still answers"
+        assert held.check()
+    finally:
+        held.close()
+        felix.close_input()
+        felix.wait()
+
+
+def test_policy_applies_to_service_traffic_after_dnat(topology: Topology) -> None:
+    """api's ingress policy admits web (on the named port) but not prometheus."""
+    cluster = Cluster(topology)
+    felix = cluster.start_driver(extra=[service(), backends("web", ["api-1"])])
+    try:
+        result = cluster.pods["web-1"].connect("tcp", VIP4, 80, timeout=3)
+        assert result.ok and result.reply == "api-1"
+        assert cluster.pods["web-1"].connect("tcp", VIP6, 80, timeout=3).ok
+        assert not cluster.pods["prom-1"].can_connect("tcp", VIP4, 80, timeout=0.7)
+    finally:
+        felix.close_input()
+        felix.wait()
