@@ -221,6 +221,9 @@ class ServiceRenderer:
                 out.frontends.append(Frontend(address, port.protocol, port.port, lb_target))
             if port.node_port:
                 out.frontends.append(Frontend(None, port.protocol, port.node_port, ext_target))
+        # A local backend's sep chain is shared by the svc and svl chains.
+        unique = {c.name: c for c in out.chains}
+        out.chains = list(unique.values())
         return out
 
     # --- shared chains ---------------------------------------------------------------
