@@ -25,6 +25,7 @@ import trio
 from dataplane.config import Config
 from dataplane.linux.backend import detect_backend
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
+from dataplane.linux.desired import DesiredState
 from dataplane.linux.filter_render import FilterRenderer
 from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.hostpolicy_render import HostPolicyRenderer
@@ -40,19 +41,11 @@ from dataplane.linux.sysctls import SysctlWriter
 from dataplane.linux.table import IptablesCommands, Table
 from dataplane.model import (
     EndpointStatus,
-    HostEndpoint,
-    HostEndpointKey,
-    IPPool,
     IPSet,
     IPSetType,
-    Policy,
-    PolicyKey,
-    Profile,
-    WorkloadEndpoint,
-    WorkloadEndpointKey,
 )
 from dataplane.platform import EndpointKey
-from dataplane.service_model import Service, ServiceKey
+from dataplane.service_model import ServiceKey
 
 __all__ = ["LinuxPlatform"]
 
@@ -72,7 +65,7 @@ def _default_netlink() -> NetlinkHandle:
     return handle
 
 
-class LinuxPlatform:
+class LinuxPlatform(DesiredState):
     name = "linux"
 
     def __init__(
@@ -85,6 +78,7 @@ class LinuxPlatform:
         route_protocol: int = _ROUTE_PROTOCOL_DEFAULT,
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
+        super().__init__()
         self.config = Config()
         self._runner = runner or ProcessRunner()
         self._netlink = netlink
@@ -93,30 +87,13 @@ class LinuxPlatform:
         self.route_protocol = route_protocol
         self._clock = clock
         self.backend: str | None = None
-        # Desired model state.
-        self.policies: dict[PolicyKey, Policy] = {}
-        self.profiles: dict[str, Profile] = {}
-        self.workloads: dict[WorkloadEndpointKey, WorkloadEndpoint] = {}
-        self.hosts: dict[HostEndpointKey, HostEndpoint] = {}
-        self.pools: dict[str, IPPool] = {}
-        self.services: dict[ServiceKey, Service] = {}
-        self._dirty_services: set[ServiceKey] = set()
         self._frontends: dict[tuple[int, ServiceKey], list[Frontend]] = {}
         self._local_endpoints: dict[ServiceKey, int] = {}
         # Chains rendered as a unit (a service, the NAT base, ...), by table.
         self._groups: dict[tuple[str, int, str], set[str]] = {}
         self._health = HealthCheckServer()
-        self._ipset_types: dict[str, IPSetType] = {}
         self._ipset_queue: list[tuple[str, Any]] = []
-        # What changed since the last render.
-        self._dirty_policies: set[PolicyKey] = set()
-        self._dirty_profiles: set[str] = set()
-        self._dirty_workloads: set[WorkloadEndpointKey] = set()
-        self._removed_ifaces: set[str] = set()
-        self._dispatch_dirty = True
         self._dispatch_chains: dict[int, set[str]] = {}
-        self._rerender_all = True
-        self._pools_dirty = True
         # Programmers, built at the first apply (backend detection is I/O).
         self._ipsets: IPSetsProgrammer | None = None
         self._tables: dict[tuple[str, int], Table] = {}
@@ -128,23 +105,7 @@ class LinuxPlatform:
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
 
-    # --- sinks ------------------------------------------------------------------
-
-    def replace_ipset(self, ipset: IPSet) -> None:
-        if ipset.id not in self._ipset_types:
-            self._rerender_rules_referencing(ipset.id)  # was an empty set until now
-        self._ipset_types[ipset.id] = ipset.type
-        self._ipset_op("replace", ipset)
-
-    def update_ipset_members(
-        self, set_id: str, added: frozenset[str], removed: frozenset[str]
-    ) -> None:
-        self._ipset_op("update", (set_id, added, removed))
-
-    def remove_ipset(self, set_id: str) -> None:
-        self._ipset_types.pop(set_id, None)
-        self._ipset_op("remove", set_id)
-        self._rerender_rules_referencing(set_id)
+    # --- programming helpers ----------------------------------------------------
 
     def _ipset_op(self, op: str, arg: Any) -> None:
         # Before the first apply the programmer does not exist yet (creating
@@ -153,85 +114,6 @@ class LinuxPlatform:
             self._ipset_queue.append((op, arg))
         else:
             self._replay_ipset_op(op, arg)
-
-    def _rerender_rules_referencing(self, set_id: str) -> None:
-        # A rule on a missing set renders differently (it is an empty set).
-        for key, policy in self.policies.items():
-            if set_id in policy.ip_set_ids():
-                self._dirty_policies.add(key)
-        for name, profile in self.profiles.items():
-            if set_id in profile.ip_set_ids():
-                self._dirty_profiles.add(name)
-
-    def set_policy(self, key: PolicyKey, policy: Policy) -> None:
-        known = key in self.policies
-        self.policies[key] = policy
-        self._dirty_policies.add(key)
-        if not known:
-            self._rerender_all = True  # endpoint chains may now jump to it
-
-    def remove_policy(self, key: PolicyKey) -> None:
-        if self.policies.pop(key, None) is not None:
-            self._dirty_policies.add(key)
-            self._rerender_all = True
-
-    def set_profile(self, profile_id: str, profile: Profile) -> None:
-        known = profile_id in self.profiles
-        self.profiles[profile_id] = profile
-        self._dirty_profiles.add(profile_id)
-        if not known:
-            self._rerender_all = True
-
-    def remove_profile(self, profile_id: str) -> None:
-        if self.profiles.pop(profile_id, None) is not None:
-            self._dirty_profiles.add(profile_id)
-            self._rerender_all = True
-
-    def set_workload_endpoint(self, endpoint: WorkloadEndpoint) -> None:
-        old = self.workloads.get(endpoint.key)
-        self.workloads[endpoint.key] = endpoint
-        self._dirty_workloads.add(endpoint.key)
-        if old is None or old.name != endpoint.name:
-            self._dispatch_dirty = True  # the set of interfaces changed
-        if old is not None and old.name != endpoint.name:
-            self._removed_ifaces.add(old.name)
-
-    def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
-        old = self.workloads.pop(key, None)
-        if old is not None:
-            self._removed_ifaces.add(old.name)
-            self._dispatch_dirty = True
-
-    def set_host_endpoint(self, endpoint: HostEndpoint) -> None:
-        if not endpoint.name:
-            log.warning(
-                "host endpoint %s has no interface name; all-interfaces host endpoints"
-                " are not supported yet and it is ignored",
-                endpoint.key,
-            )
-            return
-        self.hosts[endpoint.key] = endpoint
-        self._rerender_all = True
-
-    def remove_host_endpoint(self, key: HostEndpointKey) -> None:
-        if self.hosts.pop(key, None) is not None:
-            self._rerender_all = True
-
-    def set_ip_pool(self, pool_id: str, pool: IPPool) -> None:
-        self.pools[pool_id] = pool
-        self._pools_dirty = True
-
-    def remove_ip_pool(self, pool_id: str) -> None:
-        if self.pools.pop(pool_id, None) is not None:
-            self._pools_dirty = True
-
-    def set_service(self, service: Service) -> None:
-        self.services[service.key] = service
-        self._dirty_services.add(service.key)
-
-    def remove_service(self, key: ServiceKey) -> None:
-        self.services.pop(key, None)
-        self._dirty_services.add(key)
 
     # --- configuration ------------------------------------------------------------
 
