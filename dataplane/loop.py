@@ -134,6 +134,10 @@ class Dataplane:
         self._retry_at: float | None = None
         self._started_at = 0.0
         self._heartbeat_scope: trio.CancelScope | None = None
+        self._wait_scope: trio.CancelScope | None = None
+        set_wakeup = getattr(platform, "set_wakeup", None)
+        if set_wakeup is not None:
+            set_wakeup(self._wake)
 
     # --- embedding API -------------------------------------------------------
 
@@ -234,8 +238,9 @@ class Dataplane:
     async def _main(self, source: MessageSource) -> None:
         while True:
             batch: list[pb.ToDataplane] | None = None
-            with trio.move_on_at(self._wake_at()):
+            with trio.CancelScope(deadline=self._wake_at()) as self._wait_scope:
                 batch = await source.receive_batch()
+            self._wait_scope = None
             if batch is not None:
                 if not batch:
                     await self._finish()
@@ -295,6 +300,11 @@ class Dataplane:
             self._heartbeat_scope.cancel()  # restart the heartbeat on the new interval
 
     # --- phase 2 ---------------------------------------------------------------
+
+    def _wake(self) -> None:
+        """Stop waiting for input: the platform has work (e.g. a link changed)."""
+        if self._wait_scope is not None:
+            self._wait_scope.cancel()
 
     def _wake_at(self) -> float:
         """When the loop must run phase 2 even if no input arrives."""

@@ -31,6 +31,7 @@ from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.hostpolicy_render import HostPolicyRenderer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.iptables import Chain
+from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks
 from dataplane.linux.names import ChainNames
 from dataplane.linux.nat_render import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
@@ -51,10 +52,10 @@ __all__ = ["LinuxPlatform"]
 
 log = logging.getLogger(__name__)
 
-# While an endpoint's interface is missing or links may change state, look
-# again this often (the CNI plugin creates the interface moments after
-# Felix announces the endpoint).
-_LINK_POLL_SECONDS = 1.0
+# While an endpoint's interface is missing, look again this often even if no
+# link notification arrives (the CNI plugin creates the interface moments
+# after Felix announces the endpoint).
+_PENDING_RETRY_SECONDS = 2.0
 _ROUTE_PROTOCOL_DEFAULT = 80
 
 
@@ -92,6 +93,9 @@ class LinuxPlatform(DesiredState):
         # Chains rendered as a unit (a service, the NAT base, ...), by table.
         self._groups: dict[tuple[str, int, str], set[str]] = {}
         self._health = HealthCheckServer()
+        self._links = LinkMonitor(netlink)
+        self._links_changed = False
+        self._wakeup: Callable[[], None] = lambda: None
         self._ipset_queue: list[tuple[str, Any]] = []
         self._dispatch_chains: dict[int, set[str]] = {}
         # Programmers, built at the first apply (backend detection is I/O).
@@ -154,7 +158,7 @@ class LinuxPlatform(DesiredState):
                     insert_mode=config.chain_insert_mode,
                 )
         self._routes = RouteProgrammer(
-            self._netlink, protocol=self.route_protocol, ipv6=config.ipv6_support
+            self._netlink, self._links, protocol=self.route_protocol, ipv6=config.ipv6_support
         )
         self._sysctls = SysctlWriter(self._sysctl_root, ipv6=config.ipv6_support)
         now = self._clock()
@@ -423,6 +427,7 @@ class LinuxPlatform(DesiredState):
             if wep.name in links
         )
         await self._ipsets.apply_deletions()
+        self._links_changed = False
         self._update_statuses()
         self._last_apply = self._clock()
 
@@ -443,17 +448,30 @@ class LinuxPlatform(DesiredState):
         if self._ipsets is None:
             return math.inf
         refresh = min(self._next_refresh.values(), default=math.inf)
-        if self.workloads or self.hosts:
-            # Oper status follows the links; look at them while endpoints exist.
-            return min(refresh, self._last_apply + _LINK_POLL_SECONDS)
+        if self._links_changed:
+            return -math.inf  # a link came, went or changed state: now
+        if self._routes is not None and self._routes.pending:
+            # Routes wait for interfaces the CNI plugin has not created yet;
+            # the link monitor normally wakes us first, this is the backstop.
+            return min(refresh, self._last_apply + _PENDING_RETRY_SECONDS)
         return refresh
+
+    def set_wakeup(self, wakeup: Callable[[], None]) -> None:
+        """How the platform wakes the main loop when the kernel changes."""
+        self._wakeup = wakeup
+
+    def _on_link_change(self) -> None:
+        self._links_changed = True
+        self._wakeup()
 
     def endpoint_statuses(self) -> Mapping[EndpointKey, EndpointStatus]:
         return self._statuses
 
     async def serve(self) -> None:
-        """Health-check node ports of Local-policy services."""
-        await self._health.serve()
+        """Health-check node ports, and following the node's links."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._health.serve)
+            nursery.start_soon(self._links.watch, self._on_link_change)
 
     # --- cleanup and dumps ---------------------------------------------------------------
 

@@ -15,20 +15,19 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
 
 from dataplane.errors import ProgrammingError
+from dataplane.linux.links import LinkMonitor, LinkState
 
-__all__ = ["LinkState", "NetlinkHandle", "RouteProgrammer"]
+__all__ = ["NetlinkHandle", "RouteProgrammer"]
 
 log = logging.getLogger(__name__)
 
 _MAIN_TABLE = 254
 _SCOPE_LINK = 253
-_IFF_UP = 1
 
 
 class NetlinkHandle(Protocol):
@@ -43,66 +42,61 @@ class NetlinkHandle(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class LinkState:
-    index: int
-    up: bool  # administratively up and carrier present
-
-
 def _family(cidr: str) -> int:
     return socket.AF_INET6 if ":" in cidr else socket.AF_INET
 
 
 class RouteProgrammer:
     def __init__(
-        self, netlink: Callable[[], NetlinkHandle], *, protocol: int, ipv6: bool = True
+        self,
+        netlink: Callable[[], NetlinkHandle],
+        links: LinkMonitor,
+        *,
+        protocol: int,
+        ipv6: bool = True,
     ) -> None:
         self._netlink_factory = netlink
-        self._netlink: NetlinkHandle | None = None
+        self._links = links
         self.protocol = protocol
         self.ipv6 = ipv6
         self._desired: dict[str, str] = {}  # cidr -> interface
         self._actual: dict[str, int] | None = None  # cidr -> oif, ours only
-        self.links: dict[str, LinkState] = {}
         self.pending: frozenset[str] = frozenset()  # cidrs waiting for an interface
+
+    @property
+    def links(self) -> Mapping[str, LinkState]:
+        return self._links.links
 
     def set_routes(self, desired: Mapping[str, str]) -> None:
         self._desired = dict(desired)
 
     def mark_for_resync(self) -> None:
         self._actual = None
+        self._links.mark_stale()
 
-    def _handle(self) -> NetlinkHandle:
-        if self._netlink is None:
-            self._netlink = self._netlink_factory()
-        return self._netlink
-
-    def _read_links(self) -> dict[str, LinkState]:
-        out = {}
-        for link in self._handle().get_links():
-            name = link.get("ifname")
-            if not name:
-                continue
-            operstate = link.get("operstate")
-            up = bool(link["flags"] & _IFF_UP) and operstate in ("UP", "UNKNOWN")
-            out[name] = LinkState(link["index"], up)
-        return out
-
-    def _read_routes(self) -> dict[str, int]:
+    def _read_routes(self, handle: NetlinkHandle) -> dict[str, int]:
         out: dict[str, int] = {}
         families = [socket.AF_INET] + ([socket.AF_INET6] if self.ipv6 else [])
         for family in families:
-            for route in self._handle().get_routes(family=family, table=_MAIN_TABLE):
+            for route in handle.get_routes(family=family, table=_MAIN_TABLE):
                 if route["proto"] != self.protocol or route.get("dst") is None:
                     continue
                 out[f"{route.get('dst')}/{route['dst_len']}"] = route.get("oif") or 0
         return out
 
     def _sync(self) -> None:
-        handle = self._handle()
-        self.links = self._read_links()
+        # A handle per sync: pyroute2's handle belongs to the thread that
+        # made it, and each sync may run in a different worker thread.
+        handle = self._netlink_factory()
+        try:
+            self._sync_with(handle)
+        finally:
+            handle.close()
+
+    def _sync_with(self, handle: NetlinkHandle) -> None:
+        self._links.refresh()
         if self._actual is None:
-            self._actual = self._read_routes()
+            self._actual = self._read_routes(handle)
         actual = self._actual
         pending = []
         for cidr, iface in sorted(self._desired.items()):
@@ -157,8 +151,3 @@ class RouteProgrammer:
         self._desired = {}
         self.mark_for_resync()
         await self.apply()
-
-    def close(self) -> None:
-        if self._netlink is not None:
-            self._netlink.close()
-            self._netlink = None

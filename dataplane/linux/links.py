@@ -1,0 +1,130 @@
+"""LinkMonitor: the node's interfaces and their state, kept by netlink events.
+
+Reading every link is expensive on a node with thousands of interfaces
+(pyroute2 decodes each one), so the monitor reads them all only at start
+and when the platform's route refresh asks for it, and otherwise follows
+the kernel's RTM_NEWLINK / RTM_DELLINK notifications. Each notification
+updates one entry and pokes the platform, which wakes the main loop so an
+endpoint's oper status (or the route for a just-created interface) follows
+within moments, without polling.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+__all__ = ["LinkMonitor", "LinkState"]
+
+log = logging.getLogger(__name__)
+
+_IFF_UP = 1
+
+
+class _Netlink(Protocol):
+    def get_links(self) -> Any: ...
+
+    def bind(self) -> Any: ...
+
+    def get(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LinkState:
+    index: int
+    up: bool  # administratively up and carrier present
+
+
+def _parse(link: Any) -> tuple[str, LinkState] | None:
+    name = link.get("ifname")
+    if not name:
+        return None
+    up = bool(link["flags"] & _IFF_UP) and link.get("operstate") in ("UP", "UNKNOWN")
+    return name, LinkState(link["index"], up)
+
+
+class LinkMonitor:
+    def __init__(self, netlink: Callable[[], Any]) -> None:
+        self._factory = netlink
+        self.links: dict[str, LinkState] = {}
+        self._stale = True
+
+    def mark_stale(self) -> None:
+        """Read every link again at the next :meth:`refresh` (a refresh timer)."""
+        self._stale = True
+
+    def refresh(self) -> None:
+        """Blocking: the full read, if one is due. Called from a worker thread."""
+        if not self._stale:
+            return
+        handle = self._factory()
+        try:
+            self.links = dict(p for p in map(_parse, handle.get_links()) if p)
+        finally:
+            handle.close()
+        self._stale = False
+
+    def apply_events(self, messages: Iterable[Any]) -> bool:
+        """Fold link notifications in; True if any link changed."""
+        changed = False
+        for msg in messages:
+            event = msg.get("event")
+            if event not in ("RTM_NEWLINK", "RTM_DELLINK"):
+                continue
+            parsed = _parse(msg)
+            if parsed is None:
+                continue
+            name, state = parsed
+            if event == "RTM_DELLINK":
+                changed |= self.links.pop(name, None) is not None
+            elif self.links.get(name) != state:
+                self.links[name] = state
+                changed = True
+        return changed
+
+    def _listen(self, deliver: Callable[[Any], None]) -> None:
+        """Blocking, in one worker thread for its whole life: pyroute2's handle
+        only works from the thread that created it."""
+        handle: _Netlink = self._factory()
+        try:
+            handle.bind()
+            while True:
+                try:
+                    messages = handle.get()
+                except OSError as exc:
+                    if exc.errno != errno.ENOBUFS:
+                        raise
+                    # The kernel dropped notifications (a burst of thousands
+                    # of interfaces): we no longer know the truth, so read
+                    # everything again and keep listening.
+                    messages = None
+                trio.from_thread.run_sync(deliver, messages)
+        except trio.RunFinishedError:
+            return  # the driver is stopping
+        finally:
+            handle.close()
+
+    async def watch(self, on_change: Callable[[], None]) -> None:
+        """Follow link notifications forever, calling ``on_change`` on changes."""
+
+        def deliver(messages: Any) -> None:
+            if messages is None:
+                self.mark_stale()
+                on_change()
+            elif self.apply_events(messages):
+                on_change()
+
+        try:
+            await trio.to_thread.run_sync(self._listen, deliver, abandon_on_cancel=True)
+        except OSError as exc:
+            # Without notifications the route refresh timer still re-reads
+            # links; status just follows more slowly. Say so once.
+            log.warning("link monitor stopped (%s); falling back to refresh timers", exc)
+            self.mark_stale()
