@@ -24,12 +24,13 @@ __all__ = ["LinkMonitor", "LinkState"]
 log = logging.getLogger(__name__)
 
 _IFF_UP = 1
+_RTMGRP_LINK = 1
 
 
 class _Netlink(Protocol):
     def get_links(self) -> Any: ...
 
-    def bind(self) -> Any: ...
+    def bind(self, groups: int = ...) -> Any: ...
 
     def get(self) -> Any: ...
 
@@ -94,7 +95,9 @@ class LinkMonitor:
         only works from the thread that created it."""
         handle: _Netlink = self._factory()
         try:
-            handle.bind()
+            # Link notifications only: the default groups would also deliver
+            # every route and address change, including all of our own.
+            handle.bind(groups=_RTMGRP_LINK)
             while True:
                 try:
                     messages = handle.get()
