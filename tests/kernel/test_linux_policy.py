@@ -159,6 +159,17 @@ def test_tampering_is_repaired_within_a_refresh_interval(topology: Topology) -> 
         # Someone empties the web selector set: web loses access until repaired.
         node.run("ipset", "flush", "cali40s:web")
         cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True), deadline=10)
+        # Someone destroys one of our sets (the kernel only allows that for a
+        # set no rule references yet).
+        felix.send(pb.IPSetUpdate(id="s:spare", members=["10.65.9.9"]))
+        end = time.monotonic() + 10
+        while "cali40s:spare" not in node.run("ipset", "list", "-n").stdout:
+            assert time.monotonic() < end, "spare set never created"
+        node.run("ipset", "destroy", "cali40s:spare")
+        end = time.monotonic() + 10
+        while "cali40s:spare" not in node.run("ipset", "list", "-n").stdout:
+            assert time.monotonic() < end, "destroyed set not repaired"
+        assert "10.65.9.9" in node.run("ipset", "list", "cali40s:spare").stdout
         # Someone deletes the route to a pod.
         node.ip("route", "del", f"{api.ipv4}/32")
         cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True), deadline=10)
