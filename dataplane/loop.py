@@ -241,6 +241,11 @@ class Dataplane:
             with trio.CancelScope(deadline=self._wake_at()) as self._wait_scope:
                 batch = await source.receive_batch()
             self._wait_scope = None
+            if batch is None:
+                # Woken by a timer or the platform: still take what is already
+                # waiting first, so the apply includes it (a due timer would
+                # otherwise cancel the receive before it read the queue).
+                batch = source.poll() or None
             if batch is not None:
                 if not batch:
                     await self._finish()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from datetime import UTC, datetime
 
 import pytest
@@ -272,5 +273,34 @@ def test_end_of_input_flushes_pending_work() -> None:
         dp.close_input()
         await dp.run()
         assert "s:late" in platform.programmed.ipsets
+
+    run_trio(main)
+
+
+def test_a_due_platform_timer_does_not_starve_queued_input() -> None:
+    """With a refresh always due, the receive is cancelled at once; what is
+    already queued must still go into the very next apply."""
+
+    class Busy(SimPlatform):
+        def wants_apply_at(self) -> float:
+            return -math.inf
+
+    async def main() -> None:
+        platform = Busy()
+        dp = Dataplane(platform)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            dp.send_message(pb.InSync())
+            # The loop never blocks here (always due), so the mock clock never
+            # moves: step the scheduler instead of sleeping.
+            while not dp.in_sync:
+                await trio.lowlevel.checkpoint()
+            applies = platform.apply_count
+            dp.send_message(ipset("s:late", "10.0.0.1"))
+            while "s:late" not in platform.programmed.ipsets:
+                assert platform.apply_count <= applies + 1, "queued input skipped by an apply"
+                await trio.lowlevel.checkpoint()
+            dp.close_input()
+            nursery.cancel_scope.cancel()
 
     run_trio(main)
