@@ -345,17 +345,20 @@ class LinuxPlatform(DesiredState):
                 version, self.names, marks, self._ipsets.kernel_name(ALL_POOLS_SET, version)
             )
             nat = self._tables[("nat", version)]
+            frontends_changed = everything
             for key in keys:
                 service = self.services.get(key)
                 rendered = renderer.render(service) if service else RenderedService()
                 self._set_group(nat, f"svc:{key}", rendered.chains)
-                self._frontends[(version, key)] = rendered.frontends
-                if service is None:
-                    del self._frontends[(version, key)]
-                else:
+                old = self._frontends.pop((version, key), [])
+                frontends_changed |= old != rendered.frontends
+                if service is not None:
+                    self._frontends[(version, key)] = rendered.frontends
                     self._local_endpoints[key] = max(
                         rendered.local_endpoints, self._local_endpoints.get(key, 0)
                     )
+            if not frontends_changed:
+                continue  # only backends changed: the tree and reject chain stand
             frontends = [f for (v, _), fs in self._frontends.items() if v == version for f in fs]
             # Only the dispatch tree's leaves for changed frontends differ, so
             # the table rewrites just those chains.
@@ -372,16 +375,21 @@ class LinuxPlatform(DesiredState):
 
     # --- apply -------------------------------------------------------------------------
 
-    def _refresh_due(self) -> None:
-        now = self._clock()
-        intervals = {
+    def _intervals(self) -> dict[str, float]:
+        return {
             "iptables": self.config.iptables_refresh_interval,
             "ipsets": self.config.ipsets_refresh_interval,
             "routes": self.config.route_refresh_interval,
         }
-        for timer, interval in intervals.items():
+
+    def _refresh_due(self) -> list[str]:
+        """Mark what is due for a re-read of the kernel; the timers that fired."""
+        now = self._clock()
+        fired = []
+        for timer in self._intervals():
             if now < self._next_refresh.get(timer, math.inf):
                 continue
+            fired.append(timer)
             if timer == "iptables":
                 for table in self._tables.values():
                     table.mark_for_resync()
@@ -390,6 +398,15 @@ class LinuxPlatform(DesiredState):
             elif timer == "routes" and self._routes and self._sysctls:
                 self._routes.mark_for_resync()
                 self._sysctls.mark_for_resync()
+        return fired
+
+    def _reschedule(self, fired: list[str]) -> None:
+        # From the end of the apply: a refresh that takes long (re-reading a
+        # huge table) must not find itself due again the moment it finishes.
+        now = self._clock()
+        intervals = self._intervals()
+        for timer in fired:
+            interval = intervals[timer]
             self._next_refresh[timer] = now + interval if interval > 0 else math.inf
 
     async def apply(self) -> None:
@@ -406,7 +423,15 @@ class LinuxPlatform(DesiredState):
             await self._start()
         assert self._ipsets is not None and self._routes is not None
         assert self._sysctls is not None
-        self._refresh_due()
+        fired = self._refresh_due()
+        try:
+            await self._program()
+        finally:
+            self._reschedule(fired)
+
+    async def _program(self) -> None:
+        assert self._ipsets is not None and self._routes is not None
+        assert self._sysctls is not None
         self._render()
         await self._ipsets.apply_updates()
         for table in ("raw", "mangle", "nat", "filter"):
