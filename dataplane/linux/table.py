@@ -15,6 +15,15 @@ ever written or removed.
 Ordering inside one restore: declare (create or flush) every chain we
 rewrite, flush stale chains, write rules, fix hook rules in built-in
 chains, and only then delete stale chains, so no reference ever dangles.
+
+Large loads: iptables-nft-restore slows quadratically with the number of
+chains declared in one transaction (5,000 services are ~55,000 chains:
+85 s in one go, ~2 s in batches). A chain that does not exist yet is
+unreachable until some rule jumps to it, so when an apply creates many
+chains they are preloaded first, leaves first, in batches; the final
+restore -- everything that changes an existing chain, the hooks and the
+deletions -- is still one atomic transaction, so no packet ever sees a
+half-written policy.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.iptables import Chain, IptRule, parse_save, render_rule, rule_hashes
 
 __all__ = ["IptablesCommands", "Table"]
+
+PRELOAD_THRESHOLD = 2000  # new chains in one apply beyond which they are preloaded
+PRELOAD_BATCH = 2000  # chains per preload restore
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +78,8 @@ class Table:
         *,
         prefix: str = "cali-",
         insert_mode: str = "insert",
+        preload_threshold: int = PRELOAD_THRESHOLD,
+        preload_batch: int = PRELOAD_BATCH,
     ) -> None:
         self.name = name
         self.version = version
@@ -73,6 +87,8 @@ class Table:
         self._commands = commands
         self.prefix = prefix
         self.insert_mode = insert_mode
+        self.preload_threshold = preload_threshold
+        self.preload_batch = preload_batch
         self._desired: dict[str, tuple[IptRule, ...]] = {}
         self._hashes: dict[str, list[str]] = {}  # of desired chains, computed once
         self._dirty: set[str] = set()  # chains to compare at the next apply
@@ -179,6 +195,55 @@ class Table:
             return []
         return [f"*{self.name}", *body, "COMMIT", ""]
 
+    def _preload_order(self) -> list[str]:
+        """New chains to create ahead of the final restore, leaves first."""
+        actual = self._actual_chains
+        assert actual is not None
+        new = {n for n in self._dirty if n in self._desired and n not in actual}
+        if len(new) <= self.preload_threshold:
+            return []
+        order: list[str] = []
+        done: set[str] = set()
+
+        def visit(name: str) -> None:
+            # Post-order: every new chain a chain jumps to comes before it.
+            # iptables refuses loops, so desired chains form a DAG.
+            done.add(name)
+            for rule in self._desired[name]:
+                parts = rule.action.split()
+                if len(parts) > 1 and parts[0] in ("-j", "-g"):
+                    target = parts[1]
+                    if target in new and target not in done:
+                        visit(target)
+            order.append(name)
+
+        for name in sorted(new):
+            if name not in done:
+                visit(name)
+        return order
+
+    async def _restore(self, lines: list[str]) -> None:
+        try:
+            await self._runner.run(self._commands.restore, stdin="\n".join(lines).encode())
+        except ProgrammingError as exc:
+            self.mark_for_resync()
+            raise ProgrammingError(f"iptables v{self.version} table {self.name}: {exc}") from None
+        self.writes += 1
+
+    async def _preload(self) -> None:
+        actual = self._actual_chains
+        assert actual is not None
+        order = self._preload_order()
+        for start in range(0, len(order), self.preload_batch):
+            batch = order[start : start + self.preload_batch]
+            lines = [f"*{self.name}", *(f":{name} - [0:0]" for name in batch)]
+            for name in batch:
+                pairs = zip(self._desired[name], self._hashes[name], strict=True)
+                lines.extend(render_rule(name, r, h) for r, h in pairs)
+            await self._restore([*lines, "COMMIT", ""])
+            for name in batch:
+                actual[name] = list(self._hashes[name])
+
     async def apply(self) -> bool:
         """Bring the kernel to the desired state; True if anything was written."""
         if self._actual_chains is None:
@@ -186,16 +251,13 @@ class Table:
             # Compare everything against what the kernel really holds, and
             # notice our chains that nobody wants any more.
             self._dirty = set(self._desired) | set(self._actual_chains or ())
+        writes = self.writes
+        await self._preload()
         lines = self._restore_input()
         if not lines:
             self._dirty.clear()
-            return False
-        try:
-            await self._runner.run(self._commands.restore, stdin="\n".join(lines).encode())
-        except ProgrammingError as exc:
-            self.mark_for_resync()
-            raise ProgrammingError(f"iptables v{self.version} table {self.name}: {exc}") from None
-        self.writes += 1
+            return self.writes > writes
+        await self._restore(lines)
         self._after_write()
         return True
 
