@@ -26,9 +26,16 @@ def netns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
-def _table(netns: str, backend: str, **kwargs: int) -> Table:
+def _table(netns: str, backend: str, threshold: int = 2000, batch: int = 2000) -> Table:
     commands = IptablesCommands.for_backend(backend, 4)
-    return Table("filter", 4, ProcessRunner(netns), commands, **kwargs)
+    return Table(
+        "filter",
+        4,
+        ProcessRunner(netns),
+        commands,
+        preload_threshold=threshold,
+        preload_batch=batch,
+    )
 
 
 def _saved(netns: str, backend: str) -> str:
@@ -55,7 +62,7 @@ def _tree(width: int) -> list[Chain]:
 @pytest.mark.parametrize("backend", ["nft", "legacy"])
 def test_writes_only_differences_and_preloads_large_loads(netns: str, backend: str) -> None:
     async def main() -> None:
-        table = _table(netns, backend, preload_threshold=10, preload_batch=7)
+        table = _table(netns, backend, threshold=10, batch=7)
         table.set_chains(_tree(12))  # 25 new chains: preloaded in batches
         table.set_hooks("FORWARD", [IptRule("", "-j cali-root")])
         assert await table.apply()
