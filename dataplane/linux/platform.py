@@ -104,7 +104,6 @@ class LinuxPlatform(DesiredState):
         self._routes: RouteProgrammer | None = None
         self._sysctls: SysctlWriter | None = None
         self._renderers: dict[int, FilterRenderer] = {}
-        self._nat: dict[int, NatRenderer] = {}
         self._next_refresh: dict[str, float] = {}
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
@@ -129,7 +128,6 @@ class LinuxPlatform(DesiredState):
             log.warning("IptablesBackend/Ipv6Support changes take effect after a restart")
         self.config = config
         self._renderers = {}
-        self._nat = {}
         self._rerender_all = True
         self._pools_dirty = True
         self._dirty_services |= set(self.services)
