@@ -59,9 +59,7 @@ import hashlib
 import io
 import json
 import logging
-import math
 import os
-import platform
 import pstats
 import random
 import resource
@@ -83,6 +81,7 @@ from google.protobuf.message import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import machine, markdown_table, percentile, timed_tool
 from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.framing import FrameDecoder
 from dataplane.linux.ipsets import IPSetsProgrammer
@@ -798,16 +797,6 @@ def child_measure(args: argparse.Namespace) -> None:
     (workdir / "result.json").write_text(json.dumps(result))
 
 
-def _timed_tool(argv: list[str], stdin_path: Path) -> float:
-    with stdin_path.open("rb") as stdin:
-        start = time.perf_counter()
-        proc = subprocess.run(argv, stdin=stdin, capture_output=True, check=False)
-        elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr[:500]!r}")
-    return elapsed
-
-
 def child_floor(args: argparse.Namespace) -> None:
     """Load the saved state with the plain tools (inside a fresh namespace)."""
     workdir, b = Path(args.workdir), args.backend
@@ -817,10 +806,10 @@ def child_floor(args: argparse.Namespace) -> None:
     if leftovers or rules:
         raise RuntimeError(f"floor namespace is not empty: {leftovers[:5]} {rules} rules")
     floor = {
-        "ipset": _timed_tool(["ipset", "restore"], workdir / "ipset.save"),
-        "iptables": _timed_tool([f"iptables-{b}-restore"], workdir / "iptables.save"),
-        "ip6tables": _timed_tool([f"ip6tables-{b}-restore"], workdir / "ip6tables.save"),
-        "routes": _timed_tool(["ip", "-batch", "-"], workdir / "routes.batch"),
+        "ipset": timed_tool(["ipset", "restore"], workdir / "ipset.save"),
+        "iptables": timed_tool([f"iptables-{b}-restore"], workdir / "iptables.save"),
+        "ip6tables": timed_tool([f"ip6tables-{b}-restore"], workdir / "ip6tables.save"),
+        "routes": timed_tool(["ip", "-batch", "-"], workdir / "routes.batch"),
     }
     check = {
         "rules_v4": _sh([f"iptables-{b}-save"]).count("\n-A "),
@@ -832,35 +821,6 @@ def child_floor(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------
 # Orchestration and report (parent side).
 # ---------------------------------------------------------------------------
-
-
-def _pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (p99 of 50 values is the largest)."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
-def _tool_version(argv: list[str]) -> str:
-    try:
-        return _run(argv).strip().splitlines()[0]
-    except (RuntimeError, OSError, IndexError):
-        return "?"
-
-
-def machine() -> str:
-    cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return (
-        f"nproc {os.cpu_count()}, {cpu}, kernel {platform.release()}, "
-        f"Python {platform.python_version()}, {_tool_version(['iptables-legacy', '--version'])}, "
-        f"{_tool_version(['iptables-nft', '--version'])}, {_tool_version(['ipset', '--version'])}"
-    )
 
 
 @contextlib.contextmanager
@@ -915,7 +875,7 @@ def _summary_row(r: dict[str, Any]) -> list[str]:
         f"{floor_total:.2f} s ({floor['ipset']:.2f} ipset + "
         f"{floor['iptables'] + floor['ip6tables']:.2f} iptables + {floor['routes']:.2f} routes)",
         f"{r['programmed_s'] / floor_total:.1f}x",
-        f"{_pct(lat, 50):.0f} / {_pct(lat, 99):.0f} ms" if lat else "-",
+        f"{percentile(lat, 50):.0f} / {percentile(lat, 99):.0f} ms" if lat else "-",
         f"{r['rss_kb_after_load'] / 1024:.0f} MB",
     ]
 
@@ -925,12 +885,6 @@ def _gc(stats: dict[str, Any]) -> str:
         f"{stats['seconds']:.2f} s ({stats['gen2']} full collections,"
         f" longest pause {stats['longest_s'] * 1000:.0f} ms)"
     )
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def report(results: list[dict[str, Any]], sizes: Sizes, elapsed: float) -> None:
@@ -953,7 +907,7 @@ def report(results: list[dict[str, Any]], sizes: Sizes, elapsed: float) -> None:
         f"add one endpoint p50 / p99 ({len(results[0]['latencies_s'])} additions)",
         "peak RSS after load",
     ]
-    print(_table(header, [_summary_row(r) for r in results]))
+    print(markdown_table(header, [_summary_row(r) for r in results]))
     print()
     print("Stage breakdown of the initial programming (seconds; phase 2 = one apply):")
     labels: list[str] = []
@@ -965,7 +919,7 @@ def report(results: list[dict[str, Any]], sizes: Sizes, elapsed: float) -> None:
         for label in sorted(labels)
     ]
     rows.append(["**programmed**", *(f"{r['programmed_s']:.3f}" for r in results)])
-    print(_table(["stage", *(r["backend"] for r in results)], rows))
+    print(markdown_table(["stage", *(r["backend"] for r in results)], rows))
     print()
     print("Applies while adding endpoints (median per apply, ms):")
     labels = []
@@ -985,7 +939,7 @@ def report(results: list[dict[str, Any]], sizes: Sizes, elapsed: float) -> None:
         for label in sorted(labels)
     ]
     rows.append(["applies during the additions", *(str(r["latency_applies"]) for r in results)])
-    print(_table(["stage", *(r["backend"] for r in results)], rows))
+    print(markdown_table(["stage", *(r["backend"] for r in results)], rows))
     print()
     for r in results:
         lat = sorted(x * 1000 for x in r["latencies_s"]) or [float("nan")]

@@ -55,9 +55,7 @@ import io
 import ipaddress
 import json
 import logging
-import math
 import os
-import platform
 import pstats
 import random
 import resource
@@ -80,6 +78,7 @@ from google.protobuf.message import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import machine, markdown_table, percentile, timed_tool
 from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.framing import FrameDecoder
 from dataplane.linux.cmd import CommandResult, ProcessRunner
@@ -565,16 +564,6 @@ def child_driver(args: argparse.Namespace) -> None:
     (workdir / "result.json").write_text(json.dumps(result))
 
 
-def _timed(argv: list[str], stdin_path: Path) -> float:
-    with stdin_path.open("rb") as stdin:
-        start = time.perf_counter()
-        proc = subprocess.run(argv, stdin=stdin, capture_output=True, check=False)
-        elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr[:500]!r}")
-    return elapsed
-
-
 def child_floor(args: argparse.Namespace) -> None:
     """Load the saved tables with the plain tools (inside a fresh namespace)."""
     workdir, b = Path(args.workdir), args.backend
@@ -587,9 +576,9 @@ def child_floor(args: argparse.Namespace) -> None:
     sets = subprocess.run(["ipset", "list", "-name"], capture_output=True, check=True).stdout
     if sets.split() or any(rules(t) for t in tools):
         raise RuntimeError("floor namespace is not empty")
-    floor = {"ipset restore": _timed(["ipset", "restore"], workdir / "ipset.save")}
+    floor = {"ipset restore": timed_tool(["ipset", "restore"], workdir / "ipset.save")}
     for tool in tools:
-        floor[f"{tool}-restore"] = _timed([f"{tool}-{b}-restore"], workdir / f"{tool}.save")
+        floor[f"{tool}-restore"] = timed_tool([f"{tool}-{b}-restore"], workdir / f"{tool}.save")
     check = {tool: rules(tool) for tool in tools}
     (workdir / "floor.json").write_text(json.dumps({"floor": floor, "check": check}))
 
@@ -744,48 +733,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (p99 of 50 values is the largest)."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
 
 
 def _secs(seconds: float) -> str:
     return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _tool_version(argv: list[str]) -> str:
-    try:
-        out = subprocess.run(argv, capture_output=True, check=False, timeout=10).stdout
-        return out.decode().strip().splitlines()[0]
-    except (OSError, IndexError, subprocess.SubprocessError):
-        return "?"
-
-
-def machine() -> str:
-    cpu = "?"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return (
-        f"nproc {os.cpu_count()}, {cpu}, kernel {platform.release()}, "
-        f"Python {platform.python_version()}, {_tool_version(['iptables-nft', '--version'])},"
-        f" {_tool_version(['iptables-legacy', '--version'])}"
-    )
 
 
 @dataclass(slots=True)
@@ -850,7 +803,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         ["programmed / floor", f"{r['programmed_s'] / floor_s:.1f}x", ""],
         [
             f"one backend change, p50 / p99 ({n} changes)",
-            f"{_ms(_pct(lat, 50))} / {_ms(_pct(lat, 99))}",
+            f"{_ms(percentile(lat, 50))} / {_ms(percentile(lat, 99))}",
             "send_message of a ServiceBackendsUpdate (one address replaced) until the"
             " platform's apply that consumed it returns"
             + (
@@ -862,7 +815,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         ],
         [
             "… of which the apply that consumed it, p50 / p99",
-            f"{_ms(_pct(applies, 50))} / {_ms(_pct(applies, 99))}",
+            f"{_ms(percentile(applies, 50))} / {_ms(percentile(applies, 99))}",
             f"render median {_ms(statistics.median(c['render_s'] for c in r['changes']))},"
             f" iptables-restore median"
             f" {_ms(statistics.median(c['restore_s'] for c in r['changes']))}",
@@ -882,7 +835,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         rows.append(
             [
                 f"TCP connect, {label}, p50 / p99",
-                f"{_pct(us, 50):.0f} / {_pct(us, 99):.0f} µs",
+                f"{percentile(us, 50):.0f} / {percentile(us, 99):.0f} µs",
                 f"{len(us)} connects from the client pod, interleaved"
                 + (f", {failures[label]} failed" if failures[label] else ""),
             ]
@@ -895,13 +848,13 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
             " MB right after the first apply)",
         ]
     )
-    print(_table(["metric", "value", "how"], rows))
+    print(markdown_table(["metric", "value", "how"], rows))
     print()
     print("First apply, where the time went (seconds):")
     stages = sorted(r["stages"].items(), key=lambda kv: -kv[1])
     rows = [[k, f"{v:.3f}"] for k, v in stages if v >= 0.0005]
     rows.append(["**programmed**", f"{r['programmed_s']:.3f}"])
-    print(_table(["stage", "seconds"], rows))
+    print(markdown_table(["stage", "seconds"], rows))
     print()
     print(
         "Restores in the first apply: "

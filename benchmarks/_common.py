@@ -1,0 +1,69 @@
+"""Helpers the kernel benchmarks share: timing a tool, percentiles, reports."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["machine", "markdown_table", "percentile", "timed_tool"]
+
+
+def timed_tool(argv: list[str], stdin_path: Path) -> float:
+    """Run ``argv`` with ``stdin_path`` as input; its wall time in seconds."""
+    with stdin_path.open("rb") as stdin:
+        start = time.perf_counter()
+        proc = subprocess.run(argv, stdin=stdin, capture_output=True, check=False)
+        elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr[:500]!r}")
+    return elapsed
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (p99 of 50 values is the largest)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _tool_version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, check=False, timeout=10).stdout
+        return out.decode().strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "?"
+
+
+def machine() -> str:
+    """One line naming the machine and the kernel tools' versions."""
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    tools = ", ".join(
+        _tool_version(argv)
+        for argv in (
+            ["iptables-legacy", "--version"],
+            ["iptables-nft", "--version"],
+            ["ipset", "--version"],
+        )
+    )
+    return (
+        f"nproc {os.cpu_count()}, {cpu}, kernel {platform.release()}, "
+        f"Python {platform.python_version()}, {tools}"
+    )
