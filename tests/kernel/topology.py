@@ -25,12 +25,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
@@ -59,7 +57,6 @@ __all__ = [
     "list_netns",
     "requires_root",
     "topology",
-    "wait_until",
 ]
 
 Proto = Literal["tcp", "udp"]
@@ -110,20 +107,6 @@ def list_netns() -> list[str]:
     """Names of all namespaces ``ip netns`` knows, in any test run."""
     out = _run(["ip", "netns", "list"]).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    """Poll ``condition`` until it holds; fail with ``what`` at the deadline.
-
-    The poll tick is the only sleep in this library, and is always bounded.
-    """
-    deadline = time.monotonic() + timeout
-    tick = 0.005
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise TopologyError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(tick)
-        tick = min(tick * 2, 0.1)
 
 
 def _skip_reason() -> str | None:
@@ -274,8 +257,16 @@ class Node(Namespace):
             *("link", "add", iface, "address", HOST_VETH_MAC, "type", "veth"),
             *("peer", "name", "eth0", "netns", pod.netns),
         )
-        # The pod's IPv6 gateway is this side's link-local, so IPv6 must be on here.
-        self.set_sysctls({f"net.ipv6.conf.{iface}.disable_ipv6": 0})
+        # The pod's IPv6 gateway is this side's link-local, so IPv6 must be on
+        # here. The address is assigned explicitly (no autogeneration, no DAD)
+        # so it is usable the moment the link is up: nothing to wait for.
+        self.set_sysctls(
+            {
+                f"net.ipv6.conf.{iface}.disable_ipv6": 0,
+                f"net.ipv6.conf.{iface}.addr_gen_mode": 1,
+            }
+        )
+        self.ip("addr", "add", f"{HOST_VETH_LL}/64", "dev", iface, "nodad")
         self.ip("link", "set", iface, "up")
         commands = ["link set lo up", "link set eth0 up", f"addr add {ipv4}/32 dev eth0"]
         if ipv6 is not None:
@@ -287,19 +278,7 @@ class Node(Namespace):
         if ipv6 is not None:
             commands.append(f"route add default via {HOST_VETH_LL} dev eth0")
         pod.ip_batch(*commands)
-        if ipv6 is not None:
-            wait_until(
-                lambda: self._link_local_ready(iface), f"{HOST_VETH_LL} on {self.name}/{iface}"
-            )
         return pod
-
-    def _link_local_ready(self, iface: str) -> bool:
-        out = self.ip("-6", "-j", "addr", "show", "dev", iface, "scope", "link").stdout
-        for link in json.loads(out or "[]"):
-            for addr in link.get("addr_info", []):
-                if addr.get("local") == HOST_VETH_LL and not addr.get("tentative"):
-                    return True
-        return False
 
     def wire_pod_manually(self, pod: Pod) -> None:
         """Do the driver's job for ``pod`` (routes, proxy ARP, forwarding).
