@@ -46,14 +46,9 @@ class NatRenderer:
         snat = tuple(
             IptRule(f"-s {f.int_ip} -d {f.int_ip}", f"-j SNAT --to-source {f.ext_ip}") for f in fips
         )
-        ports = ""
-        if self.nat_port_range:
-            lo, hi = self.nat_port_range
-            ports = f" --to-ports {lo}-{hi}" if lo != hi else f" --to-ports {lo}"
-        outgoing = IptRule(
+        outgoing = self._masquerade(
             f"-m set --match-set {self.masq_pools_set} src"
-            f" -m set ! --match-set {self.all_pools_set} dst",
-            f"-j MASQUERADE{ports}",
+            f" -m set ! --match-set {self.all_pools_set} dst"
         )
         services = IptRule("", f"-j {n.top('SERVICES')}")
         masq = has_mark(self.masq_mark)
@@ -66,14 +61,34 @@ class NatRenderer:
                     IptRule("", f"-j {n.top('fip-snat')}"),
                     # Service traffic marked for it (hairpin, off-node
                     # backends, external Cluster-policy traffic).
-                    IptRule(masq, f"-j MASQUERADE{ports}"),
+                    *self._masquerade(masq),
                     IptRule("", f"-j {n.top('nat-outgoing')}"),
                 ),
             ),
             Chain(n.top("fip-dnat"), dnat),
             Chain(n.top("fip-snat"), snat),
-            Chain(n.top("nat-outgoing"), (outgoing,)),
+            Chain(n.top("nat-outgoing"), outgoing),
         ]
+
+    def _masquerade(self, match: str) -> tuple[IptRule, ...]:
+        """MASQUERADE what ``match`` selects, within ``NATPortRange`` if set.
+
+        The kernel takes ``--to-ports`` only with ``-p tcp|udp|sctp|...``
+        (a port range means nothing to ICMP), so with a range there is one
+        rule for TCP and UDP and a last one, without ports, for the rest
+        -- as Felix writes it.
+        """
+        if not self.nat_port_range:
+            return (IptRule(match, "-j MASQUERADE"),)
+        lo, hi = self.nat_port_range
+        ports = f"--to-ports {lo}-{hi}" if lo != hi else f"--to-ports {lo}"
+        return (
+            *(
+                IptRule(f"-p {proto} {match}".strip(), f"-j MASQUERADE {ports}")
+                for proto in ("tcp", "udp")
+            ),
+            IptRule(match, "-j MASQUERADE"),
+        )
 
     def hooks(self) -> Mapping[str, tuple[IptRule, ...]]:
         n = self.names

@@ -102,21 +102,27 @@ class RuleRenderer:
             return [n for n in values if _family(n) == v]
 
         m = self.marks
-        for flag, values, bit, negate in (
-            ("-s", rule.src_nets, m.src_net, False),
-            ("-d", rule.dst_nets, m.dst_net, False),
-            ("-s", rule.not_src_nets, m.not_src_net, True),
-            ("-d", rule.not_dst_nets, m.not_dst_net, True),
+        for flag, wanted, unwanted, any_bit, none_bit in (
+            ("-s", nets(rule.src_nets), nets(rule.not_src_nets), m.src_net, m.not_src_net),
+            ("-d", nets(rule.dst_nets), nets(rule.not_dst_nets), m.dst_net, m.not_dst_net),
         ):
-            own = nets(values)
-            if len(own) == 1:
-                match.append(f"{'! ' if negate else ''}{flag} {own[0]}")
-            elif own:
-                # One rule per CIDR marks a hit; the final rule requires a hit
-                # (any of them) or, negated, its absence (none of them).
-                blocks.append(IptRule("", clear_mark(bit)))
-                blocks.extend(IptRule(f"{flag} {n}", set_mark(bit)) for n in own)
-                match.append(lacks_mark(bit) if negate else has_mark(bit))
+            # iptables takes each of -s and -d once per rule ("multiple -d
+            # flags not allowed"), so a single CIDR goes inline only while
+            # the flag is still free; everything else goes through a mark:
+            # one rule per CIDR marks a hit, the final rule requires a hit
+            # (any of them) or, negated, its absence (none of them). An
+            # ipBlock with an except is the common case of both at once.
+            inline = len(wanted) == 1
+            if inline:
+                match.append(f"{flag} {wanted[0]}")
+            elif wanted:
+                blocks.extend(self._mark_any(flag, wanted, any_bit))
+                match.append(has_mark(any_bit))
+            if len(unwanted) == 1 and not inline:
+                match.append(f"! {flag} {unwanted[0]}")
+            elif unwanted:
+                blocks.extend(self._mark_any(flag, unwanted, none_bit))
+                match.append(lacks_mark(none_bit))
 
         def names(ids: tuple[str, ...]) -> list[str] | None:
             """Kernel names; None if a set is missing (empty: no match possible)."""
@@ -168,6 +174,14 @@ class RuleRenderer:
         if rule.not_icmp:
             match.append(self._icmp(rule.not_icmp, negate=True))
         return blocks + self._action(rule.action, " ".join(match))
+
+    @staticmethod
+    def _mark_any(flag: str, nets: Sequence[str], bit: int) -> list[IptRule]:
+        """Rules that set ``bit`` on a packet whose ``flag`` address is in any of ``nets``."""
+        return [
+            IptRule("", clear_mark(bit)),
+            *(IptRule(f"{flag} {n}", set_mark(bit)) for n in nets),
+        ]
 
     def _icmp(self, icmp: IcmpMatch, *, negate: bool) -> str:
         bang = "! " if negate else ""
