@@ -207,6 +207,15 @@ def _text(raw: str) -> str:
     return raw.strip()
 
 
+def _log_prefix(raw: str) -> str:
+    # It goes into --log-prefix "<prefix>: ", which the kernel caps at 29
+    # bytes; Felix's own validation allows this alphabet.
+    text = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9%: /_.-]{0,27}", text):
+        raise ValueError("at most 27 of A-Z a-z 0-9 % : / _ . - and space")
+    return text
+
+
 # Felix key -> (Config attribute, parser).
 _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "InterfacePrefix": ("interface_prefixes", _prefixes),
@@ -235,7 +244,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
         "iptables_filter_deny_action",
         _choice("DROP", "REJECT", upper=True),
     ),
-    "LogPrefix": ("log_prefix", _text),
+    "LogPrefix": ("log_prefix", _log_prefix),
     "FailsafeInboundHostPorts": ("failsafe_inbound_host_ports", _failsafes),
     "FailsafeOutboundHostPorts": ("failsafe_outbound_host_ports", _failsafes),
     "NATPortRange": ("nat_port_range", _optional_port_range),

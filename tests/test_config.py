@@ -83,3 +83,10 @@ def test_invalid_values_name_key_and_value(key: str, value: str) -> None:
         parse_config({key: value, "Other": "x"})
     assert f"config[{key}]" in str(info.value)
     assert repr(value) in str(info.value)
+
+
+def test_log_prefix_is_limited_to_a_safe_alphabet() -> None:
+    assert parse_config({"LogPrefix": "calico-drop %k"}).log_prefix == "calico-drop %k"
+    for bad in ('x" -j ACCEPT', "a\nb", "x" * 40):
+        with pytest.raises(ConfigError):
+            parse_config({"LogPrefix": bad})

@@ -286,6 +286,16 @@ def test_ports_and_ranges_convert() -> None:
             "tcp",
         ),
         (
+            _rule(action="allow", protocol=pb.Protocol(number=0)),
+            "policy.inbound_rules[0].protocol.number",
+            0,
+        ),
+        (
+            _rule(action="allow", protocol=pb.Protocol(name="icmp"), icmp_type=255),
+            "policy.inbound_rules[0].icmp_type",
+            "255",
+        ),
+        (
             _rule(action="allow", src_ip_set_ids=[""]),
             "policy.inbound_rules[0].src_ip_set_ids[0]",
             "",
@@ -354,6 +364,12 @@ def test_workload_endpoint_with_tiers_converts() -> None:
             "endpoint.tiers[0].default_action",
         ),
         (lambda m: setattr(m.id, "workload_id", ""), "id.workload_id"),
+        # Restore syntax, iptables wildcards and path steps never reach the kernel.
+        (lambda m: setattr(m.endpoint, "name", "cali1\n-A X"), "endpoint.name"),
+        (lambda m: setattr(m.endpoint, "name", "cali+"), "endpoint.name"),
+        (lambda m: setattr(m.endpoint, "name", ".."), "endpoint.name"),
+        (lambda m: setattr(m.endpoint, "name", 'ca"li'), "endpoint.name"),
+        (lambda m: setattr(m.endpoint, "name", "cali\u00e9"), "endpoint.name"),
     ],
 )
 def test_invalid_workload_endpoints_are_rejected(mutate: object, field: str) -> None:
@@ -391,3 +407,15 @@ def test_host_endpoint_all_tier_kinds() -> None:
     mgr.on_update(pb.HostEndpointRemove(id=pb.HostEndpointID(endpoint_id="node-eth0")))
     mgr.complete_deferred_work()
     assert not platform.desired.host_endpoints
+
+
+def test_host_endpoint_interface_name_is_validated() -> None:
+    mgr = EndpointManager(SimPlatform())
+    with pytest.raises(InputError) as info:
+        mgr.on_update(
+            pb.HostEndpointUpdate(
+                id=pb.HostEndpointID(endpoint_id="h"),
+                endpoint=pb.HostEndpoint(name="eth0 -j ACCEPT"),
+            )
+        )
+    assert info.value.field == "endpoint.name"

@@ -24,6 +24,7 @@ __all__ = [
     "SavedTable",
     "parse_save",
     "rule_hashes",
+    "safe_comment",
 ]
 
 HASH_COMMENT_PREFIX = "cali:"
@@ -76,8 +77,21 @@ def render_rule(
     return " ".join(parts)
 
 
+# What a label comment may hold. Comments carry names from messages (tier
+# names), which only label, so anything outside this alphabet becomes "_":
+# no quote, backslash, newline or NUL can end the comment, the line or the
+# restore input, whatever a message says.
+_COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:/=@+-]")
+_COMMENT_MAX = 200  # the kernel takes 255 bytes; leave room for the quotes
+
+
+def safe_comment(text: str) -> str:
+    """``text`` reduced to the label alphabet and length (pure, idempotent)."""
+    return _COMMENT_UNSAFE.sub("_", text[:_COMMENT_MAX])
+
+
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "").replace('"', "'")[:250] + '"'
+    return '"' + safe_comment(text) + '"'
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ rejected message leaves all state untouched.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
@@ -195,12 +196,13 @@ def _protocol(proto: pb.Protocol, field: str) -> str | None:
         return None
     if which == "number":
         number = proto.number
-        if not 0 <= number <= 255:
-            raise InputError(f"{field}.number", number, "protocol number out of range 0-255")
+        # 0 would mean "any protocol" to iptables, not IPv6 hop-by-hop.
+        if not 1 <= number <= 255:
+            raise InputError(f"{field}.number", number, "protocol number out of range 1-255")
         return _PROTOCOL_NAMES.get(number, str(number))
     name = proto.name.lower()
     if name not in _KNOWN_PROTOCOLS:
-        if name.isdigit() and int(name) <= 255:
+        if name.isdigit() and 1 <= int(name) <= 255 and name == str(int(name)):
             return _PROTOCOL_NAMES.get(int(name), name)
         raise InputError(f"{field}.name", proto.name, "unknown protocol name")
     return name
@@ -233,8 +235,9 @@ def _icmp(rule: pb.Rule, oneof: str, prefix: str) -> IcmpMatch | None:
         match = IcmpMatch(tc.type, tc.code)
     else:
         match = IcmpMatch(getattr(rule, which))
-    if not 0 <= match.type <= 255 or not (match.code is None or 0 <= match.code <= 255):
-        raise InputError(f"{prefix}.{which}", str(match), "ICMP type and code must be 0-255")
+    # Type 255 is iptables' "any type", so it cannot name a real one.
+    if not 0 <= match.type <= 254 or not (match.code is None or 0 <= match.code <= 255):
+        raise InputError(f"{prefix}.{which}", str(match), "ICMP type must be 0-254 and code 0-255")
     return match
 
 
@@ -430,10 +433,21 @@ def workload_key(wid: pb.WorkloadEndpointID) -> WorkloadEndpointKey:
     )
 
 
+# Interface names reach chain names, -i/-o matches, netlink and sysctl
+# paths. The kernel takes up to 15 bytes of almost anything; we take the
+# characters real interface names use, so none can be restore syntax, a
+# path step or an iptables wildcard ("cali+" would match every pod).
+_IFACE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+
+
+def interface_name(name: str, field: str) -> str:
+    if not _IFACE_NAME.fullmatch(name) or name in (".", ".."):
+        raise InputError(field, name, "not a valid interface name (1-15 of A-Z a-z 0-9 _ . -)")
+    return name
+
+
 def workload_endpoint(key: WorkloadEndpointKey, ep: pb.WorkloadEndpoint) -> WorkloadEndpoint:
-    name = non_empty(ep.name, "endpoint.name")
-    if len(name) > 15 or "/" in name or " " in name:
-        raise InputError("endpoint.name", name, "not a valid interface name")
+    name = interface_name(ep.name, "endpoint.name")
     return WorkloadEndpoint(
         key=key,
         name=name,
@@ -458,7 +472,8 @@ def host_key(hid: pb.HostEndpointID) -> HostEndpointKey:
 def host_endpoint(key: HostEndpointKey, ep: pb.HostEndpoint) -> HostEndpoint:
     return HostEndpoint(
         key=key,
-        name=ep.name,
+        # Empty: every interface (Felix's "*").
+        name=interface_name(ep.name, "endpoint.name") if ep.name else "",
         profile_ids=_ids(ep.profile_ids, "endpoint", "profile_ids"),
         tiers=_tiers(ep.tiers, "endpoint.tiers"),
         untracked_tiers=_tiers(ep.untracked_tiers, "endpoint.untracked_tiers"),

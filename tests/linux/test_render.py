@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dataplane.config import Config
 from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.iptables import Chain, IptRule
+from dataplane.linux.iptables import Chain, IptRule, render_rule, safe_comment
 from dataplane.linux.marks import Marks
 from dataplane.linux.names import MAX_CHAIN_NAME, ChainNames
 from dataplane.linux.nat_render import NatRenderer
@@ -257,3 +257,33 @@ def test_host_endpoint_chains_golden() -> None:
         chains += host.raw_chains([hep], policies)
         chains += host.mangle_chains([hep], policies)
     _golden("host_endpoint.txt", _dump(chains))
+
+
+def test_ipblock_with_except_uses_each_address_flag_once() -> None:
+    """Kubernetes ipBlock + except: one -d and one negated -d on one rule."""
+    for version, block, hole in ((4, "0.0.0.0/4", "10.67.1.3/32"), (6, "fd00::/8", "fd00::3/128")):
+        rules = _renderer(version).rules.render(
+            Rule(Action.ALLOW, dst_nets=(block,), not_dst_nets=(hole,), src_nets=(block,))
+        )
+        for r in rules:
+            words = r.text().split()
+            assert words.count("-d") <= 1 and words.count("-s") <= 1, r.text()
+        # The final rule requires the block and the absence of the hole mark.
+        marked = [r for r in rules if f"-d {hole}" in r.text()]
+        assert len(marked) == 1 and "--set-xmark" in marked[0].action
+
+
+def test_comments_cannot_break_out_of_the_restore_line() -> None:
+    hostile = 'x"\n-A FORWARD -m comment --comment "6.6.6.6" -j ACCEPT\\\x00é'
+    line = render_rule("cali-x", IptRule("", "-j DROP", comment=f"tier {hostile}"), "h" * 16)
+    assert "\n" not in line and "\x00" not in line
+    assert line.count('"') == 4  # the hash comment's quotes and the label's
+    assert safe_comment(safe_comment(hostile)) == safe_comment(hostile)
+
+
+def test_masquerade_with_nat_port_range_names_a_port_protocol() -> None:
+    chains = NatRenderer(4, ChainNames(), "all", "masq", 0x100, (32768, 60999)).chains([])
+    for chain in chains:
+        for r in chain.rules:
+            if "--to-ports" in r.action:
+                assert "-p tcp" in r.match or "-p udp" in r.match, r.text()
