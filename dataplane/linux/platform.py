@@ -30,16 +30,17 @@ from dataplane.linux.filter_render import FilterRenderer
 from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.hostpolicy_render import HostPolicyRenderer
 from dataplane.linux.ipsets import IPSetsProgrammer
-from dataplane.linux.iptables import Chain
+from dataplane.linux.iptables import Chain, IptRule
 from dataplane.linux.links import LinkMonitor
-from dataplane.linux.marks import Marks
+from dataplane.linux.marks import Marks, set_mark
 from dataplane.linux.names import ChainNames
 from dataplane.linux.nat_render import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
+from dataplane.linux.owners import ChainOwner, find_owner
 from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.rule_render import RuleRenderer
 from dataplane.linux.service_render import Frontend, RenderedService, ServiceRenderer
 from dataplane.linux.sysctls import SysctlWriter
-from dataplane.linux.table import IptablesCommands, Table
+from dataplane.linux.table import FAIL_CLOSED, IptablesCommands, Table
 from dataplane.model import (
     EndpointStatus,
     IPSet,
@@ -144,6 +145,11 @@ class LinuxPlatform(DesiredState):
         for op, arg in self._ipset_queue:
             self._replay_ipset_op(op, arg)
         self._ipset_queue = []
+        # A chain the kernel refuses and that has no last good version is
+        # written fail-closed: DROP, except in nat, which cannot drop and
+        # sets the mark the filter table drops on instead.
+        drop_mark = Marks.from_mask(config.iptables_mark_mask).drop
+        fail_closed = {"nat": (IptRule("", set_mark(drop_mark)),)}
         for version in self._versions():
             commands = IptablesCommands.for_backend(self.backend, version)
             for table in ("raw", "mangle", "nat", "filter"):
@@ -154,6 +160,8 @@ class LinuxPlatform(DesiredState):
                     commands,
                     prefix=self.names.prefix,
                     insert_mode=config.chain_insert_mode,
+                    fail_closed=fail_closed.get(table, FAIL_CLOSED),
+                    clock=self._clock,
                 )
         self._routes = RouteProgrammer(
             self._netlink, self._links, protocol=self.route_protocol, ipv6=config.ipv6_support
@@ -435,6 +443,7 @@ class LinuxPlatform(DesiredState):
         for table in ("raw", "mangle", "nat", "filter"):
             for version in self._versions():
                 await self._tables[(table, version)].apply()
+        self._report_refusals()
         self._routes.set_routes(
             {
                 net: wep.name
@@ -454,6 +463,52 @@ class LinuxPlatform(DesiredState):
         self._update_statuses()
         self._last_apply = self._clock()
 
+    # --- quarantine ------------------------------------------------------------------
+
+    def _owner(self, table: str, version: int, chain: str, index: int | None) -> ChainOwner:
+        def service_of(name: str) -> ServiceKey | None:
+            for (t, v, group), members in self._groups.items():
+                if (t, v) == (table, version) and group.startswith("svc:") and name in members:
+                    return next((k for k in self.services if f"svc:{k}" == group), None)
+            return None
+
+        return find_owner(
+            chain,
+            index,
+            names=self.names,
+            render=self._filter_renderer(version).rules,
+            state=self,
+            service_of=service_of,
+        )
+
+    def _report_refusals(self) -> None:
+        """One line per newly refused chain, naming the object behind it."""
+        for (table, version), programmer in self._tables.items():
+            for refusal in programmer.take_refusals():
+                owner = self._owner(table, version, refusal.chain, refusal.rule_index)
+                kept = (
+                    "last good version kept"
+                    if refusal.chain in (programmer.kernel_chains())
+                    else "fail-closed"
+                )
+                log.error(
+                    "%s refused by the kernel (iptables v%d %s chain %s): %s; quarantined, %s",
+                    owner.describe(),
+                    version,
+                    table,
+                    refusal.chain,
+                    refusal.message,
+                    kept,
+                )
+
+    def quarantined(self) -> list[tuple[str, int, str, ChainOwner]]:
+        """(table, version, chain, owner) of every chain in quarantine now."""
+        return [
+            (table, version, chain, self._owner(table, version, chain, None))
+            for (table, version), programmer in sorted(self._tables.items())
+            for chain in programmer.quarantine
+        ]
+
     def _update_statuses(self) -> None:
         assert self._routes is not None
         links = self._routes.links
@@ -465,12 +520,23 @@ class LinuxPlatform(DesiredState):
         for hkey, hep in self.hosts.items():
             link = links.get(hep.name)
             statuses[hkey] = EndpointStatus.UP if link and link.up else EndpointStatus.DOWN
+        # An endpoint whose policy could not be programmed as asked says so
+        # (its traffic meets the last good or a fail-closed version).
+        held = any(t.quarantine for t in self._tables.values())
+        for *_, owner in self.quarantined() if held else ():
+            for endpoint in owner.endpoints:
+                if endpoint in statuses:
+                    statuses[endpoint] = EndpointStatus.ERROR
         self._statuses = statuses
 
     def wants_apply_at(self) -> float:
         if self._ipsets is None:
             return math.inf
-        refresh = min(self._next_refresh.values(), default=math.inf)
+        refresh = min(
+            min(self._next_refresh.values(), default=math.inf),
+            # Quarantined chains are retried alone when their backoff ends.
+            min((t.quarantine.next_retry() for t in self._tables.values()), default=math.inf),
+        )
         if self._links_changed:
             return -math.inf  # a link came, went or changed state: now
         if self._routes is not None and self._routes.pending:

@@ -16,6 +16,15 @@ Ordering inside one restore: declare (create or flush) every chain we
 rewrite, flush stale chains, write rules, fix hook rules in built-in
 chains, and only then delete stale chains, so no reference ever dangles.
 
+Fault isolation: when a restore fails, the table asks the kernel's parser
+which of the chains it was writing are refused on their own
+(:mod:`~dataplane.linux.chain_check`), quarantines those and writes the rest
+at once. A quarantined chain keeps the version the kernel already holds
+(its last good one) or, if it has none, is written fail-closed (the
+``fail_closed`` rules: DROP by default) so that nothing that jumps to it is
+left open. It is retried on its own, with backoff, until it passes, changes
+or goes away.
+
 Large loads: iptables-nft-restore slows quadratically with the number of
 chains declared in one transaction (5,000 services are ~55,000 chains:
 85 s in one go, ~2 s in batches). A chain that does not exist yet is
@@ -29,19 +38,25 @@ half-written policy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import trio
+
 from dataplane.errors import ProgrammingError
+from dataplane.linux.chain_check import ChainChecker, RefusedChain
 from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.iptables import Chain, IptRule, parse_save, render_rule, rule_hashes
+from dataplane.quarantine import Quarantine
 
-__all__ = ["IptablesCommands", "Table"]
+__all__ = ["FAIL_CLOSED", "IptablesCommands", "Table"]
 
 PRELOAD_THRESHOLD = 2000  # new chains in one apply beyond which they are preloaded
 PRELOAD_BATCH = 2000  # chains per preload restore
 
 log = logging.getLogger(__name__)
+
+FAIL_CLOSED = (IptRule("", "-j DROP"),)
 
 BUILTIN_CHAINS = {
     "filter": ("INPUT", "FORWARD", "OUTPUT"),
@@ -80,6 +95,8 @@ class Table:
         insert_mode: str = "insert",
         preload_threshold: int = PRELOAD_THRESHOLD,
         preload_batch: int = PRELOAD_BATCH,
+        fail_closed: tuple[IptRule, ...] = FAIL_CLOSED,
+        clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self.name = name
         self.version = version
@@ -98,6 +115,13 @@ class Table:
         self._actual_chains: dict[str, list[str | None]] | None = None
         self._actual_hooks: dict[str, list[tuple[str | None, str]]] = {}
         self.writes = 0  # restores run (observability, tests)
+        self.fail_closed = fail_closed
+        self._fail_closed_hashes: dict[str, list[str]] = {}
+        # Chains the kernel refused, held back; and the refusals not yet
+        # reported (the platform names the objects they belong to).
+        self.quarantine: Quarantine[str] = Quarantine(clock)
+        self._refusals: list[RefusedChain] = []
+        self._checker = ChainChecker(name, commands.restore, runner, prefix)
 
     def __repr__(self) -> str:
         return f"Table({self.name}, v{self.version})"
@@ -109,11 +133,13 @@ class Table:
             raise ValueError(f"chain {chain.name} lacks our prefix {self.prefix}")
         if self._desired.get(chain.name) == chain.rules:
             return
+        self.quarantine.release(chain.name)  # a new version gets a fresh chance
         self._desired[chain.name] = chain.rules
         self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
         self._dirty.add(chain.name)
 
     def remove_chain(self, name: str) -> None:
+        self.quarantine.release(name)
         if self._desired.pop(name, None) is not None:
             del self._hashes[name]
             self._dirty.add(name)
@@ -161,10 +187,10 @@ class Table:
         declare: list[str] = []
         rules: list[str] = []
         for name in sorted(self._dirty):
-            desired = self._desired.get(name)
-            if desired is None:
+            wanted = self._writable(name)
+            if wanted is None:
                 continue
-            hashes = self._hashes[name]
+            desired, hashes = wanted
             if actual.get(name) == hashes:
                 continue
             declare.append(f":{name} - [0:0]")
@@ -195,11 +221,37 @@ class Table:
             return []
         return [f"*{self.name}", *body, "COMMIT", ""]
 
+    def _writable(self, name: str) -> tuple[tuple[IptRule, ...], list[str]] | None:
+        """What to write for ``name`` now: None for nothing.
+
+        A quarantined chain the kernel holds keeps that (last good) version;
+        one it does not hold gets the fail-closed rules.
+        """
+        desired = self._desired.get(name)
+        if desired is None:
+            return None
+        if name not in self.quarantine:
+            return desired, self._hashes[name]
+        assert self._actual_chains is not None
+        if name in self._actual_chains and self._actual_chains[name] != self._closed_hashes(name):
+            return None
+        return self.fail_closed, self._closed_hashes(name)
+
+    def _closed_hashes(self, name: str) -> list[str]:
+        hashes = self._fail_closed_hashes.get(name)
+        if hashes is None:
+            hashes = self._fail_closed_hashes[name] = rule_hashes(name, self.fail_closed)
+        return hashes
+
     def _preload_order(self) -> list[str]:
         """New chains to create ahead of the final restore, leaves first."""
         actual = self._actual_chains
         assert actual is not None
-        new = {n for n in self._dirty if n in self._desired and n not in actual}
+        new = {
+            n
+            for n in self._dirty
+            if n in self._desired and n not in actual and n not in self.quarantine
+        }
         if len(new) <= self.preload_threshold:
             return []
         order: list[str] = []
@@ -245,31 +297,96 @@ class Table:
                 actual[name] = list(self._hashes[name])
 
     async def apply(self) -> bool:
-        """Bring the kernel to the desired state; True if anything was written."""
+        """Bring the kernel to the desired state; True if anything was written.
+
+        Chains the kernel refuses are quarantined (see the module header)
+        and everything else is written in the same call; only a failure no
+        chain explains raises :class:`ProgrammingError`.
+        """
         if self._actual_chains is None:
-            await self._read()
-            # Compare everything against what the kernel really holds, and
-            # notice our chains that nobody wants any more.
-            self._dirty = set(self._desired) | set(self._actual_chains or ())
+            await self._resync()
         writes = self.writes
+        await self._retry_quarantined()
+        try:
+            await self._write()
+        except ProgrammingError:
+            # Nothing of the failed restore was written (it is atomic), but
+            # a preload batch before it may have been: read the kernel.
+            await self._resync()
+            if not await self._isolate():
+                raise
+            await self._write()
+        return self.writes > writes
+
+    async def _resync(self) -> None:
+        await self._read()
+        # Compare everything against what the kernel really holds, and
+        # notice our chains that nobody wants any more.
+        self._dirty = set(self._desired) | set(self._actual_chains or ())
+
+    async def _write(self) -> None:
         await self._preload()
         lines = self._restore_input()
-        if not lines:
-            self._dirty.clear()
-            return self.writes > writes
-        await self._restore(lines)
+        if lines:
+            await self._restore(lines)
         self._after_write()
-        return True
+
+    def _pending(self) -> dict[str, tuple[tuple[IptRule, ...], list[str]]]:
+        """Chains the next restore would write with their desired rules."""
+        actual = self._actual_chains or {}
+        return {
+            name: (self._desired[name], self._hashes[name])
+            for name in self._dirty
+            if name in self._desired
+            and name not in self.quarantine
+            and actual.get(name) != self._hashes[name]
+        }
+
+    async def _isolate(self) -> bool:
+        """Quarantine the chains the parser refuses; True if there were any."""
+        refused = await self._checker.refused(self._pending())
+        for refusal in refused:
+            self.quarantine.reject(refusal.chain, refusal.message)
+            self._refusals.append(refusal)
+        return bool(refused)
+
+    async def _retry_quarantined(self) -> None:
+        """Test quarantined chains whose retry is due; release those that pass."""
+        due = [n for n in self.quarantine.due() if n in self._desired]
+        if not due:
+            return
+        chains = {n: (self._desired[n], self._hashes[n]) for n in due}
+        still = {r.chain: r for r in await self._checker.refused(chains)}
+        for name in due:
+            refusal = still.get(name)
+            if refusal is None:
+                self.quarantine.release(name)
+                self._dirty.add(name)
+                log.info("%r chain %s accepted on retry; out of quarantine", self, name)
+            else:
+                self.quarantine.reject(name, refusal.message)
+
+    def kernel_chains(self) -> frozenset[str]:
+        """Our chains the kernel holds, as last read or written."""
+        return frozenset(self._actual_chains or ())
+
+    def take_refusals(self) -> list[RefusedChain]:
+        """Chains refused since the last call (each reported once)."""
+        refusals, self._refusals = self._refusals, []
+        return refusals
 
     def _after_write(self) -> None:
         actual = self._actual_chains
         assert actual is not None
         for name in self._dirty:
-            if name in self._desired:
-                actual[name] = list(self._hashes[name])
-            else:
+            wanted = self._writable(name)
+            if wanted is not None:
+                actual[name] = list(wanted[1])
+            elif name not in self._desired:
                 actual.pop(name, None)
-        self._dirty.clear()
+        # Quarantined chains stay dirty: the apply after their release
+        # writes them.
+        self._dirty = {n for n in self._dirty if n in self.quarantine}
         hooks: dict[str, list[tuple[str | None, str]]] = {}
         for builtin, rules in self._hooks.items():
             hashes = rule_hashes(builtin, rules)

@@ -1,0 +1,122 @@
+"""Which desired object a chain belongs to: names for quarantine reports.
+
+The kernel refuses chains; operators act on policies, profiles, endpoints
+and services. This maps one back to the other (pure, and only run when
+something was refused, so a linear scan is fine), with the endpoints whose
+status must say ``error`` and, for policy and profile chains, the index of
+the message's rule that the refused iptables rule was rendered from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from dataplane.linux.desired import DesiredState
+from dataplane.linux.names import ChainNames
+from dataplane.linux.rule_render import RuleRenderer
+from dataplane.model import HostEndpoint, PolicyKey, Rule, TierInfo, WorkloadEndpoint
+from dataplane.platform import EndpointKey
+from dataplane.service_model import ServiceKey
+
+__all__ = ["ChainOwner", "find_owner"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChainOwner:
+    """The object a chain was rendered from.
+
+    Attributes:
+        kind: "policy", "profile", "workload endpoint", "host endpoint",
+            "service" or "chain" (our own static or dispatch chains).
+        name: the object's name as the messages gave it.
+        endpoints: endpoints whose traffic the chain decides.
+        rule_index: index in the message's rule list (inbound or outbound,
+            as ``direction`` says) of the refused rule, when known.
+        direction: "inbound"/"outbound" for policy and profile chains.
+    """
+
+    kind: str
+    name: str
+    endpoints: frozenset[EndpointKey] = frozenset()
+    rule_index: int | None = None
+    direction: str = ""
+
+    def describe(self) -> str:
+        where = f" {self.direction} rule {self.rule_index}" if self.rule_index is not None else ""
+        return f"{self.kind} {self.name}{where}"
+
+
+def _source_rule(rules: Iterable[Rule], render: RuleRenderer, index: int | None) -> int | None:
+    """Index of the model rule whose rendering holds iptables rule ``index``."""
+    if index is None:
+        return None
+    end = 0
+    for i, rule in enumerate(rules):
+        end += len(render.render(rule))
+        if index < end:
+            return i
+    return None
+
+
+def _tiers(endpoint: WorkloadEndpoint | HostEndpoint) -> tuple[TierInfo, ...]:
+    if isinstance(endpoint, HostEndpoint):
+        return (
+            endpoint.tiers
+            + endpoint.untracked_tiers
+            + endpoint.pre_dnat_tiers
+            + endpoint.forward_tiers
+        )
+    return endpoint.tiers
+
+
+def find_owner(
+    chain: str,
+    chain_rule_index: int | None,
+    *,
+    names: ChainNames,
+    render: RuleRenderer,
+    state: DesiredState,
+    service_of: Callable[[str], ServiceKey | None],
+) -> ChainOwner:
+    """The object ``chain`` was rendered from (see :class:`ChainOwner`)."""
+    endpoints: list[tuple[EndpointKey, WorkloadEndpoint | HostEndpoint]] = [
+        *state.workloads.items(),
+        *state.hosts.items(),
+    ]
+    for key, policy in state.policies.items():
+        for inbound, rules in ((True, policy.inbound), (False, policy.outbound)):
+            if names.policy(key, inbound) == chain:
+                return ChainOwner(
+                    "policy",
+                    str(key),
+                    frozenset(k for k, e in endpoints if _uses_policy(e, key)),
+                    _source_rule(rules, render, chain_rule_index),
+                    "inbound" if inbound else "outbound",
+                )
+    for name, profile in state.profiles.items():
+        for inbound, rules in ((True, profile.inbound), (False, profile.outbound)):
+            if names.profile(name, inbound) == chain:
+                return ChainOwner(
+                    "profile",
+                    name,
+                    frozenset(k for k, e in endpoints if name in e.profile_ids),
+                    _source_rule(rules, render, chain_rule_index),
+                    "inbound" if inbound else "outbound",
+                )
+    for wkey, wep in state.workloads.items():
+        if chain in (names.to_workload(wep.name), names.from_workload(wep.name)):
+            return ChainOwner("workload endpoint", str(wkey), frozenset({wkey}))
+    for hkey, hep in state.hosts.items():
+        if hep.name and chain.endswith(f"-{hep.name}"):
+            return ChainOwner("host endpoint", str(hkey), frozenset({hkey}))
+    service = service_of(chain)
+    if service is not None:
+        return ChainOwner("service", str(service))
+    return ChainOwner("chain", chain)
+
+
+def _uses_policy(endpoint: WorkloadEndpoint | HostEndpoint, key: PolicyKey) -> bool:
+    return any(
+        key in tier.ingress_policies or key in tier.egress_policies for tier in _tiers(endpoint)
+    )
