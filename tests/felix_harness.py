@@ -24,8 +24,14 @@ REPO = Path(__file__).resolve().parent.parent
 class FelixHarness:
     """Plays Felix's side of the external-driver pipes."""
 
-    def __init__(self, *args: str, netns: str | None = None) -> None:
-        """Start ``driver.py ARGS``; inside network namespace ``netns`` if given."""
+    def __init__(
+        self, *args: str, netns: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        """Start ``driver.py ARGS``; inside network namespace ``netns`` if given.
+
+        ``env`` replaces the driver's environment (e.g. a PATH whose tools
+        misbehave on purpose).
+        """
         to_driver_r, self.to_driver = os.pipe()
         self.from_driver, from_driver_w = os.pipe()
         # Park the child's ends above 10 so dup2 onto 3/4 cannot clobber them.
@@ -46,6 +52,7 @@ class FelixHarness:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=REPO,
+            env=env,
         )
         os.close(child_r)
         os.close(child_w)

@@ -488,7 +488,7 @@ class LinuxPlatform(DesiredState):
                 owner = self._owner(table, version, refusal.chain, refusal.rule_index)
                 kept = (
                     "last good version kept"
-                    if refusal.chain in (programmer.kernel_chains())
+                    if programmer.keeps_last_good(refusal.chain)
                     else "fail-closed"
                 )
                 log.error(

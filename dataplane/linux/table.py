@@ -366,9 +366,10 @@ class Table:
             else:
                 self.quarantine.reject(name, refusal.message)
 
-    def kernel_chains(self) -> frozenset[str]:
-        """Our chains the kernel holds, as last read or written."""
-        return frozenset(self._actual_chains or ())
+    def keeps_last_good(self, name: str) -> bool:
+        """True if quarantined ``name`` runs a version we wrote, not the fail-closed one."""
+        held = (self._actual_chains or {}).get(name)
+        return held is not None and held != self._closed_hashes(name)
 
     def take_refusals(self) -> list[RefusedChain]:
         """Chains refused since the last call (each reported once)."""

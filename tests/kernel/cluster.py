@@ -64,9 +64,10 @@ class Cluster:
         *args: str,
         policies: bool = True,
         extra: list[Message] | None = None,
+        env: dict[str, str] | None = None,
         **config: str,
     ) -> FelixHarness:
-        felix = FelixHarness("--platform", "linux", *args, netns=self.node.netns)
+        felix = FelixHarness("--platform", "linux", *args, netns=self.node.netns, env=env)
         felix.send(
             *scenario.node_messages(self.ifaces, with_policies=policies, extra=extra, **config)
         )

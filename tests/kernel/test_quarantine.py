@@ -1,0 +1,168 @@
+"""One object the kernel refuses never stalls the node (real kernel, packets).
+
+The test hook is the kernel tool itself: the driver runs with a PATH whose
+``*tables-*-restore`` refuse any input line mentioning port 7777 (with the
+kernel's own error format) and hand everything else to the real tool. A
+policy using that port is then exactly "an object the kernel refuses".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dataplane._pb import felixbackend_pb2 as pb
+from tests.felix_harness import FelixHarness
+from tests.kernel import scenario
+from tests.kernel.cluster import Cluster, Probe
+from tests.kernel.topology import Topology, requires_root
+
+pytestmark = [requires_root, pytest.mark.slow]
+
+MARKER = "7777"
+REFUSED = pb.PolicyID(name="refuse-me")
+
+_WRAPPER = """#!{python}
+import subprocess, sys
+data = sys.stdin.buffer.read()
+for number, line in enumerate(data.decode(errors="replace").splitlines(), start=1):
+    if line.startswith(("-A ", "-I ")) and "{marker}" in line:
+        sys.stderr.write("{tool}: refused by the test hook\\n")
+        sys.stderr.write("Error occurred at line: %d\\n" % number)
+        sys.exit(2)
+sys.exit(subprocess.run(["{real}", *sys.argv[1:]], input=data).returncode)
+"""
+
+
+@pytest.fixture
+def refusing_path(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """An environment whose restore tools refuse lines with the marker."""
+    for tool in (
+        "iptables-nft-restore",
+        "ip6tables-nft-restore",
+        "iptables-legacy-restore",
+        "ip6tables-legacy-restore",
+    ):
+        real = shutil.which(tool)
+        assert real is not None, tool
+        wrapper = tmp_path / tool
+        wrapper.write_text(
+            _WRAPPER.format(python=sys.executable, marker=MARKER, tool=tool, real=real)
+        )
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    env = dict(os.environ)
+    env["PATH"] = f"{tmp_path}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    yield env
+
+
+def _policy(port: int) -> pb.ActivePolicyUpdate:
+    return pb.ActivePolicyUpdate(
+        id=REFUSED,
+        policy=pb.Policy(
+            tier="default",
+            inbound_rules=[
+                pb.Rule(
+                    action="allow",
+                    protocol=pb.Protocol(name="tcp"),
+                    dst_ports=[pb.PortRange(first=port, last=port)],
+                )
+            ],
+        ),
+    )
+
+
+def _db_endpoint(iface: str) -> pb.WorkloadEndpointUpdate:
+    update = scenario.endpoint(scenario.pod("db-1"), iface)
+    update.endpoint.tiers[1].ingress_policies.insert(0, REFUSED)
+    return update
+
+
+def _statuses_until(
+    felix: FelixHarness,
+    wanted: dict[str, str],
+    timeout: float = 20.0,
+    already: list[pb.FromDataplane] = [],  # noqa: B006 - read only
+) -> None:
+    """Read status updates until every workload in ``wanted`` has that status."""
+    seen: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    pending = list(already)
+    while any(seen.get(k) != v for k, v in wanted.items()):
+        env = pending.pop(0) if pending else felix.recv(max(0.1, deadline - time.monotonic()))
+        if env.HasField("workload_endpoint_status_update"):
+            update = env.workload_endpoint_status_update
+            seen[update.id.workload_id] = update.status.status
+
+
+def test_refused_policy_is_quarantined_and_the_node_carries_on(
+    topology: Topology, refusing_path: dict[str, str]
+) -> None:
+    cluster = Cluster(topology)
+    db = cluster.ifaces["db-1"]
+    felix = FelixHarness("--platform", "linux", netns=cluster.node.netns, env=refusing_path)
+    felix.send(
+        *scenario.node_messages(
+            cluster.ifaces, extra=[_policy(int(MARKER)), _db_endpoint(db)], IptablesBackend="nft"
+        )
+    )
+    try:
+        first = felix.recv_until("dataplane_in_sync", timeout=60)
+        # The first apply landed all the rest; db-1's refused policy is
+        # fail-closed (it would have allowed 7777 only, and it was first in
+        # db-1's tier, so now it drops what reaches it: api -> db 5432 too).
+        _statuses_until(felix, {"backend/db-1": "error", "backend/api-1": "up"}, already=first)
+        assert (
+            cluster.failures(
+                [
+                    Probe("web-1", "api-1", "tcp", 8080, 4, True),
+                    Probe("api-1", "db-1", "tcp", 5432, 4, False),
+                    Probe("db-1", "web-1", "tcp", 80, 4, True),
+                ]
+            )
+            == []
+        )
+
+        # While it is quarantined, a new pod and an unrelated policy change
+        # land within one apply.
+        extra = cluster.add_pod(scenario.EXTRA.name)
+        felix.send(
+            scenario.endpoint(scenario.EXTRA, extra.iface),
+            pb.ActivePolicyUpdate(
+                id=scenario.MON_TO_API,
+                policy=pb.Policy(
+                    tier="default",
+                    namespace="backend",
+                    inbound_rules=[
+                        pb.Rule(action="allow", src_ip_set_ids=[scenario.SET_MON]),
+                    ],
+                ),
+            ),
+        )
+        _statuses_until(felix, {"backend/api-3": "up"})
+        # (both are allowed only by the changed policy, which was 9090-9091)
+        cluster.wait_for(Probe("prom-1", "api-3", "tcp", 80, 4, True))
+        cluster.wait_for(Probe("prom-1", "api-1", "tcp", 80, 4, True))
+
+        # Fixing the object takes it out of quarantine.
+        felix.send(_policy(7778))
+        _statuses_until(felix, {"backend/db-1": "up"})
+        cluster.wait_for(Probe("api-1", "db-1", "tcp", 5432, 4, True))
+    finally:
+        felix.close_input()
+        code, err = felix.wait()
+    assert code == 0, err
+    # One line per refused chain (here one per IP version), naming the
+    # object, the message's rule and the kernel's words.
+    refused = [line for line in err.splitlines() if "refused by the kernel" in line]
+    assert len(refused) == 2, err
+    for line in refused:
+        assert "policy refuse-me inbound rule 0" in line
+        assert "refused by the test hook" in line
+        assert "fail-closed" in line
