@@ -36,19 +36,27 @@ Goals and invariants:
       restart adopts correct sets untouched and drift (a flushed set, a
       deleted member, a destroyed set) is repaired with the smallest change.
     - Only sets named with our prefixes are read, written or destroyed.
+    - One set the kernel refuses (more members than ``maxelem``, a foreign
+      set of another type in the way) never blocks the others: when a batch
+      fails, each set is written alone, the refused ones are quarantined
+      (the kernel keeps what it holds of them) and retried alone with
+      backoff until they are replaced, removed or accepted.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.ipset_names import is_owned, main_name, temp_name
 from dataplane.model import IPSet, IPSetType
+from dataplane.quarantine import Quarantine
 
 __all__ = ["IPSetsProgrammer", "KernelSet", "SetMeta", "parse_save"]
 
@@ -303,9 +311,16 @@ class IPSetsProgrammer:
     """
 
     def __init__(
-        self, runner: CommandRunner, *, ipv6: bool = True, max_size: int = 1048576
+        self,
+        runner: CommandRunner,
+        *,
+        ipv6: bool = True,
+        max_size: int = 1048576,
+        clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self._runner = runner
+        self.quarantine: Quarantine[str] = Quarantine(clock)
+        self._refusals: list[tuple[str, str]] = []
         self._versions = (4, 6) if ipv6 else (4,)
         self._metas = {
             (kind, v): SetMeta(type_name, _FAMILIES[v], max_size)
@@ -324,6 +339,7 @@ class IPSetsProgrammer:
 
     def replace(self, ipset: IPSet) -> None:
         """Desired state of the set is exactly ``ipset``."""
+        self.quarantine.release(ipset.id)
         self._wanted[ipset.id] = _Wanted(ipset, self._versions)
         self._rewrite.add(ipset.id)
 
@@ -334,11 +350,13 @@ class IPSetsProgrammer:
             raise KeyError(f"IP set {set_id!r}: member update for a set never replaced")
         wanted.discard(removed)
         wanted.add(added)
+        self.quarantine.release(set_id)
         self._dirty.add(set_id)
 
     def remove(self, set_id: str) -> None:
         """The set is no longer wanted; :meth:`apply_deletions` destroys it."""
         self._wanted.pop(set_id, None)
+        self.quarantine.release(set_id)
         self._rewrite.discard(set_id)
         self._dirty.discard(set_id)
 
@@ -360,15 +378,24 @@ class IPSetsProgrammer:
         """Create new sets, rewrite replaced ones, apply member deltas."""
         kernel = await self._known_kernel()
         if self._check_all:
-            ids: Collection[str] = self._wanted.keys()
+            ids = set(self._wanted)
         else:
             ids = (self._rewrite | self._dirty) & self._wanted.keys()
+        # Quarantined sets wait for their retry (or a new desired value).
+        due = set(self.quarantine.due())
+        ids = {i for i in ids if i not in self.quarantine or i in due} | (due & self._wanted.keys())
         batch = _Batch()
         for set_id in sorted(ids):  # sorted: sets go out in a stable order
             self._plan(batch, kernel, set_id)
         if batch:
-            await self._restore(batch.script(), "update")
-            batch.commit(kernel)
+            try:
+                await self._restore(batch.script(), "update")
+            except ProgrammingError:
+                await self._isolate(sorted(ids))
+            else:
+                batch.commit(kernel)
+                for set_id in due:
+                    self.quarantine.release(set_id)
             log.debug(
                 "ipsets: wrote %d sets in full, patched %d",
                 len(batch.written),
@@ -377,6 +404,40 @@ class IPSetsProgrammer:
         self._rewrite.clear()
         self._dirty.clear()
         self._check_all = False
+
+    async def _isolate(self, ids: list[str]) -> None:
+        """Write each set alone; quarantine those the kernel refuses.
+
+        Raises:
+            ProgrammingError: every set failed (the tool, not a set, is at
+                fault): nothing is quarantined and the apply fails whole.
+        """
+        failed: list[tuple[str, ProgrammingError]] = []
+        tried = 0
+        for set_id in ids:
+            kernel = await self._known_kernel()
+            batch = _Batch()
+            self._plan(batch, kernel, set_id)
+            if not batch:
+                continue
+            tried += 1
+            try:
+                await self._restore(batch.script(), f"update of set {set_id!r}")
+            except ProgrammingError as exc:
+                failed.append((set_id, exc))
+            else:
+                batch.commit(kernel)
+                self.quarantine.release(set_id)
+        if failed and len(failed) == tried:
+            raise failed[0][1]
+        for set_id, error in failed:
+            if self.quarantine.reject(set_id, str(error)):
+                self._refusals.append((set_id, str(error)))
+
+    def take_refusals(self) -> list[tuple[str, str]]:
+        """(set id, kernel's message) of sets newly quarantined since the last call."""
+        refusals, self._refusals = self._refusals, []
+        return refusals
 
     async def apply_deletions(self) -> None:
         """Destroy our sets that are no longer desired (and leftover temp sets).

@@ -19,7 +19,7 @@ from dataplane.model import HostEndpoint, PolicyKey, Rule, TierInfo, WorkloadEnd
 from dataplane.platform import EndpointKey
 from dataplane.service_model import ServiceKey
 
-__all__ = ["ChainOwner", "find_owner"]
+__all__ = ["ChainOwner", "endpoints_using_sets", "find_owner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +120,19 @@ def _uses_policy(endpoint: WorkloadEndpoint | HostEndpoint, key: PolicyKey) -> b
     return any(
         key in tier.ingress_policies or key in tier.egress_policies for tier in _tiers(endpoint)
     )
+
+
+def endpoints_using_sets(state: DesiredState, set_ids: frozenset[str]) -> set[EndpointKey]:
+    """Endpoints whose policies or profiles reference any of ``set_ids``."""
+    policies = {k for k, p in state.policies.items() if p.ip_set_ids() & set_ids}
+    profiles = {k for k, p in state.profiles.items() if p.ip_set_ids() & set_ids}
+    endpoints: list[tuple[EndpointKey, WorkloadEndpoint | HostEndpoint]] = [
+        *state.workloads.items(),
+        *state.hosts.items(),
+    ]
+    return {
+        key
+        for key, endpoint in endpoints
+        if any(_uses_policy(endpoint, k) for k in policies)
+        or any(p in profiles for p in endpoint.profile_ids)
+    }

@@ -35,7 +35,7 @@ from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks, set_mark
 from dataplane.linux.names import ChainNames
 from dataplane.linux.nat_render import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
-from dataplane.linux.owners import ChainOwner, find_owner
+from dataplane.linux.owners import ChainOwner, endpoints_using_sets, find_owner
 from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.rule_render import RuleRenderer
 from dataplane.linux.service_render import Frontend, RenderedService, ServiceRenderer
@@ -140,7 +140,10 @@ class LinuxPlatform(DesiredState):
         config = self.config
         self.backend = await detect_backend(self._runner, config.iptables_backend)
         self._ipsets = IPSetsProgrammer(
-            self._runner, ipv6=config.ipv6_support, max_size=config.max_ipset_size
+            self._runner,
+            ipv6=config.ipv6_support,
+            max_size=config.max_ipset_size,
+            clock=self._clock,
         )
         for op, arg in self._ipset_queue:
             self._replay_ipset_op(op, arg)
@@ -440,6 +443,13 @@ class LinuxPlatform(DesiredState):
         assert self._sysctls is not None
         self._render()
         await self._ipsets.apply_updates()
+        for set_id, message in self._ipsets.take_refusals():
+            log.error(
+                "IP set %s refused by the kernel: %s; quarantined, the kernel keeps what it"
+                " holds of it",
+                set_id,
+                message,
+            )
         for table in ("raw", "mangle", "nat", "filter"):
             for version in self._versions():
                 await self._tables[(table, version)].apply()
@@ -527,6 +537,11 @@ class LinuxPlatform(DesiredState):
             for endpoint in owner.endpoints:
                 if endpoint in statuses:
                     statuses[endpoint] = EndpointStatus.ERROR
+        bad_sets = frozenset(self._ipsets.quarantine) if self._ipsets else frozenset()
+        if bad_sets:
+            for endpoint in endpoints_using_sets(self, bad_sets):
+                if endpoint in statuses:
+                    statuses[endpoint] = EndpointStatus.ERROR
         self._statuses = statuses
 
     def wants_apply_at(self) -> float:
@@ -534,8 +549,10 @@ class LinuxPlatform(DesiredState):
             return math.inf
         refresh = min(
             min(self._next_refresh.values(), default=math.inf),
-            # Quarantined chains are retried alone when their backoff ends.
+            # Quarantined chains and sets are retried alone when their
+            # backoff ends.
             min((t.quarantine.next_retry() for t in self._tables.values()), default=math.inf),
+            self._ipsets.quarantine.next_retry(),
         )
         if self._links_changed:
             return -math.inf  # a link came, went or changed state: now
