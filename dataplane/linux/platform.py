@@ -25,6 +25,7 @@ import trio
 from dataplane.config import Config
 from dataplane.linux.backend import detect_backend
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
+from dataplane.linux.conntrack import ConntrackCleaner
 from dataplane.linux.desired import DesiredState
 from dataplane.linux.filter_render import FilterRenderer
 from dataplane.linux.healthcheck import HealthCheckServer
@@ -94,6 +95,7 @@ class LinuxPlatform(DesiredState):
         # Chains rendered as a unit (a service, the NAT base, ...), by table.
         self._groups: dict[tuple[str, int, str], set[str]] = {}
         self._health = HealthCheckServer()
+        self._conntrack = ConntrackCleaner(self._runner)
         self._links = LinkMonitor(netlink)
         self._links_changed = False
         self._wakeup: Callable[[], None] = lambda: None
@@ -108,6 +110,7 @@ class LinuxPlatform(DesiredState):
         self._next_refresh: dict[str, float] = {}
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
+        self._sysctl_reported: set[str] = set()
 
     # --- programming helpers ----------------------------------------------------
 
@@ -167,7 +170,11 @@ class LinuxPlatform(DesiredState):
                     clock=self._clock,
                 )
         self._routes = RouteProgrammer(
-            self._netlink, self._links, protocol=self.route_protocol, ipv6=config.ipv6_support
+            self._netlink,
+            self._links,
+            protocol=self.route_protocol,
+            ipv6=config.ipv6_support,
+            clock=self._clock,
         )
         self._sysctls = SysctlWriter(self._sysctl_root, ipv6=config.ipv6_support)
         now = self._clock()
@@ -348,6 +355,7 @@ class LinuxPlatform(DesiredState):
         keys = set(self.services) | self._dirty_services if everything else self._dirty_services
         for key in keys:
             self._local_endpoints.pop(key, None)
+            self._conntrack.observe(key, self.services.get(key), self._versions())
         for version in self._versions():
             marks = self._filter_renderer(version).marks
             renderer = ServiceRenderer(
@@ -454,6 +462,9 @@ class LinuxPlatform(DesiredState):
             for version in self._versions():
                 await self._tables[(table, version)].apply()
         self._report_refusals()
+        # UDP/SCTP flows to removed backends: only now that the new rules
+        # are in force, or the next packet would re-create them.
+        await self._conntrack.apply()
         self._routes.set_routes(
             {
                 net: wep.name
@@ -462,12 +473,18 @@ class LinuxPlatform(DesiredState):
             }
         )
         await self._routes.apply()
+        for cidr, message in self._routes.take_refusals():
+            log.error("route to %s refused by the kernel: %s; quarantined", cidr, message)
         links = self._routes.links
         await self._sysctls.apply(
             (wep.name, links[wep.name].index, not wep.allow_spoofed_source_prefixes)
             for wep in self.workloads.values()
             if wep.name in links
         )
+        for iface, message in self._sysctls.failed.items():
+            if iface not in self._sysctl_reported:
+                log.error("interface %s: %s; retried at the next apply", iface, message)
+        self._sysctl_reported = set(self._sysctls.failed)
         await self._ipsets.apply_deletions()
         self._links_changed = False
         self._update_statuses()
@@ -537,6 +554,11 @@ class LinuxPlatform(DesiredState):
             for endpoint in owner.endpoints:
                 if endpoint in statuses:
                     statuses[endpoint] = EndpointStatus.ERROR
+        bad_routes = frozenset(self._routes.quarantine)
+        bad_ifaces = self._sysctls.failed if self._sysctls else {}
+        for key, wep in self.workloads.items() if bad_routes or bad_ifaces else ():
+            if wep.name in bad_ifaces or bad_routes.intersection(wep.ipv4_nets + wep.ipv6_nets):
+                statuses[key] = EndpointStatus.ERROR
         bad_sets = frozenset(self._ipsets.quarantine) if self._ipsets else frozenset()
         if bad_sets:
             for endpoint in endpoints_using_sets(self, bad_sets):
@@ -553,6 +575,7 @@ class LinuxPlatform(DesiredState):
             # backoff ends.
             min((t.quarantine.next_retry() for t in self._tables.values()), default=math.inf),
             self._ipsets.quarantine.next_retry(),
+            self._routes.quarantine.next_retry() if self._routes else math.inf,
         )
         if self._links_changed:
             return -math.inf  # a link came, went or changed state: now

@@ -21,6 +21,7 @@ import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.links import LinkMonitor, LinkState
+from dataplane.quarantine import Quarantine
 
 __all__ = ["NetlinkHandle", "RouteProgrammer"]
 
@@ -54,8 +55,15 @@ class RouteProgrammer:
         *,
         protocol: int,
         ipv6: bool = True,
+        clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self._netlink_factory = netlink
+        # Routes the kernel refused (the interface went, a clash with a
+        # route we do not own): kept out of the way of the others and
+        # retried alone with backoff. Written from the worker thread only
+        # while apply() waits for it.
+        self.quarantine: Quarantine[str] = Quarantine(clock)
+        self._refusals: list[tuple[str, str]] = []
         self._links = links
         self.protocol = protocol
         self.ipv6 = ipv6
@@ -68,7 +76,15 @@ class RouteProgrammer:
         return self._links.links
 
     def set_routes(self, desired: Mapping[str, str]) -> None:
+        for cidr in list(self.quarantine):
+            if self._desired.get(cidr) != desired.get(cidr):
+                self.quarantine.release(cidr)  # changed or gone: a fresh chance
         self._desired = dict(desired)
+
+    def take_refusals(self) -> list[tuple[str, str]]:
+        """(cidr, error) of routes newly quarantined since the last call."""
+        refusals, self._refusals = self._refusals, []
+        return refusals
 
     def mark_for_resync(self) -> None:
         self._actual = None
@@ -84,22 +100,29 @@ class RouteProgrammer:
                 out[f"{route.get('dst')}/{route['dst_len']}"] = route.get("oif") or 0
         return out
 
-    def _sync(self) -> None:
+    def _sync(self, skip: frozenset[str]) -> list[tuple[str, Exception]]:
         # A handle per sync: pyroute2's handle belongs to the thread that
         # made it, and each sync may run in a different worker thread.
         handle = self._netlink_factory()
         try:
-            self._sync_with(handle)
+            return self._sync_with(handle, skip)
         finally:
             handle.close()
 
-    def _sync_with(self, handle: NetlinkHandle) -> None:
+    def _sync_with(
+        self, handle: NetlinkHandle, skip: frozenset[str]
+    ) -> list[tuple[str, Exception]]:
+        """Write the routes (but those in ``skip``); the ones refused, with why."""
         self._links.refresh()
         if self._actual is None:
             self._actual = self._read_routes(handle)
         actual = self._actual
         pending = []
+        tried = 0
+        failed: list[tuple[str, Exception]] = []
         for cidr, iface in sorted(self._desired.items()):
+            if cidr in skip:
+                continue
             if _family(cidr) == socket.AF_INET6 and not self.ipv6:
                 continue
             link = self.links.get(iface)
@@ -117,8 +140,15 @@ class RouteProgrammer:
             }
             if _family(cidr) == socket.AF_INET:
                 kwargs["scope"] = _SCOPE_LINK
-            handle.route("replace", **kwargs)
+            tried += 1
+            try:
+                handle.route("replace", **kwargs)
+            except Exception as exc:  # one route never blocks the others
+                failed.append((cidr, exc))
+                continue
             actual[cidr] = link.index
+        if len(failed) > 1 and len(failed) == tried:
+            raise failed[0][1]  # netlink itself is failing, not one route
         for cidr in [c for c in actual if c not in self._desired]:
             # The kernel matches a delete on every field given (pyroute2 fills
             # in a universe scope otherwise), so describe the route exactly.
@@ -139,13 +169,25 @@ class RouteProgrammer:
                     raise
             del actual[cidr]
         self.pending = frozenset(pending)
+        return failed
 
     async def apply(self) -> None:
         try:
-            await trio.to_thread.run_sync(self._sync)
+            # Quarantine bookkeeping stays on this side of the thread: it
+            # reads the trio clock.
+            due = set(self.quarantine.due())
+            skip = frozenset(c for c in self.quarantine if c not in due)
+            failed = await trio.to_thread.run_sync(self._sync, skip)
         except Exception as exc:
             self.mark_for_resync()
             raise ProgrammingError(f"routes: {type(exc).__name__}: {exc}") from None
+        refused = {cidr for cidr, _ in failed}
+        for cidr in due - refused:
+            self.quarantine.release(cidr)
+        for cidr, error in failed:
+            reason = f"{type(error).__name__}: {error}"
+            if self.quarantine.reject(cidr, reason):
+                self._refusals.append((cidr, reason))
 
     async def cleanup_all(self) -> None:
         self._desired = {}

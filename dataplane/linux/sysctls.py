@@ -45,6 +45,7 @@ class SysctlWriter:
         self.root = Path(root)
         self.ipv6 = ipv6
         self._done: dict[str, tuple[int, bool]] = {}  # iface -> (ifindex, strict rpf)
+        self.failed: dict[str, str] = {}  # iface -> why, as of the last apply
 
     def _write(self, key: str, value: str) -> None:
         path = self.root / key
@@ -73,10 +74,18 @@ class SysctlWriter:
         if self.ipv6:
             for key, value in _GLOBAL_V6.items():
                 self._write(key, value)
+        failed: dict[str, str] = {}
         for iface, state in wanted.items():
             if self._done.get(iface) != state:
-                self._configure(iface, state[1])
+                # One interface that refuses a setting never blocks the
+                # others; it is tried again at the next apply.
+                try:
+                    self._configure(iface, state[1])
+                except ProgrammingError as exc:
+                    failed[iface] = str(exc)
+                    continue
                 self._done[iface] = state
+        self.failed = failed
         for iface in [i for i in self._done if i not in wanted]:
             del self._done[iface]
 

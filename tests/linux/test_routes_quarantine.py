@@ -1,0 +1,97 @@
+"""One route the kernel refuses never blocks the others (a netlink fake).
+
+The fake holds a main routing table and refuses routes to CIDRs it is told
+to, the way the kernel refuses a route whose interface vanished between
+the link read and the write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from dataplane.errors import ProgrammingError
+from dataplane.linux.links import LinkMonitor
+from dataplane.linux.routes import RouteProgrammer
+
+
+class FakeNetlink:
+    """Links and routes of one namespace; refuses writes to ``refuse``."""
+
+    def __init__(self) -> None:
+        self.links = {"cali1": 11, "cali2": 12}
+        self.routes: dict[str, int] = {}  # dst/len -> oif, protocol 80 only
+        self.refuse: set[str] = set()
+
+    def __call__(self) -> FakeNetlink:
+        return self
+
+    def get_links(self) -> list[dict[str, Any]]:
+        return [
+            {"ifname": n, "index": i, "flags": 1, "operstate": "UP"} for n, i in self.links.items()
+        ]
+
+    def get_routes(self, **kwargs: Any) -> list[dict[str, Any]]:
+        family = kwargs.get("family")
+        out = []
+        for cidr, oif in self.routes.items():
+            if (":" in cidr) == (family == 10):
+                dst, length = cidr.split("/")
+                out.append({"proto": 80, "dst": dst, "dst_len": int(length), "oif": oif})
+        return out
+
+    def route(self, command: str, **kwargs: Any) -> None:
+        cidr = kwargs["dst"]
+        if command == "replace":
+            if cidr in self.refuse:
+                raise OSError(19, "No such device")
+            self.routes[cidr] = kwargs["oif"]
+        elif command == "del":
+            self.routes.pop(cidr, None)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_refused_route_is_quarantined_and_retried_alone() -> None:
+    now = [0.0]
+    netlink = FakeNetlink()
+    routes = RouteProgrammer(
+        netlink, LinkMonitor(netlink), protocol=80, ipv6=True, clock=lambda: now[0]
+    )
+    netlink.refuse = {"10.65.0.2/32"}
+
+    async def main() -> None:
+        routes.set_routes({"10.65.0.1/32": "cali1", "10.65.0.2/32": "cali2"})
+        await routes.apply()  # does not raise: the other route lands
+        assert netlink.routes == {"10.65.0.1/32": 11}
+        assert [c for c, _ in routes.take_refusals()] == ["10.65.0.2/32"]
+        # Not retried before its backoff ends; retried alone after.
+        netlink.refuse.clear()
+        await routes.apply()
+        assert "10.65.0.2/32" not in netlink.routes
+        now[0] = routes.quarantine.next_retry()
+        await routes.apply()
+        assert netlink.routes == {"10.65.0.1/32": 11, "10.65.0.2/32": 12}
+        assert len(routes.quarantine) == 0 and routes.take_refusals() == []
+
+    trio.run(main)
+
+
+def test_when_every_route_fails_the_apply_fails() -> None:
+    netlink = FakeNetlink()
+    routes = RouteProgrammer(netlink, LinkMonitor(netlink), protocol=80)
+    netlink.refuse = {"10.65.0.1/32", "10.65.0.2/32"}
+
+    async def main() -> None:
+        routes.set_routes({"10.65.0.1/32": "cali1", "10.65.0.2/32": "cali2"})
+        try:
+            await routes.apply()
+        except ProgrammingError as exc:
+            assert "No such device" in str(exc)
+        else:
+            raise AssertionError("expected the apply to fail")
+        assert len(routes.quarantine) == 0
+
+    trio.run(main)
