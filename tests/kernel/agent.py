@@ -119,9 +119,10 @@ class Agent:
             with self._state_lock:
                 return {"peers": list(self._peers.get((req["proto"], int(req["port"])), []))}
         if op == "connect":
+            sport = req.get("sport")  # optional fixed source port
             if req["proto"] == "udp":
-                return self._udp_probe(req["dst"], int(req["port"]), deadline)
-            conn, result = self._tcp_open(req["dst"], int(req["port"]), deadline)
+                return self._udp_probe(req["dst"], int(req["port"]), deadline, sport)
+            conn, result = self._tcp_open(req["dst"], int(req["port"]), deadline, sport)
             if conn is not None:
                 conn.sock.close()
             return result
@@ -215,10 +216,15 @@ class Agent:
     # --- clients -------------------------------------------------------------
 
     def _tcp_open(
-        self, dst: str, port: int, deadline: float
+        self, dst: str, port: int, deadline: float, sport: int | None = None
     ) -> tuple[_LineSocket | None, dict[str, Any]]:
         """Connect and do one exchange: "ok" means a server really answered."""
         sock = socket.socket(_family(dst), socket.SOCK_STREAM)
+        if sport is not None:
+            # Reset on close (no TIME_WAIT), so the same source port can probe
+            # the same server again at once.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            _bind_source(sock, dst, sport)
         try:
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
             sock.connect((dst, port))
@@ -232,8 +238,12 @@ class Agent:
             return None, result
         return conn, result
 
-    def _udp_probe(self, dst: str, port: int, deadline: float) -> dict[str, Any]:
+    def _udp_probe(
+        self, dst: str, port: int, deadline: float, sport: int | None = None
+    ) -> dict[str, Any]:
         with socket.socket(_family(dst), socket.SOCK_DGRAM) as sock:
+            if sport is not None:
+                _bind_source(sock, dst, sport)
             try:
                 sock.connect((dst, port))
                 sock.send(PROBE_LINE)
@@ -267,6 +277,23 @@ class Agent:
                         return _probe(False, error=f"icmp error type {kind} from {peer[0]}")
             except OSError as exc:
                 return _probe(False, error=_error_name(exc))
+
+
+def _bind_source(sock: socket.socket, dst: str, sport: int) -> None:
+    """Bind a client socket to source port ``sport`` (policy tests match on it).
+
+    A failure raises (the op fails loudly): it is no verdict about the network.
+    """
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if _family(dst) == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(("::", sport))
+        else:
+            sock.bind(("0.0.0.0", sport))
+    except OSError:
+        sock.close()
+        raise
 
 
 def _checksum(data: bytes) -> int:

@@ -261,3 +261,38 @@ def test_policy_applies_to_service_traffic_after_dnat(topology: Topology) -> Non
     finally:
         felix.close_input()
         felix.wait()
+
+
+def test_udp_flow_leaves_a_removed_backend_at_once(topology: Topology) -> None:
+    # A UDP client that keeps its source port is one conntrack entry for as
+    # long as it keeps sending; without cleanup it would stay DNATed to a
+    # removed backend (still alive here, so it would still answer) until
+    # the entry idles out. kube-proxy deletes those entries; so do we.
+    dns = [pb.ServicePort(Protocol="UDP", Port=53, name="dns")]
+
+    def dns_backends(pods: list[str]) -> pb.ServiceBackendsUpdate:
+        update = backends("dns", pods)
+        for b in update.backends:
+            del b.ports[:]
+            b.ports.append(pb.ServiceBackendPort(name="dns", protocol="UDP", port=5353))
+        return update
+
+    cluster = Cluster(topology)
+    felix = cluster.start_driver(
+        policies=False,
+        extra=[service("dns", cluster_ips=["10.96.0.53"], ports=dns), dns_backends(["api-1"])],
+    )
+    web = cluster.pods["web-1"]
+    try:
+        first = web.connect("udp", "10.96.0.53", 53, timeout=3, sport=40053)
+        assert first.ok and first.reply == "api-1", first
+        felix.send(dns_backends(["api-2"]))
+        end = time.monotonic() + 10
+        while True:
+            again = web.connect("udp", "10.96.0.53", 53, timeout=1, sport=40053)
+            if again.ok and again.reply == "api-2":
+                break
+            assert time.monotonic() < end, f"flow still on the removed backend: {again}"
+    finally:
+        felix.close_input()
+        felix.wait()

@@ -177,8 +177,14 @@ class Namespace:
         peers: list[str] = self.agent.call("peers", proto=proto, port=port)["peers"]
         return peers
 
-    def connect(self, proto: Proto, dst: str, port: int, timeout: float = 1.0) -> ProbeResult:
-        return ProbeResult(**self.agent.call("connect", timeout, proto=proto, dst=dst, port=port))
+    def connect(
+        self, proto: Proto, dst: str, port: int, timeout: float = 1.0, sport: int | None = None
+    ) -> ProbeResult:
+        """One probe; ``sport`` fixes the source port (else an ephemeral one)."""
+        extra = {} if sport is None else {"sport": sport}
+        return ProbeResult(
+            **self.agent.call("connect", timeout, proto=proto, dst=dst, port=port, **extra)
+        )
 
     def can_connect(self, proto: Proto, dst: str, port: int, timeout: float = 1.0) -> bool:
         return self.connect(proto, dst, port, timeout).ok
