@@ -8,7 +8,8 @@ Packet path (Felix's design, our names)::
                              ├ -i cali+ ─▶ cali-from-wl-dispatch ─▶ cali-fw-<if>   (egress policy)
                              ├ -o cali+ ─▶ cali-to-wl-dispatch   ─▶ cali-tw-<if>   (ingress policy)
                              └ from or to a workload and not dropped: ACCEPT
-    INPUT   ─▶ cali-INPUT    ─┬ -i cali+ ─▶ cali-wl-to-host: egress policy, then
+    INPUT   ─▶ cali-INPUT    ─┬ -i cali+ ─▶ cali-wl-to-host: established/related: ACCEPT;
+                             │             invalid: DROP; egress policy, then
                              │             DefaultEndpointToHostAction
                              └ ─▶ cali-from-host-endpoint ─▶ cali-fh-<if> (failsafes first)
     OUTPUT  ─▶ cali-OUTPUT   ─┬ -o cali+: RETURN (the host may reach its pods)
@@ -331,7 +332,12 @@ class FilterRenderer:
             if self.version == 6
             else []
         )
-        to_host: list[IptRule] = list(ndp)
+        # Replies from pods to the host (kubelet probes, host-network
+        # clients, the node reaching a ClusterIP) are accepted before the
+        # pod's egress policy and DefaultEndpointToHostAction, which judge
+        # only new traffic: with Felix's default DROP the node could not
+        # reach its own pods otherwise. Felix's INPUT path does the same.
+        to_host: list[IptRule] = [*ndp, _ESTABLISHED, _INVALID]
         to_host.append(IptRule("", f"-j {n.top('from-wl-dispatch')}"))
         to_host.append(
             IptRule(

@@ -57,6 +57,8 @@ class Cluster:
         return {name: pod.iface for name, pod in self.pods.items()}
 
     def ns(self, name: str) -> Namespace:
+        if name == "node":  # the host network itself (kubelet, host-network pods)
+            return self.node
         return self.node.external if name == "external" else self.pods[name]
 
     def start_driver(

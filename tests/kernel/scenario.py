@@ -215,15 +215,24 @@ def endpoint_id(spec: PodSpec) -> pb.WorkloadEndpointID:
     )
 
 
+# What a Felix left at its defaults sends for the keys that shape the
+# dataplane. Every kernel test runs under these unless it is about a setting
+# (then it overrides that one key): a test that quietly loosens a default
+# (DefaultEndpointToHostAction=ACCEPT did) hides what a real node does.
+FELIX_DEFAULTS = {
+    "InterfacePrefix": "cali",
+    "Ipv6Support": "true",
+    "DefaultEndpointToHostAction": "DROP",
+    "ChainInsertMode": "insert",
+    "IptablesMarkMask": "0xffff0000",
+    "IptablesFilterAllowAction": "ACCEPT",
+    "IptablesFilterDenyAction": "DROP",
+    "ReportingIntervalSecs": "30",
+}
+
+
 def config(**overrides: str) -> pb.ConfigUpdate:
-    values = {
-        "InterfacePrefix": "cali",
-        "Ipv6Support": "true",
-        "DefaultEndpointToHostAction": "ACCEPT",
-        "ReportingIntervalSecs": "0",
-    }
-    values.update(overrides)
-    return pb.ConfigUpdate(config=values)
+    return pb.ConfigUpdate(config={**FELIX_DEFAULTS, **overrides})
 
 
 def node_messages(

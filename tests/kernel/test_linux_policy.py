@@ -42,6 +42,19 @@ def matrix() -> list[Probe]:
             Probe("db-1", "web-1", "icmp", 0, family, True),
             Probe("prom-1", "api-1", "icmp", 0, family, False),
         ]
+        # The host network (kubelet probes, host-network pods) reaches every
+        # local pod whatever its policy, and the replies come back even
+        # where the pod's egress policy would refuse them as new traffic
+        # (web's allows only api, DNS and ICMP) and DefaultEndpointToHostAction
+        # is Felix's DROP.
+        probes += [
+            Probe("node", "api-1", "tcp", 8080, family, True),
+            Probe("node", "db-1", "tcp", 80, family, True),  # no ingress rule admits it
+            Probe("node", "web-1", "tcp", 80, family, True),
+            Probe("node", "web-2", "udp", 5353, family, True),
+            Probe("node", "prom-1", "udp", 53, family, True),
+            Probe("node", "web-2", "icmp", 0, family, True),
+        ]
     probes += [
         Probe("web-1", "api-1", "icmp", 0, 4, True),  # ICMPv4 echo allowed from web
         Probe("web-1", "api-1", "icmp", 0, 6, False),  # no ICMPv6 rule for api
