@@ -23,6 +23,7 @@ Semantics (Felix's):
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,10 @@ _MULTIPORT_MAX = 15  # entries per -m multiport; a range counts as two
 
 def _family(net: str) -> int:
     return 6 if ":" in net else 4
+
+
+def _prefix_len(net: str) -> int:
+    return ipaddress.ip_network(net, strict=False).prefixlen
 
 
 def _port_chunks(ports: Sequence[PortRange]) -> list[str]:
@@ -106,6 +111,14 @@ class RuleRenderer:
             ("-s", nets(rule.src_nets), nets(rule.not_src_nets), m.src_net, m.not_src_net),
             ("-d", nets(rule.dst_nets), nets(rule.not_dst_nets), m.dst_net, m.not_dst_net),
         ):
+            # A /0 is every address of the family: wanted, the field holds
+            # for every packet; unwanted, for none, so the rule never
+            # matches. (nft also refuses "! -s 0.0.0.0/0" at commit with
+            # EINVAL, though --test passes it.)
+            if any(_prefix_len(n) == 0 for n in unwanted):
+                return []
+            if any(_prefix_len(n) == 0 for n in wanted):
+                wanted.clear()
             # iptables takes each of -s and -d once per rule ("multiple -d
             # flags not allowed"), so a single CIDR goes inline only while
             # the flag is still free; everything else goes through a mark:

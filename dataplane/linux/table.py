@@ -38,6 +38,7 @@ half-written policy.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,13 +47,24 @@ import trio
 from dataplane.errors import ProgrammingError
 from dataplane.linux.chain_check import ChainChecker, RefusedChain
 from dataplane.linux.cmd import CommandRunner
-from dataplane.linux.iptables import Chain, IptRule, parse_save, render_rule, rule_hashes
+from dataplane.linux.iptables import (
+    HASH_COMMENT_PREFIX,
+    Chain,
+    IptRule,
+    parse_save,
+    render_rule,
+    rule_hashes,
+)
 from dataplane.quarantine import Quarantine
 
 __all__ = ["FAIL_CLOSED", "IptablesCommands", "Table"]
 
 PRELOAD_THRESHOLD = 2000  # new chains in one apply beyond which they are preloaded
 PRELOAD_BATCH = 2000  # chains per preload restore
+# Chains blamed one by one for commit-time refusals in one apply before
+# the table gives up and the whole apply is retried.
+_MAX_BLAMES = 8
+_FAILED_LINE = re.compile(r"line:? (\d+)")
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +133,7 @@ class Table:
         # reported (the platform names the objects they belong to).
         self.quarantine: Quarantine[str] = Quarantine(clock)
         self._refusals: list[RefusedChain] = []
+        self._last_input: list[str] = []  # of the last restore, to blame a line
         self._checker = ChainChecker(name, commands.restore, runner, prefix)
 
     def __repr__(self) -> str:
@@ -275,6 +288,7 @@ class Table:
         return order
 
     async def _restore(self, lines: list[str]) -> None:
+        self._last_input = lines
         try:
             await self._runner.run(self._commands.restore, stdin="\n".join(lines).encode())
         except ProgrammingError as exc:
@@ -307,15 +321,22 @@ class Table:
             await self._resync()
         writes = self.writes
         await self._retry_quarantined()
-        try:
-            await self._write()
-        except ProgrammingError:
-            # Nothing of the failed restore was written (it is atomic), but
-            # a preload batch before it may have been: read the kernel.
-            await self._resync()
-            if not await self._isolate():
-                raise
-            await self._write()
+        for attempt in range(_MAX_BLAMES + 1):
+            try:
+                await self._write()
+                break
+            except ProgrammingError as exc:
+                # Nothing of the failed restore was written (it is atomic),
+                # but a preload batch before it may have been: read the kernel.
+                failed_input = self._last_input
+                await self._resync()
+                if attempt == 0 and await self._isolate():
+                    continue
+                # What the parser passes but the commit refuses (nft checks
+                # some things only in the kernel): blame the chain the
+                # failing line belongs to, one per attempt.
+                if attempt == _MAX_BLAMES or not self._blame(str(exc), failed_input):
+                    raise
         return self.writes > writes
 
     async def _resync(self) -> None:
@@ -341,6 +362,30 @@ class Table:
             and name not in self.quarantine
             and actual.get(name) != self._hashes[name]
         }
+
+    def _blame(self, error: str, lines: Sequence[str]) -> bool:
+        """Quarantine the chain of the input line a failed commit names.
+
+        True if that line writes a rule of one of our chains the table
+        still wants (so writing without it can succeed).
+        """
+        where = _FAILED_LINE.search(error)
+        if where is None or not 0 < int(where.group(1)) <= len(lines):
+            return False
+        words = lines[int(where.group(1)) - 1].split()
+        if len(words) < 2 or words[0] not in ("-A", "-I") or words[1] not in self._desired:
+            return False
+        chain = words[1]
+        if chain in self.quarantine:
+            return False
+        hashes = self._hashes[chain]
+        prefix = f'"{HASH_COMMENT_PREFIX}'
+        tag = next((w.strip('"')[len(prefix) - 1 :] for w in words if w.startswith(prefix)), None)
+        index = hashes.index(tag) if tag in hashes else None
+        refusal = RefusedChain(chain, index, error[where.start() :][:300])
+        self.quarantine.reject(chain, refusal.message)
+        self._refusals.append(refusal)
+        return True
 
     async def _isolate(self) -> bool:
         """Quarantine the chains the parser refuses; True if there were any."""

@@ -273,6 +273,20 @@ def test_ipblock_with_except_uses_each_address_flag_once() -> None:
         assert len(marked) == 1 and "--set-xmark" in marked[0].action
 
 
+def test_a_zero_prefix_is_every_address_of_its_family() -> None:
+    # Wanted, it constrains nothing; unwanted, the rule never matches (and
+    # nft refuses "! -s 0.0.0.0/0" at commit, though --test passes it).
+    for version, zero, other in ((4, "0.0.0.0/0", "10.0.0.0/8"), (6, "::/0", "fd00::/8")):
+        rules = _renderer(version).rules
+        assert rules.render(Rule(Action.ALLOW, not_src_nets=(zero,))) == []
+        assert rules.render(Rule(Action.ALLOW, not_dst_nets=(other, zero))) == []
+        allow = rules.render(Rule(Action.ALLOW, src_nets=(zero, other), protocol="tcp"))
+        assert allow == rules.render(Rule(Action.ALLOW, protocol="tcp"))
+    # The other family's /0 is vacuous for this one.
+    v4 = _renderer(4).rules
+    assert v4.render(Rule(Action.ALLOW, not_src_nets=("::/0",))) == v4.render(Rule(Action.ALLOW))
+
+
 def test_comments_cannot_break_out_of_the_restore_line() -> None:
     hostile = 'x"\n-A FORWARD -m comment --comment "6.6.6.6" -j ACCEPT\\\x00é'
     line = render_rule("cali-x", IptRule("", "-j DROP", comment=f"tier {hostile}"), "h" * 16)

@@ -112,3 +112,28 @@ def test_refused_chain_is_quarantined_on_nft(netns: str) -> None:
 
 def test_refused_chain_is_quarantined_on_legacy(netns: str) -> None:
     _check(netns, "legacy")
+
+
+def test_a_chain_only_the_nft_commit_refuses_is_quarantined_too(netns: str) -> None:
+    # nft's parser passes "! -s 0.0.0.0/0" (so --test finds nothing) and
+    # the kernel refuses it at commit (EINVAL): the failing line names it.
+    commit_bad = IptRule("! -s 0.0.0.0/0", "-j ACCEPT")
+
+    async def main() -> None:
+        table = _table(netns, "nft", Clock())
+        table.set_chains(_chains((GOOD, commit_bad)))
+        await table.apply()
+        (refusal,) = table.take_refusals()
+        assert refusal.chain == "cali-pol"
+        assert refusal.rule_index == 1
+        assert "Invalid argument" in refusal.message
+        assert _rules(netns, "nft", "cali-pol")[-1].endswith("-j DROP")
+        assert len(_rules(netns, "nft", "cali-root")) == 2
+        assert len(_rules(netns, "nft", "cali-other")) == 1
+        # Fixed, it is written.
+        table.update_chain(Chain("cali-pol", (GOOD,)))
+        await table.apply()
+        assert "cali-pol" not in table.quarantine
+        assert _rules(netns, "nft", "cali-pol")[0].endswith("-j ACCEPT")
+
+    trio.run(main)
