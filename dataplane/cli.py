@@ -10,16 +10,19 @@ import shutil
 import sys
 from collections.abc import Sequence
 from importlib import metadata
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import trio
 
-from dataplane.errors import ProtocolError
+from dataplane.errors import PlatformUnavailableError, ProtocolError
 from dataplane.framing import DEFAULT_MAX_FRAME_BYTES
 from dataplane.loop import Dataplane
 from dataplane.platform import Platform
 from dataplane.sim import SimPlatform
 from dataplane.transport import FileSource, PipeSink, PipeSource, check_pipe_fd
+
+if TYPE_CHECKING:
+    from dataplane.linux.platform import LinuxPlatform
 
 __all__ = ["main"]
 
@@ -60,30 +63,56 @@ def _version() -> str:
         return "unknown"
 
 
+# capability(7): CAP_NET_ADMIN is bit 12 of the effective set.
+_CAP_NET_ADMIN = 1 << 12
+_TOOLS = ("iptables-save", "iptables-restore", "ipset", "ip")
+
+
+def _has_net_admin() -> bool:
+    """Whether this process may program the network (CAP_NET_ADMIN in effect)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) & _CAP_NET_ADMIN)
+    except (OSError, ValueError):
+        pass
+    return os.geteuid() == 0
+
+
 def _linux_usable() -> str | None:
     """Why the Linux platform cannot run here, or None if it can."""
     if sys.platform != "linux":
         return f"not Linux ({sys.platform})"
-    if os.geteuid() != 0:
-        return "not running as root"
-    if shutil.which("iptables-save") is None or shutil.which("ipset") is None:
-        return "iptables or ipset is not installed"
+    if not _has_net_admin():
+        return "needs root (CAP_NET_ADMIN) to program iptables, IP sets and routes"
+    missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (packages iptables, ipset, iproute2)"
     return None
 
 
 def _platform(name: str, chain_prefix: str) -> Platform:
-    """The platform to program; "auto" is Linux where it can run, else sim."""
-    if name == "auto":
-        reason = _linux_usable()
-        if reason is not None:
-            log.warning("Linux platform unavailable (%s); using the in-memory sim platform", reason)
-            return SimPlatform()
-        name = "linux"
-    if name == "linux":
-        from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
+    """The platform to program: Linux unless the sim is asked for by name.
 
-        return LinuxPlatform(chain_prefix=chain_prefix)
-    return SimPlatform()
+    "auto" never falls back to the sim: a driver that programs nothing
+    while telling Felix the dataplane is in sync is worse than one that
+    stops and says why.
+    """
+    if name == "sim":
+        return SimPlatform()
+    return _linux_platform(chain_prefix)
+
+
+def _linux_platform(chain_prefix: str) -> LinuxPlatform:
+    reason = _linux_usable()
+    if reason is not None:
+        raise PlatformUnavailableError(
+            f"cannot program this node: {reason}; use --platform sim to run without a dataplane"
+        )
+    from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
+
+    return LinuxPlatform(chain_prefix=chain_prefix)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -110,8 +139,9 @@ def _parser() -> argparse.ArgumentParser:
         "--platform",
         default="auto",
         choices=["auto", "linux", "sim"],
-        help="dataplane to program: linux (iptables, ipsets, routes), sim (in memory),"
-        " or auto (default): linux when root with iptables and ipset installed, else sim",
+        help="dataplane to program: linux (iptables, ipsets, routes) or sim (in memory,"
+        " programs nothing). auto (default): linux, and a fatal error where it cannot"
+        " run; for replay, auto means sim",
     )
     parser.add_argument(
         "--chain-prefix",
@@ -156,39 +186,62 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        platform = _platform(args.platform, args.chain_prefix)
+    except PlatformUnavailableError as exc:
+        print(f"driver.py: {exc}", file=sys.stderr)
+        return 1
     with contextlib.ExitStack() as stack:
         record: BinaryIO | None = None
         if args.record:
             record = stack.enter_context(open(args.record, "ab"))
         source = PipeSource(FELIX_INPUT_FD, max_frame_bytes=args.max_frame_bytes, record_to=record)
         sink = PipeSink(FELIX_OUTPUT_FD)
-        dataplane = Dataplane(
-            _platform(args.platform, args.chain_prefix),
-            follow_log_severity=args.log_level is None,
-        )
+        dataplane = Dataplane(platform, follow_log_severity=args.log_level is None)
         log.info("driver %s starting, platform %s", _version(), dataplane.platform.name)
         try:
             trio.run(dataplane.run, source, sink)
         except ProtocolError as exc:
             log.critical("fatal: %s", exc)
             return 1
-    log.info("stopped cleanly (%d messages)", dataplane.stats.messages)
+    return _report_end(dataplane, "stopped")
+
+
+def _report_end(dataplane: Dataplane, verb: str) -> int:
+    """Say how the run ended, never claiming more than happened; the exit code."""
+    count = dataplane.stats.messages
+    if dataplane.last_apply_error is not None:
+        log.error(
+            "%s after %d messages with the dataplane NOT programmed: the last apply failed: %s",
+            verb,
+            count,
+            dataplane.last_apply_error,
+        )
+        return 1
+    if not dataplane.in_sync:
+        log.warning("%s after %d messages before InSync: nothing was programmed", verb, count)
+        return 0 if verb == "stopped" else 1
+    log.info("%s cleanly (%d messages); the dataplane is programmed", verb, count)
     return 0
 
 
 def _run_replay(args: argparse.Namespace) -> int:
     # Replaying is for looking: it programs a kernel only when asked to
     # explicitly (--platform linux), never by "auto".
-    platform = (
-        SimPlatform()
-        if args.platform in ("auto", "sim")
-        else _platform(args.platform, args.chain_prefix)
-    )
+    try:
+        platform = _platform("sim" if args.platform == "auto" else args.platform, args.chain_prefix)
+    except PlatformUnavailableError as exc:
+        print(f"driver.py replay: {exc}", file=sys.stderr)
+        return 1
     dataplane = Dataplane(platform, follow_log_severity=args.log_level is None)
     with contextlib.ExitStack() as stack:
-        file: BinaryIO = (
-            sys.stdin.buffer if args.file == "-" else stack.enter_context(open(args.file, "rb"))
-        )
+        try:
+            file: BinaryIO = (
+                sys.stdin.buffer if args.file == "-" else stack.enter_context(open(args.file, "rb"))
+            )
+        except OSError as exc:
+            print(f"driver.py replay: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+            return 2
         try:
             trio.run(dataplane.run, FileSource(file, max_frame_bytes=args.max_frame_bytes))
         except ProtocolError as exc:
@@ -203,17 +256,17 @@ def _run_replay(args: argparse.Namespace) -> int:
         f" sent {len(outputs)} message(s): {', '.join(kinds) or 'none'}"
     )
     sys.stdout.write(platform.dump())
-    return 0
+    # A replay that did not end programmed is a failure a script must see.
+    return _report_end(dataplane, "replay ended")
 
 
 def _run_cleanup(args: argparse.Namespace) -> int:
-    reason = _linux_usable()
-    if reason is not None:
-        log.critical("cleanup needs the Linux platform: %s", reason)
+    try:
+        platform = _linux_platform(args.chain_prefix)
+    except PlatformUnavailableError as exc:
+        print(f"driver.py cleanup: {exc}", file=sys.stderr)
         return 1
-    from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
-
-    trio.run(LinuxPlatform(chain_prefix=args.chain_prefix).cleanup)
+    trio.run(platform.cleanup)
     log.info("cleanup done: our chains, rules, IP sets, routes and interface sysctls removed")
     return 0
 

@@ -6,7 +6,8 @@
     ├── ProtocolError               the input stream is malformed: fatal, exit 1
     ├── InputError                  one message is invalid: rejected, logged, skipped
     │   └── ConfigError             a ConfigUpdate value is invalid (names key and value)
-    └── ProgrammingError            applying desired state failed: retried with backoff
+    ├── ProgrammingError            applying desired state failed: retried with backoff
+    └── PlatformUnavailableError    the platform asked for cannot run here: fatal at start
 
 Lower libraries' errors (OSError, protobuf DecodeError, pyroute2 and
 iptables failures) are translated into this tree at the boundary where they
@@ -69,3 +70,11 @@ class ConfigError(InputError):
 
 class ProgrammingError(DataplaneError):
     """Writing desired state to the kernel/HNS failed; pending state is kept."""
+
+
+class PlatformUnavailableError(DataplaneError):
+    """The platform cannot run on this host (no privilege, tools missing).
+
+    Raised before anything is read, so the driver never reports a dataplane
+    it cannot program; the message says what is missing.
+    """

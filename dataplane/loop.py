@@ -131,6 +131,7 @@ class Dataplane:
         self._sent_in_sync = False
         self._dirty = False
         self._failures = 0
+        self._last_error: str | None = None
         self._retry_at: float | None = None
         self._started_at = 0.0
         self._heartbeat_scope: trio.CancelScope | None = None
@@ -201,6 +202,11 @@ class Dataplane:
     def in_sync(self) -> bool:
         """True once DataplaneInSync has been sent."""
         return self._sent_in_sync
+
+    @property
+    def last_apply_error(self) -> str | None:
+        """Why the last apply failed, while its state is still pending; else None."""
+        return self._last_error
 
     # --- running ---------------------------------------------------------------
 
@@ -338,6 +344,7 @@ class Dataplane:
             await self.platform.apply()
         except (ProgrammingError, OSError) as exc:
             self._failures += 1
+            self._last_error = str(exc)
             self.stats.apply_failures += 1
             delay = self.backoff.delay(self._failures)
             self._retry_at = trio.current_time() + delay
@@ -351,6 +358,7 @@ class Dataplane:
         if self._failures:
             log.info("apply succeeded after %d failed attempt(s)", self._failures)
         self._failures = 0
+        self._last_error = None
         self._retry_at = None
         self.stats.applies += 1
         for payload in self._status.changes(self.platform.endpoint_statuses()):

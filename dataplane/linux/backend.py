@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 
+from dataplane.errors import ProgrammingError
 from dataplane.linux.cmd import CommandRunner
 
 __all__ = ["detect_backend"]
@@ -19,28 +20,31 @@ __all__ = ["detect_backend"]
 log = logging.getLogger(__name__)
 
 
-async def _rule_count(runner: CommandRunner, mode: str) -> int | None:
+async def _rule_count(runner: CommandRunner, mode: str) -> tuple[int | None, str]:
+    """Our-and-others' rules in ``mode``'s tables, or None and why they could not be read."""
     total = 0
     for base in ("iptables", "ip6tables"):
         binary = f"{base}-{mode}-save"
         if shutil.which(binary) is None:
-            return None
+            return None, f"{binary} is not installed"
         result = await runner.run([binary], check=False)
         if result.returncode != 0:
-            return None
+            # Keep the tool's own words: "Permission denied (you must be
+            # root)" is the fix, "not found" would send the operator astray.
+            lines = result.stderr.decode(errors="replace").strip().splitlines()
+            return None, f"{binary}: exit {result.returncode}: {lines[-1] if lines else ''}"
         total += sum(1 for line in result.stdout.splitlines() if line.startswith(b"-A "))
-    return total
+    return total, ""
 
 
 async def detect_backend(runner: CommandRunner, configured: str = "auto") -> str:
-    """Return "legacy" or "nft"."""
+    """Return "legacy" or "nft"; ProgrammingError if neither can be read."""
     if configured in ("legacy", "nft"):
         return configured
-    legacy = await _rule_count(runner, "legacy")
-    nft = await _rule_count(runner, "nft")
+    legacy, why_legacy = await _rule_count(runner, "legacy")
+    nft, why_nft = await _rule_count(runner, "nft")
     if legacy is None and nft is None:
-        log.warning("neither iptables-legacy nor iptables-nft found; assuming nft")
-        return "nft"
+        raise ProgrammingError(f"cannot read iptables with either backend: {why_legacy}; {why_nft}")
     choice = "legacy" if nft is None or (legacy is not None and legacy > nft) else "nft"
     log.info("iptables backend %s (rules present: legacy=%s nft=%s)", choice, legacy, nft)
     return choice
