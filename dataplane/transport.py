@@ -17,14 +17,18 @@ recording (``--record``) so that a live session becomes a replayable log.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
+import logging
 import os
 import stat
+import threading
 from typing import BinaryIO, Protocol
 
 import trio
 
 from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.errors import ProtocolError
 from dataplane.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 
 __all__ = [
@@ -37,7 +41,13 @@ __all__ = [
     "check_pipe_fd",
 ]
 
+log = logging.getLogger(__name__)
+
 _CHUNK = 1 << 20
+# Undelivered input the pipe reader holds before it stops reading (and the
+# writer meets the pipe's back-pressure): a full 10,000-endpoint snapshot is
+# well under this.
+DEFAULT_MAX_QUEUED_BYTES = 256 << 20
 # Upper bound on bytes one poll takes from a pipe, so a fast writer cannot
 # keep phase 1 going forever and starve applies.
 _POLL_BUDGET = 16 << 20
@@ -73,7 +83,21 @@ class _ByteSource:
 
 
 class PipeSource(_ByteSource):
-    """Reads frames from a pipe fd (Felix's fd 3) without blocking the loop."""
+    """Reads frames from a pipe fd (Felix's fd 3) on a thread of its own.
+
+    Why a thread: Felix's writes must never wait for our kernel writes. A
+    pipe holds 64 KiB; read only between applies, it fills during a long
+    apply and the writer blocks for as long as the apply takes. The reader
+    thread reads and decodes whatever arrives, whatever phase 2 is doing
+    (even a stretch of pure-Python rendering, since the GIL is handed over
+    every few milliseconds), and queues the envelopes for phase 1.
+
+    The queue is bounded by memory, not by the pipe: past
+    ``max_queued_bytes`` of undelivered frames the thread stops reading, so
+    a writer far ahead of us meets the pipe's back-pressure again instead
+    of our memory growing without end. A malformed stream is reported
+    after the envelopes decoded before it, as with every byte source.
+    """
 
     def __init__(
         self,
@@ -81,34 +105,98 @@ class PipeSource(_ByteSource):
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         record_to: BinaryIO | None = None,
+        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
     ) -> None:
         super().__init__(max_frame_bytes, record_to)
         self.fd = fd
-        os.set_blocking(fd, False)
+        self.max_queued_bytes = max_queued_bytes
+        os.set_blocking(fd, True)
+        self._lock = threading.Condition()
+        self._queue: collections.deque[tuple[list[pb.ToDataplane], int]] = collections.deque()
+        self._queued_bytes = 0
+        self._ended = False  # the thread has seen end of input (or an error)
+        self._error: ProtocolError | None = None
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._wakeup = trio.Event()
+        self.peak_queued_bytes = 0
+        self.backpressure = threading.Event()  # set once the bound has stopped the reader
 
-    def _read(self) -> bytes | None:
-        try:
-            return os.read(self.fd, _CHUNK)
-        except BlockingIOError:
-            return None
+    def _start(self) -> None:
+        if self._thread is None:
+            self._token = trio.lowlevel.current_trio_token()
+            self._thread = threading.Thread(target=self._run, name="pipe-reader", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while self._queued_bytes > self.max_queued_bytes:
+                    self.backpressure.set()
+                    self._lock.wait()
+            try:
+                data = os.read(self.fd, _CHUNK)
+            except OSError as exc:  # fd closed under us: treat as end of input
+                log.warning("reading the input pipe failed: %s; treating it as end of input", exc)
+                data = b""
+            try:
+                batch = self._take(data)
+            except ProtocolError as exc:
+                with self._lock:
+                    self._error = exc
+                    self._ended = True
+                self._notify()
+                return
+            with self._lock:
+                if batch:
+                    self._queue.append((batch, len(data)))
+                    self._queued_bytes += len(data)
+                    self.peak_queued_bytes = max(self.peak_queued_bytes, self._queued_bytes)
+                if not data:
+                    self._ended = True
+            self._notify()
+            if not data:
+                return
+
+    def _notify(self) -> None:
+        assert self._token is not None
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._wake)
+
+    def _wake(self) -> None:
+        # In trio's thread, so it sets the event receive_batch waits on now.
+        self._wakeup.set()
 
     async def receive_batch(self) -> list[pb.ToDataplane]:
-        while not self._eof:
+        self._start()
+        while True:
             batch = self.poll()
-            if batch or self._eof:
+            if batch:
                 return batch
-            await trio.lowlevel.wait_readable(self.fd)
+            with self._lock:
+                if self._queue:
+                    continue
+                if self._ended:
+                    break
+                self._wakeup = trio.Event()
+            await self._wakeup.wait()
+        if self._error is not None:
+            raise self._error
         return []
 
     def poll(self) -> list[pb.ToDataplane]:
+        self._start()
         out: list[pb.ToDataplane] = []
-        taken = 0
-        while not self._eof and taken < _POLL_BUDGET:
-            data = self._read()
-            if data is None:
-                break
-            taken += len(data)
-            out.extend(self._take(data))
+        with self._lock:
+            taken = 0
+            while self._queue and taken < _POLL_BUDGET:
+                batch, size = self._queue.popleft()
+                out.extend(batch)
+                taken += size
+            self._queued_bytes -= taken
+            self._lock.notify_all()
+            if not out and self._ended and self._error is not None:
+                raise self._error
         return out
 
 

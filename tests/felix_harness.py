@@ -9,7 +9,9 @@ import select
 import struct
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from google.protobuf.message import Message
@@ -25,12 +27,17 @@ class FelixHarness:
     """Plays Felix's side of the external-driver pipes."""
 
     def __init__(
-        self, *args: str, netns: str | None = None, env: dict[str, str] | None = None
+        self,
+        *args: str,
+        netns: str | None = None,
+        env: dict[str, str] | None = None,
+        wrapper: Sequence[str] = (),
     ) -> None:
         """Start ``driver.py ARGS``; inside network namespace ``netns`` if given.
 
         ``env`` replaces the driver's environment (e.g. a PATH whose tools
-        misbehave on purpose).
+        misbehave on purpose); ``wrapper`` runs before the interpreter
+        (e.g. ``setpriv`` dropping a capability).
         """
         to_driver_r, self.to_driver = os.pipe()
         self.from_driver, from_driver_w = os.pipe()
@@ -46,7 +53,7 @@ class FelixHarness:
 
         prefix = ["ip", "netns", "exec", netns] if netns else []
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, str(REPO / "driver.py"), *args],
+            [*prefix, *wrapper, sys.executable, str(REPO / "driver.py"), *args],
             preexec_fn=wire_fds,  # noqa: PLW1509 - single-threaded test process
             pass_fds=(3, 4),
             stdout=subprocess.PIPE,
@@ -58,6 +65,8 @@ class FelixHarness:
         os.close(child_w)
         self._seq = 0
         self._buf = b""
+        self._drainers: list[threading.Thread] = []
+        self._drained_stderr: list[bytes] = []
 
     def send(self, *payloads: Message) -> None:
         for payload in payloads:
@@ -95,6 +104,34 @@ class FelixHarness:
             if envelope.WhichOneof("payload") == kind:
                 return out
 
+    def drain(self) -> None:
+        """From now on, read the driver's stderr and status pipe in the background.
+
+        For long tests that never look at them: a driver whose pipes are
+        full blocks in the middle of an apply, and the test would blame the
+        dataplane. After this, :meth:`recv` must not be used; :meth:`wait`
+        still returns the whole stderr.
+        """
+
+        def discard_status() -> None:
+            with contextlib.suppress(OSError):
+                while os.read(self.from_driver, 65536):
+                    pass
+
+        def keep_stderr() -> None:
+            assert self.proc.stderr is not None
+            while chunk := os.read(self.proc.stderr.fileno(), 65536):
+                self._drained_stderr.append(chunk)
+
+        for target in (discard_status, keep_stderr):
+            thread = threading.Thread(target=target, daemon=True)
+            thread.start()
+            self._drainers.append(thread)
+
+    def stderr_so_far(self) -> str:
+        """What a draining harness has read from stderr up to now."""
+        return b"".join(self._drained_stderr).decode(errors="replace")
+
     def close_input(self) -> None:
         os.close(self.to_driver)
 
@@ -107,6 +144,13 @@ class FelixHarness:
                 os.close(fd)
 
     def wait(self, timeout: float = 20.0) -> tuple[int, str]:
-        _, err = self.proc.communicate(timeout=timeout)
-        os.close(self.from_driver)
+        if self._drainers:
+            self.proc.wait(timeout=timeout)
+            for thread in self._drainers:
+                thread.join(timeout)
+            err = b"".join(self._drained_stderr)
+        else:
+            _, err = self.proc.communicate(timeout=timeout)
+        with contextlib.suppress(OSError):
+            os.close(self.from_driver)
         return self.proc.returncode, err.decode()
