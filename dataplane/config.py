@@ -173,10 +173,20 @@ def _port_ranges(raw: str) -> tuple[tuple[int, int], ...]:
     return tuple(_port_range(r) for r in raw.split(",") if r.strip())
 
 
+# Marks the iptables renderers carve out of IptablesMarkMask (policy
+# accept/pass, scratch bits, services, masquerade, drop...): checked here,
+# at the edge, so a mask too narrow is refused with the ConfigUpdate
+# rather than failing every apply later (dataplane.linux.marks checks the
+# same number).
+MIN_MARK_BITS = 10
+
+
 def _mark_mask(raw: str) -> int:
     value = _int(raw)
     if not 0 < value <= 0xFFFFFFFF:
         raise ValueError("must be a non-zero 32-bit mask")
+    if bin(value).count("1") < MIN_MARK_BITS:
+        raise ValueError(f"needs at least {MIN_MARK_BITS} bits for policy and service marks")
     return value
 
 

@@ -26,7 +26,7 @@ def test_known_keys_are_parsed_and_unknown_ignored() -> None:
             "Ipv6Support": "false",
             "ChainInsertMode": "Append",
             "DefaultEndpointToHostAction": "accept",
-            "IptablesMarkMask": "0xff000000",
+            "IptablesMarkMask": "0xfff00000",
             "FailsafeInboundHostPorts": "tcp:10.0.0.0/8:22, udp:53, 8080",
             "FailsafeOutboundHostPorts": "none",
             "NATPortRange": "32768:65535",
@@ -42,7 +42,7 @@ def test_known_keys_are_parsed_and_unknown_ignored() -> None:
     assert config.ipv6_support is False
     assert config.chain_insert_mode == "append"
     assert config.default_endpoint_to_host_action == "ACCEPT"
-    assert config.iptables_mark_mask == 0xFF000000
+    assert config.iptables_mark_mask == 0xFFF00000
     assert config.failsafe_inbound_host_ports == (
         ProtoPort("tcp", 22, "10.0.0.0/8"),
         ProtoPort("udp", 53),
@@ -90,3 +90,9 @@ def test_log_prefix_is_limited_to_a_safe_alphabet() -> None:
     for bad in ('x" -j ACCEPT', "a\nb", "x" * 40):
         with pytest.raises(ConfigError):
             parse_config({"LogPrefix": bad})
+
+
+def test_a_mark_mask_too_narrow_for_our_marks_is_refused_at_the_edge() -> None:
+    with pytest.raises(ConfigError, match=r"IptablesMarkMask.*at least 10 bits"):
+        parse_config({"IptablesMarkMask": "0xff000000"})
+    assert parse_config({"IptablesMarkMask": "0x000ffc00"}).iptables_mark_mask == 0xFFC00

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dataplane.config import MIN_MARK_BITS
 from dataplane.errors import ConfigError
 
 __all__ = ["Marks"]
@@ -28,6 +29,7 @@ _NAMES = (
     "masq",
     "drop",
 )
+assert len(_NAMES) == MIN_MARK_BITS  # the config edge refuses narrower masks
 
 
 @dataclass(frozen=True, slots=True)
