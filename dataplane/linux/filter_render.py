@@ -238,7 +238,14 @@ class FilterRenderer:
                 rules.append(final)
             chains.append(Chain(name, tuple(rules)))
 
-        build(root, sorted(set(ifaces)), default)
+        members = set(ifaces)
+        if "" in members:
+            # "" is a host endpoint on every interface (Felix's "*"): not a
+            # leaf (there is no "-i " to match) but what every interface
+            # without an endpoint of its own falls through to.
+            members.discard("")
+            default = IptRule("", f"-g {target('')}", comment="all-interfaces endpoint")
+        build(root, sorted(members), default)
         return chains
 
     def workload_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:

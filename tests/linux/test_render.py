@@ -301,3 +301,15 @@ def test_masquerade_with_nat_port_range_names_a_port_protocol() -> None:
         for r in chain.rules:
             if "--to-ports" in r.action:
                 assert "-p tcp" in r.match or "-p udp" in r.match, r.text()
+
+
+def test_a_host_endpoint_on_every_interface_is_the_dispatch_fallthrough() -> None:
+    # Felix's "*" endpoint (name ""): interfaces without an endpoint of their
+    # own reach it; there is no "-i " rule for it (the kernel refuses one).
+    chains = {c.name: c for c in _renderer(4).host_dispatch(["", "eth0"], [""])}
+    root = chains["cali-from-host-endpoint"].rules
+    assert [r.text() for r in root] == ["-i eth0 -g cali-fh-eth0", "-g cali-fh-"]
+    assert chains["cali-to-host-endpoint"].rules[-1].text() == "-g cali-th-"
+    for chain in chains.values():
+        for rule in chain.rules:
+            assert "-i  " not in f"{rule.text()} " and "-o  " not in f"{rule.text()} "
