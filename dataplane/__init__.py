@@ -19,6 +19,7 @@ from dataplane.errors import (
     ConfigError,
     DataplaneError,
     InputError,
+    PlatformUnavailableError,
     ProgrammingError,
     ProtocolError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "DataplaneError",
     "InputError",
     "Manager",
+    "PlatformUnavailableError",
     "ProgrammingError",
     "ProtocolError",
     "SimPlatform",

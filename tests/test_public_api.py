@@ -14,6 +14,7 @@ def test_public_names() -> None:
         "DataplaneError",
         "InputError",
         "Manager",
+        "PlatformUnavailableError",
         "ProgrammingError",
         "ProtocolError",
         "SimPlatform",
@@ -37,6 +38,7 @@ def test_embedding_methods() -> None:
         "close_input",
         "drain_output",
         "in_sync",
+        "last_apply_error",
         "run",
     }
     # The services manager is reachable for health sources (set_backend_health).
@@ -48,3 +50,4 @@ def test_error_tree() -> None:
     assert issubclass(dataplane.ConfigError, dataplane.InputError)
     assert issubclass(dataplane.InputError, dataplane.DataplaneError)
     assert issubclass(dataplane.ProgrammingError, dataplane.DataplaneError)
+    assert issubclass(dataplane.PlatformUnavailableError, dataplane.DataplaneError)
