@@ -130,6 +130,10 @@ class FilterRenderer:
             if (":" in n) == (self.version == 6)
         ]
         comment = "source address is not the endpoint's"
+        if any(n.endswith("/0") for n in allowed):
+            # Every source is allowed; and nft refuses "! -s 0.0.0.0/0" at
+            # commit (EINVAL) though its parser passes it.
+            return []
         if not allowed:
             return [IptRule("", "-j DROP", comment=comment)]
         if len(allowed) == 1:

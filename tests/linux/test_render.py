@@ -282,6 +282,14 @@ def test_a_zero_prefix_is_every_address_of_its_family() -> None:
         assert rules.render(Rule(Action.ALLOW, not_dst_nets=(other, zero))) == []
         allow = rules.render(Rule(Action.ALLOW, src_nets=(zero, other), protocol="tcp"))
         assert allow == rules.render(Rule(Action.ALLOW, protocol="tcp"))
+        # An endpoint allowed to spoof any source has no anti-spoofing rule.
+        wep = WorkloadEndpoint(
+            WorkloadEndpointKey("k8s", "ns/a", "eth0"),
+            "cali1",
+            allow_spoofed_source_prefixes=(zero,),
+        )
+        chains = _renderer(version).workload_chains(wep, lambda _: True, lambda _: True)
+        assert not any("-s " in r.text() for c in chains for r in c.rules)
     # The other family's /0 is vacuous for this one.
     v4 = _renderer(4).rules
     assert v4.render(Rule(Action.ALLOW, not_src_nets=("::/0",))) == v4.render(Rule(Action.ALLOW))
