@@ -26,9 +26,9 @@ from dataplane.errors import ProgrammingError
 from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.iptables import IptRule, render_rule
 
-__all__ = ["ChainChecker", "RefusedChain"]
+__all__ = ["ChainChecker", "RefusedChain", "failed_line"]
 
-_ERROR_LINE = re.compile(rb"line:? (\d+)")
+_ERROR_LINE = re.compile(r"line:? (\d+)")
 _JUMP = re.compile(r"(?:^|\s)-[jg] (\S+)")
 
 
@@ -121,12 +121,22 @@ class ChainChecker:
         message = _first_line(result.stderr)
         rule_index = None
         if len(names) == 1:
-            where = _ERROR_LINE.search(result.stderr)
+            where = failed_line(result.stderr.decode(errors="replace"))
             if where is not None:
-                index = int(where.group(1)) - first_rule_line
+                index = where[0] - first_rule_line
                 if 0 <= index < len(chains[names[0]][0]):
                     rule_index = index
         return RefusedChain(names[0], rule_index, message)
+
+
+def failed_line(message: str) -> tuple[int, str] | None:
+    """The input line a restore's complaint names, and the complaint from there.
+
+    Both backends say "line N" ("Error occurred at line: N" for parse
+    errors, "line N: RULE_APPEND failed ..." for nft commit errors).
+    """
+    where = _ERROR_LINE.search(message)
+    return None if where is None else (int(where.group(1)), message[where.start() :])
 
 
 def _first_line(stderr: bytes) -> str:

@@ -34,7 +34,7 @@ from dataplane.config import Config, ProtoPort
 from dataplane.linux.iptables import Chain, IptRule
 from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
 from dataplane.linux.names import ChainNames
-from dataplane.linux.rule_render import RuleRenderer
+from dataplane.linux.rule_render import RuleRenderer, is_whole_family
 from dataplane.model import (
     Action,
     HostEndpoint,
@@ -130,7 +130,7 @@ class FilterRenderer:
             if (":" in n) == (self.version == 6)
         ]
         comment = "source address is not the endpoint's"
-        if any(n.endswith("/0") for n in allowed):
+        if any(is_whole_family(n) for n in allowed):
             # Every source is allowed; and nft refuses "! -s 0.0.0.0/0" at
             # commit (EINVAL) though its parser passes it.
             return []

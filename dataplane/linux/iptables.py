@@ -63,6 +63,12 @@ def rule_hashes(chain: str, rules: Iterable[IptRule]) -> list[str]:
     return out
 
 
+def rule_hash_of(line: str) -> str | None:
+    """The hash comment of one saved or restore rule line; None if it has none."""
+    match = _COMMENT_RE.search(line)
+    return match.group(1) if match else None
+
+
 def render_rule(
     chain: str, rule: IptRule, rule_hash: str, verb: str = "-A", position: int | None = None
 ) -> str:
@@ -133,6 +139,5 @@ def parse_save(text: str) -> dict[str, SavedTable]:
             name = line.split(" ", 2)[1]
             chain = table.chains.setdefault(name, SavedChain(name))
             chain.lines.append(line)
-            match = _COMMENT_RE.search(line)
-            chain.hashes.append(match.group(1) if match else None)
+            chain.hashes.append(rule_hash_of(line))
     return tables

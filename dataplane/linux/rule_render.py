@@ -31,7 +31,7 @@ from dataplane.linux.iptables import IptRule
 from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
 from dataplane.model import Action, IcmpMatch, PortRange, Rule
 
-__all__ = ["RuleRenderer"]
+__all__ = ["RuleRenderer", "is_whole_family"]
 
 _MULTIPORT_MAX = 15  # entries per -m multiport; a range counts as two
 
@@ -40,8 +40,9 @@ def _family(net: str) -> int:
     return 6 if ":" in net else 4
 
 
-def _prefix_len(net: str) -> int:
-    return ipaddress.ip_network(net, strict=False).prefixlen
+def is_whole_family(net: str) -> bool:
+    """A /0: every address of its family (nft refuses it negated, at commit)."""
+    return ipaddress.ip_network(net, strict=False).prefixlen == 0
 
 
 def _port_chunks(ports: Sequence[PortRange]) -> list[str]:
@@ -115,9 +116,9 @@ class RuleRenderer:
             # for every packet; unwanted, for none, so the rule never
             # matches. (nft also refuses "! -s 0.0.0.0/0" at commit with
             # EINVAL, though --test passes it.)
-            if any(_prefix_len(n) == 0 for n in unwanted):
+            if any(is_whole_family(n) for n in unwanted):
                 return []
-            if any(_prefix_len(n) == 0 for n in wanted):
+            if any(is_whole_family(n) for n in wanted):
                 wanted.clear()
             # iptables takes each of -s and -d once per rule ("multiple -d
             # flags not allowed"), so a single CIDR goes inline only while

@@ -38,21 +38,20 @@ half-written policy.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.chain_check import ChainChecker, RefusedChain
+from dataplane.linux.chain_check import ChainChecker, RefusedChain, failed_line
 from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.iptables import (
-    HASH_COMMENT_PREFIX,
     Chain,
     IptRule,
     parse_save,
     render_rule,
+    rule_hash_of,
     rule_hashes,
 )
 from dataplane.quarantine import Quarantine
@@ -64,7 +63,6 @@ PRELOAD_BATCH = 2000  # chains per preload restore
 # Chains blamed one by one for commit-time refusals in one apply before
 # the table gives up and the whole apply is retried.
 _MAX_BLAMES = 8
-_FAILED_LINE = re.compile(r"line:? (\d+)")
 
 log = logging.getLogger(__name__)
 
@@ -369,20 +367,20 @@ class Table:
         True if that line writes a rule of one of our chains the table
         still wants (so writing without it can succeed).
         """
-        where = _FAILED_LINE.search(error)
-        if where is None or not 0 < int(where.group(1)) <= len(lines):
+        where = failed_line(error)
+        if where is None or not 0 < where[0] <= len(lines):
             return False
-        words = lines[int(where.group(1)) - 1].split()
+        line = lines[where[0] - 1]
+        words = line.split()
         if len(words) < 2 or words[0] not in ("-A", "-I") or words[1] not in self._desired:
             return False
         chain = words[1]
         if chain in self.quarantine:
             return False
         hashes = self._hashes[chain]
-        prefix = f'"{HASH_COMMENT_PREFIX}'
-        tag = next((w.strip('"')[len(prefix) - 1 :] for w in words if w.startswith(prefix)), None)
+        tag = rule_hash_of(line)
         index = hashes.index(tag) if tag in hashes else None
-        refusal = RefusedChain(chain, index, error[where.start() :][:300])
+        refusal = RefusedChain(chain, index, where[1][:300])
         self.quarantine.reject(chain, refusal.message)
         self._refusals.append(refusal)
         return True

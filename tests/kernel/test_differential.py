@@ -211,7 +211,6 @@ class DiffNode:
             if time.monotonic() > end:
                 tail = self.felix.stderr_so_far()[-3000:]
                 raise AssertionError(f"round {self.round} not applied in time; driver:\n{tail}")
-            time.sleep(0.05)
 
     # --- probing ---------------------------------------------------------------
 
