@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from google.protobuf.message import Message
@@ -67,6 +67,9 @@ class FelixHarness:
         self._buf = b""
         self._drainers: list[threading.Thread] = []
         self._drained_stderr: list[bytes] = []
+        # Filled by watch(): (arrival time, envelope), under _arrived.
+        self.received: list[tuple[float, pb.FromDataplane]] = []
+        self._arrived = threading.Condition()
 
     def send(self, *payloads: Message) -> None:
         for payload in payloads:
@@ -127,6 +130,59 @@ class FelixHarness:
             thread = threading.Thread(target=target, daemon=True)
             thread.start()
             self._drainers.append(thread)
+
+    def watch(self) -> None:
+        """Like :meth:`drain`, but keep every envelope, with its arrival time.
+
+        For benchmarks that time how long the driver takes to say something
+        (an endpoint's status, DataplaneInSync) while it keeps talking.
+        """
+
+        def keep_status() -> None:
+            buf = b""
+            with contextlib.suppress(OSError):
+                while chunk := os.read(self.from_driver, 65536):
+                    now = time.monotonic()
+                    buf += chunk
+                    while len(buf) >= 8:
+                        (length,) = struct.unpack_from("<Q", buf)
+                        if len(buf) < 8 + length:
+                            break
+                        body, buf = buf[8 : 8 + length], buf[8 + length :]
+                        with self._arrived:
+                            self.received.append((now, pb.FromDataplane.FromString(body)))
+                            self._arrived.notify_all()
+
+        def keep_stderr() -> None:
+            assert self.proc.stderr is not None
+            while chunk := os.read(self.proc.stderr.fileno(), 65536):
+                self._drained_stderr.append(chunk)
+
+        for target in (keep_status, keep_stderr):
+            thread = threading.Thread(target=target, daemon=True)
+            thread.start()
+            self._drainers.append(thread)
+
+    def wait_for(
+        self,
+        predicate: Callable[[pb.FromDataplane], bool],
+        since: int = 0,
+        timeout: float = 60.0,
+    ) -> tuple[float, pb.FromDataplane]:
+        """The first envelope from index ``since`` on that matches (watching harness)."""
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while True:
+                for arrived, envelope in self.received[since:]:
+                    if predicate(envelope):
+                        return arrived, envelope
+                since = len(self.received)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.proc.poll() is not None:
+                    raise TimeoutError(
+                        f"no such message from the driver:\n{self.stderr_so_far()[-2000:]}"
+                    )
+                self._arrived.wait(min(remaining, 0.5))
 
     def stderr_so_far(self) -> str:
         """What a draining harness has read from stderr up to now."""

@@ -1,19 +1,14 @@
 """One object the kernel refuses never stalls the node (real kernel, packets).
 
 The test hook is the kernel tool itself: the driver runs with a PATH whose
-``*tables-*-restore`` refuse any input line mentioning port 7777 (with the
-kernel's own error format) and hand everything else to the real tool. A
-policy using that port is then exactly "an object the kernel refuses".
+``*tables-*-restore`` refuse any input line mentioning port 7777
+(``tests/kernel/refusing_tools.py``). A policy using that port is then
+exactly "an object the kernel refuses".
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import stat
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +17,7 @@ from dataplane._pb import felixbackend_pb2 as pb
 from tests.felix_harness import FelixHarness
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe
+from tests.kernel.refusing_tools import refusing_env
 from tests.kernel.topology import Topology, requires_root
 
 pytestmark = [requires_root, pytest.mark.slow]
@@ -29,37 +25,11 @@ pytestmark = [requires_root, pytest.mark.slow]
 MARKER = "7777"
 REFUSED = pb.PolicyID(name="refuse-me")
 
-_WRAPPER = """#!{python}
-import subprocess, sys
-data = sys.stdin.buffer.read()
-for number, line in enumerate(data.decode(errors="replace").splitlines(), start=1):
-    if line.startswith(("-A ", "-I ")) and "{marker}" in line:
-        sys.stderr.write("{tool}: refused by the test hook\\n")
-        sys.stderr.write("Error occurred at line: %d\\n" % number)
-        sys.exit(2)
-sys.exit(subprocess.run(["{real}", *sys.argv[1:]], input=data).returncode)
-"""
-
 
 @pytest.fixture
-def refusing_path(tmp_path: Path) -> Iterator[dict[str, str]]:
+def refusing_path(tmp_path: Path) -> dict[str, str]:
     """An environment whose restore tools refuse lines with the marker."""
-    for tool in (
-        "iptables-nft-restore",
-        "ip6tables-nft-restore",
-        "iptables-legacy-restore",
-        "ip6tables-legacy-restore",
-    ):
-        real = shutil.which(tool)
-        assert real is not None, tool
-        wrapper = tmp_path / tool
-        wrapper.write_text(
-            _WRAPPER.format(python=sys.executable, marker=MARKER, tool=tool, real=real)
-        )
-        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    env = dict(os.environ)
-    env["PATH"] = f"{tmp_path}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
-    yield env
+    return refusing_env(tmp_path, MARKER)
 
 
 def _policy(port: int) -> pb.ActivePolicyUpdate:
