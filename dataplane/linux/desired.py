@@ -54,8 +54,10 @@ class DesiredState:
         raise NotImplementedError
 
     def replace_ipset(self, ipset: IPSet) -> None:
-        if ipset.id not in self._ipset_types:
-            self._rerender_rules_referencing(ipset.id)  # was an empty set until now
+        if self._ipset_types.get(ipset.id) != ipset.type:
+            # Was an empty set until now, or of another type: either way the
+            # rules name another kernel set.
+            self._rerender_rules_referencing(ipset.id)
         self._ipset_types[ipset.id] = ipset.type
         self._ipset_op("replace", ipset)
 

@@ -4,8 +4,17 @@ Every desired set becomes one kernel set per IP version (the kernel's hash
 sets hold one family each), plus a short-lived temporary set while it is
 rewritten atomically::
 
-    main   cali40<suffix>   cali60<suffix>     what rules reference
+    main   cali40<suffix>   cali60<suffix>     what rules reference (hash:ip)
+           cali4n<suffix>   cali6n<suffix>     ... of a hash:net set
+           cali4p<suffix>   cali6p<suffix>     ... of a hash:ip,port set
     temp   cali4t<suffix>   cali6t<suffix>     filled, swapped in, destroyed
+
+The type is in the main name because the kernel cannot change a set's type
+in place: ``swap`` refuses two types, and a set that rules reference can be
+neither destroyed nor renamed. A set id whose type changes (or a restart
+that finds the old type) therefore gets a new name, the rules are rendered
+with it, and the old set is destroyed once no rule references it, as any
+stale set is -- never a stuck destroy.
 
 The suffix is the set id itself when it is short and made of characters the
 ``ipset`` tool and its restore format take verbatim; otherwise it is ``_``
@@ -24,13 +33,17 @@ import base64
 import hashlib
 import string
 
+from dataplane.model import IPSetType
+
 __all__ = ["MAX_NAME_LEN", "OWNED_PREFIXES", "is_owned", "main_name", "temp_name"]
 
 MAX_NAME_LEN = 31  # IPSET_MAXNAMELEN - 1: the kernel's limit
-_MAIN_PREFIX = {4: "cali40", 6: "cali60"}
-_TEMP_PREFIX = {4: "cali4t", 6: "cali6t"}
-OWNED_PREFIXES = (*_MAIN_PREFIX.values(), *_TEMP_PREFIX.values())
-_SUFFIX_LEN = MAX_NAME_LEN - len("cali40")
+_TYPE_LETTER = {IPSetType.IP: "0", IPSetType.NET: "n", IPSetType.IP_AND_PORT: "p"}
+_TEMP_LETTER = "t"
+OWNED_PREFIXES = tuple(
+    f"cali{v}{letter}" for v in (4, 6) for letter in (*_TYPE_LETTER.values(), _TEMP_LETTER)
+)
+_SUFFIX_LEN = MAX_NAME_LEN - len("cali40")  # every prefix is 6 characters
 # No whitespace (restore lines are split on it), no quotes, nothing a shell
 # or the restore parser could read as syntax.
 _SAFE = frozenset(string.ascii_letters + string.digits + ":._-+/=@")
@@ -53,16 +66,16 @@ def _check_version(version: int) -> None:
         raise ValueError(f"IP version must be 4 or 6, not {version!r}")
 
 
-def main_name(set_id: str, version: int) -> str:
+def main_name(set_id: str, version: int, kind: IPSetType = IPSetType.IP) -> str:
     """The kernel name rules reference for ``set_id``'s IPv``version`` members."""
     _check_version(version)
-    return _MAIN_PREFIX[version] + _suffix(set_id)
+    return f"cali{version}{_TYPE_LETTER[kind]}{_suffix(set_id)}"
 
 
 def temp_name(set_id: str, version: int) -> str:
     """The scratch set used to rewrite ``main_name(set_id, version)`` atomically."""
     _check_version(version)
-    return _TEMP_PREFIX[version] + _suffix(set_id)
+    return f"cali{version}{_TEMP_LETTER}{_suffix(set_id)}"
 
 
 def is_owned(name: str) -> bool:

@@ -23,10 +23,12 @@ Goals and invariants:
     - A packet never sees a half-built set: a set that exists is rewritten
       by filling a temp set and ``swap``-ing it in; new sets are filled
       directly; member deltas are add/del lines. The kernel only swaps sets
-      of the same type and family, so a type change is destroy + create,
-      placed last in the batch because the kernel refuses to destroy a set
-      a rule still references (Felix never changes a set's type: its set
-      ids hash the type).
+      of the same type and family, and the type is part of the name
+      (``ipset_names``), so a set id that changes type is a new set and the
+      old one goes with the stale sets. A set of our name with another
+      type or family can then only be tampering: destroy + create, placed
+      last in the batch (the kernel refuses to destroy a referenced set,
+      and then that set alone is quarantined).
     - We trust a cache of what the kernel holds and write only deltas,
       reading the kernel (one ``ipset save``) only at start-up, when the
       platform asks (``mark_for_resync``, its refresh timer) and after any
@@ -188,7 +190,7 @@ class _Wanted:
 
     def __init__(self, ipset: IPSet, versions: tuple[int, ...]) -> None:
         self.type = ipset.type
-        self.names = {v: main_name(ipset.id, v) for v in versions}
+        self.names = {v: main_name(ipset.id, v, ipset.type) for v in versions}
         self.members: dict[int, set[str]] = {v: set() for v in versions}
         for member in ipset.members:
             bucket = self.members.get(_version(member))
@@ -361,8 +363,12 @@ class IPSetsProgrammer:
         self._dirty.discard(set_id)
 
     def kernel_name(self, set_id: str, version: int) -> str:
-        """The name rules use to match ``set_id``'s IPv``version`` members."""
-        return main_name(set_id, version)
+        """The name rules use to match ``set_id``'s IPv``version`` members.
+
+        It depends on the set's type (see ``ipset_names``), so ask only
+        after :meth:`replace`.
+        """
+        return self._wanted[set_id].names[version]
 
     def desired_ids(self) -> frozenset[str]:
         """Ids of every set currently desired (programmed or not yet)."""
@@ -409,8 +415,10 @@ class IPSetsProgrammer:
         """Write each set alone; quarantine those the kernel refuses.
 
         Raises:
-            ProgrammingError: every set failed (the tool, not a set, is at
-                fault): nothing is quarantined and the apply fails whole.
+            ProgrammingError: every one of several sets failed (the tool,
+                not a set, is at fault): nothing is quarantined and the apply
+                fails whole. One set alone that fails is that set's fault:
+                failing the apply for it would stall every other update.
         """
         failed: list[tuple[str, ProgrammingError]] = []
         tried = 0
@@ -428,7 +436,7 @@ class IPSetsProgrammer:
             else:
                 batch.commit(kernel)
                 self.quarantine.release(set_id)
-        if failed and len(failed) == tried:
+        if len(failed) > 1 and len(failed) == tried:
             raise failed[0][1]
         for set_id, error in failed:
             if self.quarantine.reject(set_id, str(error)):

@@ -95,6 +95,27 @@ def test_cluster_ip_spreads_evenly_and_affinity_pins(topology: Topology) -> None
         felix.wait()
 
 
+def test_host_network_reaches_a_cluster_ip_under_felix_defaults(topology: Topology) -> None:
+    """Kubelet and host-network pods use ClusterIPs too (issue 8, defect 5).
+
+    With Felix's DefaultEndpointToHostAction=DROP (the cluster's default
+    config) the backend's reply enters cali-wl-to-host; only its
+    RELATED,ESTABLISHED accept lets the connection complete.
+    """
+    cluster = Cluster(topology)
+    assert scenario.FELIX_DEFAULTS["DefaultEndpointToHostAction"] == "DROP"
+    felix = cluster.start_driver(
+        policies=False, extra=[service(), backends("web", ["api-1", "api-2"])]
+    )
+    try:
+        for vip in (VIP4, VIP6):
+            counts = served_by(cluster.ns("node"), vip, 80, 20)
+            assert set(counts) <= {"api-1", "api-2"} and sum(counts.values()) == 20, (vip, counts)
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
 def test_node_port_cluster_policy_masquerades_local_policy_keeps_client(
     topology: Topology,
 ) -> None:

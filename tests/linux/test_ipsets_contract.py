@@ -42,12 +42,21 @@ def ipset(set_id: str, kind: IPSetType, *members: str) -> IPSet:
     return IPSet(set_id, kind, frozenset(members))
 
 
-def v4(set_id: str) -> str:
-    return main_name(set_id, 4)
+# The type of the sets these tests name by id (the kernel name holds it).
+_TYPE_OF = {
+    "net": IPSetType.NET,
+    "n": IPSetType.NET,
+    "more": IPSetType.NET,
+    "port": IPSetType.IP_AND_PORT,
+}
 
 
-def v6(set_id: str) -> str:
-    return main_name(set_id, 6)
+def v4(set_id: str, kind: IPSetType | None = None) -> str:
+    return main_name(set_id, 4, kind or _TYPE_OF.get(set_id, IPSetType.IP))
+
+
+def v6(set_id: str, kind: IPSetType | None = None) -> str:
+    return main_name(set_id, 6, kind or _TYPE_OF.get(set_id, IPSetType.IP))
 
 
 def parse_listing(text: str) -> dict[str, SetState]:
@@ -280,37 +289,62 @@ def test_replace_with_unchanged_content_writes_nothing(backend: Backend) -> None
         (ipset("x", PORT, "10.0.0.1,tcp:1", "fd00::1,tcp:2"), "hash:ip,port"),
     ],
 )
-def test_type_change_recreates_the_set(backend: Backend, new: IPSet, kernel_type: str) -> None:
+def test_type_change_is_a_new_set_and_the_old_one_goes_as_stale(
+    backend: Backend, new: IPSet, kernel_type: str
+) -> None:
     async def body() -> None:
         programmer = await programmed(backend, ipset("x", IP, "10.0.0.1", "fd00::1"))
         programmer.replace(new)
+        assert programmer.kernel_name("x", 4) == v4("x", new.type) != v4("x", IP)
         await programmer.apply_updates()
         state = await backend.ours()
-        assert {name: s[0] for name, s in state.items()} == {
-            v4("x"): kernel_type,
-            v6("x"): kernel_type,
-        }
-        assert state[v4("x")][3] | state[v6("x")][3] == new.members
+        assert state[v4("x", new.type)][0] == state[v6("x", new.type)][0] == kernel_type
+        assert state[v4("x", new.type)][3] | state[v6("x", new.type)][3] == new.members
+        assert v4("x", IP) in state  # rules may still use it until iptables is written
+        await programmer.apply_deletions()
+        assert set(await backend.ours()) == {v4("x", new.type), v6("x", new.type)}
 
     run(body)
 
 
-def test_type_change_of_a_referenced_set_fails_until_the_rule_is_gone(
-    backend: Backend,
-) -> None:
-    # The kernel swaps only sets of equal type, and will not destroy a set a
-    # rule references; Felix never changes a set's type, so this stays an
-    # error, retried, that names the set.
+def test_type_change_of_a_referenced_set_never_blocks(backend: Backend) -> None:
+    # The kernel swaps only sets of equal type and will neither destroy nor
+    # rename a set a rule references: under its own name, the new type is
+    # written while the old set is in use, and the old set goes once the
+    # rules name the new one (between the two the platform writes iptables).
     async def body() -> None:
         programmer = await programmed(backend, ipset("x", IP, "10.0.0.1"))
-        await backend.reference(v4("x"), on=True)
+        await backend.reference(v4("x", IP), on=True)
         programmer.replace(ipset("x", NET, "10.0.0.0/8"))
-        with pytest.raises(ProgrammingError, match=f"destroy {v4('x')}"):
-            await programmer.apply_updates()
-        await backend.reference(v4("x"), on=False)
         await programmer.apply_updates()
+        assert programmer.take_refusals() == []
+        await backend.reference(v4("x", IP), on=False)
+        await programmer.apply_deletions()
         state = await backend.ours()
-        assert state[v4("x")] == ("hash:net", "inet", MAX, frozenset({"10.0.0.0/8"}))
+        assert state == {
+            v4("x", NET): ("hash:net", "inet", MAX, frozenset({"10.0.0.0/8"})),
+            v6("x", NET): ("hash:net", "inet6", MAX, frozenset()),
+        }
+
+    run(body)
+
+
+def test_a_tampered_referenced_set_alone_is_quarantined(backend: Backend) -> None:
+    # Someone replaced our set with one of another type, and a rule uses it:
+    # the kernel will not destroy it. That set waits in quarantine; the
+    # apply, and every other set, goes on.
+    async def body() -> None:
+        programmer = await programmed(backend, *THREE)
+        await backend.ipset("destroy", v4("ip"))
+        await backend.ipset("create", v4("ip"), "hash:net", "family", "inet")
+        await backend.reference(v4("ip"), on=True)
+        programmer.mark_for_resync()
+        programmer.update_members("net", frozenset({"10.7.0.0/16"}), frozenset())
+        await programmer.apply_updates()
+        ((set_id, message),) = programmer.take_refusals()
+        assert set_id == "ip" and "destroy" in message
+        assert "10.7.0.0/16" in (await backend.ours())[v4("net")][3]
+        await backend.reference(v4("ip"), on=False)
 
     run(body)
 
@@ -628,7 +662,7 @@ def _expected(desired: dict[str, tuple[IPSetType, set[str]]]) -> dict[str, SetSt
                 if (":" in m.partition(",")[0]) == (version == 6)
                 for form in _kernel_forms(kind, m)
             }
-            state[main_name(set_id, version)] = (names[kind], family, MAX, frozenset(forms))
+            state[main_name(set_id, version, kind)] = (names[kind], family, MAX, frozenset(forms))
     return state
 
 
