@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, seed, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings, target
 from hypothesis import strategies as st
 
 from dataplane._pb import felixbackend_pb2 as pb
@@ -59,6 +59,7 @@ from dataplane.service_model import (
     ServiceKey,
     ServicePort,
 )
+from tests.example_db import committed_examples
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a network namespace")
 
@@ -484,7 +485,13 @@ def kernel_rules(netns: str, tool: str) -> dict[tuple[str, str], list[str]]:
     return rules
 
 
-def check_state(netns: str, backend: str, state: NodeState) -> None:
+def check_state(netns: str, backend: str, state: NodeState) -> tuple[int, int]:
+    """Commit every table of ``state``; the kernel must hold exactly what was rendered.
+
+    Returns how big and how varied the input was: rules committed, and
+    distinct iptables options used (see :func:`aim`).
+    """
+    rules_total, options = 0, set[str]()
     for version in (4, 6):
         base = "iptables" if version == 4 else "ip6tables"
         # Every table in one restore (each replaced whole): one process.
@@ -500,14 +507,27 @@ def check_state(netns: str, backend: str, state: NodeState) -> None:
         )
         held = kernel_rules(netns, f"{base}-{backend}-save")
         assert {k: len(v) for k, v in held.items() if v} == wanted
+        rules_total += sum(wanted.values())
+        options.update(word for word in text.split() if word.startswith("--"))
+    return rules_total, len(options)
 
 
-def _settings() -> settings:
+def aim(size: tuple[int, int]) -> None:
+    """Tell Hypothesis what to maximise, so that the committed example
+    database keeps the front of the largest, most varied states seen."""
+    rules, options = size
+    target(float(rules), label="rules committed")
+    target(float(options), label="distinct options")
+
+
+def _settings(name: str) -> settings:
     return settings(
         max_examples=EXAMPLES,
         deadline=None,
-        database=None,
-        phases=(Phase.explicit, Phase.generate),
+        # Replays tests/examples/ first: what this test once found, and the
+        # largest, most varied states seen when the examples were recorded.
+        database=committed_examples(name),
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
         suppress_health_check=[
             HealthCheck.too_slow,
             HealthCheck.data_too_large,
@@ -558,12 +578,12 @@ FOUND = (
 @pytest.mark.parametrize("backend", ["legacy", "nft"])
 def test_the_kernel_takes_every_rendered_table_exactly(netns: str, backend: str) -> None:
     @seed(20261123)
-    @_settings()
+    @_settings(f"render-kernel-{backend}")
     @example(FOUND[0])
     @example(FOUND[1])
     @given(node_states())
     def check(state: NodeState) -> None:
-        check_state(netns, backend, state)
+        aim(check_state(netns, backend, state))
 
     check()
 
@@ -594,14 +614,17 @@ def rendered(state: NodeState) -> dict[tuple[str, str], list[str]]:
     return out
 
 
-def programmed(netns: str, state: NodeState) -> dict[tuple[str, str], list[str]]:
-    """Commit ``state`` on nft; every rule the kernel then holds, both versions."""
-    check_state(netns, "nft", state)
-    out: dict[tuple[str, str], list[str]] = {}
-    for version, tool in ((4, "iptables-nft-save"), (6, "ip6tables-nft-save")):
-        for (table, chain), rules in kernel_rules(netns, tool).items():
-            out[(f"{version}{table}", chain)] = rules
-    return out
+def programmed(
+    netns: str, state: NodeState
+) -> tuple[dict[tuple[str, str], list[str]], tuple[int, int]]:
+    """Commit ``state`` on nft: every rule the kernel then holds, and the size."""
+    size = check_state(netns, "nft", state)
+    rules = {
+        (f"{version}{table}", chain): chain_rules
+        for version, tool in ((4, "iptables-nft-save"), (6, "ip6tables-nft-save"))
+        for (table, chain), chain_rules in kernel_rules(netns, tool).items()
+    }
+    return rules, size
 
 
 def test_hostile_names_change_nothing_but_labels(netns: str) -> None:
@@ -613,14 +636,16 @@ def test_hostile_names_change_nothing_but_labels(netns: str) -> None:
     """
 
     @seed(20261124)
-    @_settings()
+    @_settings("hostile-names")
     @given(node_states(), st.sampled_from(HOSTILE[:-1]))
     def check(state: NodeState, hostile: str) -> None:
         benign = _relabel(state, "plain")
         nasty = _relabel(state, hostile)
         assert unlabelled(rendered(nasty)) == unlabelled(rendered(benign))
-        asked = unlabelled(programmed(netns, benign))
-        assert unlabelled(programmed(netns, nasty)) == asked
+        asked, _ = programmed(netns, benign)
+        held, size = programmed(netns, nasty)
+        assert unlabelled(held) == unlabelled(asked)
+        aim(size)
 
     check()
 
