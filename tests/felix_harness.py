@@ -121,15 +121,7 @@ class FelixHarness:
                 while os.read(self.from_driver, 65536):
                     pass
 
-        def keep_stderr() -> None:
-            assert self.proc.stderr is not None
-            while chunk := os.read(self.proc.stderr.fileno(), 65536):
-                self._drained_stderr.append(chunk)
-
-        for target in (discard_status, keep_stderr):
-            thread = threading.Thread(target=target, daemon=True)
-            thread.start()
-            self._drainers.append(thread)
+        self._in_background(discard_status, self._keep_stderr)
 
     def watch(self) -> None:
         """Like :meth:`drain`, but keep every envelope, with its arrival time.
@@ -153,12 +145,15 @@ class FelixHarness:
                             self.received.append((now, pb.FromDataplane.FromString(body)))
                             self._arrived.notify_all()
 
-        def keep_stderr() -> None:
-            assert self.proc.stderr is not None
-            while chunk := os.read(self.proc.stderr.fileno(), 65536):
-                self._drained_stderr.append(chunk)
+        self._in_background(keep_status, self._keep_stderr)
 
-        for target in (keep_status, keep_stderr):
+    def _keep_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := os.read(self.proc.stderr.fileno(), 65536):
+            self._drained_stderr.append(chunk)
+
+    def _in_background(self, *targets: Callable[[], None]) -> None:
+        for target in targets:
             thread = threading.Thread(target=target, daemon=True)
             thread.start()
             self._drainers.append(thread)
