@@ -113,6 +113,14 @@ class Sizes:
     spare: int  # extra interfaces, each added as one endpoint after the load
 
 
+def add_size_arguments(parser: argparse.ArgumentParser) -> None:
+    """The generated node's size: the defaults are the README's node."""
+    parser.add_argument("--endpoints", type=int, default=1000)
+    parser.add_argument("--policies", type=int, default=200)
+    parser.add_argument("--sets", type=int, default=500)
+    parser.add_argument("--members", type=int, default=100_000)
+
+
 def _hash_id(prefix: str, text: str) -> str:
     """A Felix-style IP set id: prefix + 28 characters of a hash."""
     digest = hashlib.sha224(text.encode()).digest()
@@ -973,10 +981,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--endpoints", type=int, default=1000)
-    parser.add_argument("--policies", type=int, default=200)
-    parser.add_argument("--sets", type=int, default=500)
-    parser.add_argument("--members", type=int, default=100_000)
+    add_size_arguments(parser)
     parser.add_argument(
         "--additions", type=int, default=50, help="endpoints added after the load (quick: 20)"
     )

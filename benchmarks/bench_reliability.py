@@ -66,6 +66,7 @@ from benchmarks.bench_linux import (
     NodeBuilder,
     Sizes,
     add_links,
+    add_size_arguments,
     cleanup_on_exit,
     create_netns,
     delete_netns,
@@ -505,10 +506,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--endpoints", type=int, default=1000)
-    parser.add_argument("--policies", type=int, default=200)
-    parser.add_argument("--sets", type=int, default=500)
-    parser.add_argument("--members", type=int, default=100_000)
+    add_size_arguments(parser)
     parser.add_argument("--backend", default="legacy", choices=["legacy", "nft"])
     parser.add_argument("--refresh", type=float, default=2.0, help="refresh intervals, seconds")
     parser.add_argument("--tamper-rounds", type=int, default=3)
