@@ -23,6 +23,16 @@ from dataplane.msgs import to_dataplane
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _next_envelope(buf: bytes) -> tuple[pb.FromDataplane | None, bytes]:
+    """The first whole frame of ``buf``, decoded, and the bytes after it."""
+    if len(buf) < 8:
+        return None, buf
+    (length,) = struct.unpack_from("<Q", buf)
+    if len(buf) < 8 + length:
+        return None, buf
+    return pb.FromDataplane.FromString(buf[8 : 8 + length]), buf[8 + length :]
+
+
 class FelixHarness:
     """Plays Felix's side of the external-driver pipes."""
 
@@ -83,11 +93,9 @@ class FelixHarness:
         """Next envelope from the driver, waiting at most ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
-            if len(self._buf) >= 8:
-                (length,) = struct.unpack_from("<Q", self._buf)
-                if len(self._buf) >= 8 + length:
-                    body, self._buf = self._buf[8 : 8 + length], self._buf[8 + length :]
-                    return pb.FromDataplane.FromString(body)
+            envelope, self._buf = _next_envelope(self._buf)
+            if envelope is not None:
+                return envelope
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError("no message from the driver")
@@ -136,14 +144,12 @@ class FelixHarness:
                 while chunk := os.read(self.from_driver, 65536):
                     now = time.monotonic()
                     buf += chunk
-                    while len(buf) >= 8:
-                        (length,) = struct.unpack_from("<Q", buf)
-                        if len(buf) < 8 + length:
-                            break
-                        body, buf = buf[8 : 8 + length], buf[8 + length :]
+                    envelope, buf = _next_envelope(buf)
+                    while envelope is not None:
                         with self._arrived:
-                            self.received.append((now, pb.FromDataplane.FromString(body)))
+                            self.received.append((now, envelope))
                             self._arrived.notify_all()
+                        envelope, buf = _next_envelope(buf)
 
         self._in_background(keep_status, self._keep_stderr)
 

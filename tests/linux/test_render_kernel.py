@@ -29,7 +29,7 @@ import collections
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -422,18 +422,19 @@ def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain]
     }
 
 
+def rule_lines(chain: str, rules: Sequence[IptRule]) -> list[str]:
+    """``chain``'s rules as restore lines, hashed as the Table writes them."""
+    hashes = rule_hashes(chain, rules)
+    return [render_rule(chain, r, h) for r, h in zip(rules, hashes, strict=True)]
+
+
 def restore_input(table: str, chains: list[Chain], hooks: Hooks) -> tuple[str, dict[str, int]]:
     """A whole-table restore (replacing the table) and the rule count per chain."""
     lines = [f"*{table}", *(f":{c.name} - [0:0]" for c in chains)]
     counts: dict[str, int] = collections.Counter()
-    for chain in chains:
-        for rule, digest in zip(chain.rules, rule_hashes(chain.name, chain.rules), strict=True):
-            lines.append(render_rule(chain.name, rule, digest))
-            counts[chain.name] += 1
-    for builtin, rules in hooks.items():
-        hashes = rule_hashes(builtin, rules)
-        lines += [render_rule(builtin, r, h) for r, h in zip(rules, hashes, strict=True)]
-        counts[builtin] += len(rules)
+    for name, rules in [*((c.name, c.rules) for c in chains), *hooks.items()]:
+        lines += rule_lines(name, rules)
+        counts[name] += len(rules)
     return "\n".join([*lines, "COMMIT", ""]), counts
 
 
@@ -600,20 +601,12 @@ def unlabelled(rules: Mapping[tuple[str, str], list[str]]) -> dict[tuple[str, st
 
 
 def rendered(state: NodeState) -> dict[tuple[str, str], list[str]]:
-    out: dict[tuple[str, str], list[str]] = {}
-    for version in (4, 6):
-        for table, (chains, hooks) in render_tables(state, version).items():
-            for chain in chains:
-                digests = rule_hashes(chain.name, chain.rules)
-                out[(f"{version}{table}", chain.name)] = [
-                    render_rule(chain.name, r, h) for r, h in zip(chain.rules, digests, strict=True)
-                ]
-            for builtin, rules in hooks.items():
-                digests = rule_hashes(builtin, rules)
-                out[(f"{version}{table}", builtin)] = [
-                    render_rule(builtin, r, h) for r, h in zip(rules, digests, strict=True)
-                ]
-    return out
+    return {
+        (f"{version}{table}", name): rule_lines(name, rules)
+        for version in (4, 6)
+        for table, (chains, hooks) in render_tables(state, version).items()
+        for name, rules in [*((c.name, c.rules) for c in chains), *hooks.items()]
+    }
 
 
 def programmed(
