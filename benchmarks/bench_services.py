@@ -329,10 +329,10 @@ class TimedPlatform(LinuxPlatform):
         self.services_set += 1
         super().set_service(service)
 
-    def _render(self) -> None:
+    def _write(self) -> None:
         start = time.perf_counter()
         try:
-            super()._render()
+            super()._write()
         finally:
             self._render_s += time.perf_counter() - start
 

@@ -44,6 +44,7 @@ from dataplane.managers import (
     PoolsManager,
     ServicesManager,
 )
+from dataplane.managers.index import PolicyIndex
 from dataplane.msgs import from_dataplane, to_dataplane
 from dataplane.platform import Platform
 from dataplane.status import StatusReporter
@@ -113,15 +114,22 @@ class Dataplane:
         self._wall_clock = wall_clock
         self._follow_log_severity = follow_log_severity
         self.services = ServicesManager(platform)
+        # Shared by the policy-side managers; the platform looks users up in
+        # it. Order matters: IP sets complete first (a set's change of shape
+        # rewrites the rules on it), then rules, then the endpoints that
+        # jump to them.
+        self.policy_index = PolicyIndex()
+        platform.bind_policy_users(self.policy_index)
         self._managers: list[Manager] = [
-            IPSetsManager(platform),
-            PolicyManager(platform),
-            EndpointManager(platform),
+            IPSetsManager(platform, self.policy_index),
+            PolicyManager(platform, self.policy_index),
+            EndpointManager(platform, self.policy_index),
             PoolsManager(platform),
             self.services,
         ]
         self._configure_managers()
         self._routes: dict[type, tuple[Manager, ...]] = {}
+        self._said_ignored: set[str] = set()
         self._input = QueueSource()
         self._input_seq = 0
         self._out_send, self._out_recv = trio.open_memory_channel[pb.FromDataplane](math.inf)
@@ -161,7 +169,8 @@ class Dataplane:
             if configure is not None:
                 configure(self.config)
 
-    def _route(self, payload_type: type) -> tuple[Manager, ...]:
+    def managers_for(self, payload_type: type) -> tuple[Manager, ...]:
+        """The registered managers a payload of ``payload_type`` reaches, in order."""
         routed = tuple(
             m for m in self._managers if payload_type in getattr(m, "handles", (payload_type,))
         )
@@ -278,7 +287,20 @@ class Dataplane:
                     self._on_config(payload)  # type: ignore[arg-type]
                 elif kind == "in_sync":
                     self._on_in_sync(envelope.sequence_number)
-                managers = routes.get(type(payload)) or self._route(type(payload))
+                managers = routes.get(type(payload))
+                if managers is None:
+                    managers = self.managers_for(type(payload))
+                if not managers and kind not in self._said_ignored:
+                    self._said_ignored.add(str(kind))
+                    if kind not in ("config_update", "in_sync"):
+                        # Once per kind: Felix sends some (routes, host
+                        # metadata, ...) by the thousand, and what this
+                        # driver does not act on is worth knowing once.
+                        log.info(
+                            "seq=%d %s ignored: no manager handles it (logged once per kind)",
+                            envelope.sequence_number,
+                            kind,
+                        )
                 for manager in managers:
                     manager.on_update(payload)
             except InputError as exc:

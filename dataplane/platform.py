@@ -1,10 +1,12 @@
 """The platform interface: what managers hand desired state to.
 
-Managers are platform-neutral. They convert protobuf into model values and
-push them, in the shape of Contiv's renderer API (set = add-or-update,
-remove), into narrow sinks. A platform implements every sink plus
-:meth:`Platform.apply`, which makes the kernel (or HNS, or memory) match
-what it has been given, in the order it needs.
+Managers are platform-neutral. They convert protobuf into model values,
+compute what is the same on every platform (each endpoint's effective
+policy, which objects a change touches, which services really changed) and
+push only the changes, in the shape of Contiv's renderer API (set =
+add-or-update, remove), into narrow sinks. A platform implements every sink
+plus :meth:`Platform.apply`, which makes the kernel (or HNS, or memory)
+match what it has been given, in the order it needs.
 
 A platform keeps all desired state it has been handed until it is removed:
 if ``apply`` fails, nothing is lost, and the next ``apply`` tries again
@@ -13,12 +15,14 @@ with whatever has changed since folded in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from dataplane.config import Config
 from dataplane.model import (
+    EffectivePolicy,
     EndpointStatus,
+    HostEffectivePolicy,
     HostEndpoint,
     HostEndpointKey,
     IPPool,
@@ -36,6 +40,7 @@ __all__ = [
     "EndpointsSink",
     "IPSetsSink",
     "Platform",
+    "PolicyUsers",
     "PoolsSink",
     "RulesSink",
     "ServicesSink",
@@ -58,7 +63,8 @@ class IPSetsSink(Protocol):
 
 
 class RulesSink(Protocol):
-    def set_policy(self, key: PolicyKey, policy: Policy) -> None: ...
+    def set_policy(self, key: PolicyKey, policy: Policy) -> None:
+        """(Re)write the policy's rules: new, changed, or a set it uses changed shape."""
 
     def remove_policy(self, key: PolicyKey) -> None: ...
 
@@ -68,11 +74,12 @@ class RulesSink(Protocol):
 
 
 class EndpointsSink(Protocol):
-    def set_workload_endpoint(self, endpoint: WorkloadEndpoint) -> None: ...
+    def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
+        """The endpoint, or the policy that decides its traffic, changed."""
 
     def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None: ...
 
-    def set_host_endpoint(self, endpoint: HostEndpoint) -> None: ...
+    def set_host_endpoint(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None: ...
 
     def remove_host_endpoint(self, key: HostEndpointKey) -> None: ...
 
@@ -90,10 +97,23 @@ class ServicesSink(Protocol):
     def remove_service(self, key: ServiceKey) -> None: ...
 
 
+class PolicyUsers(Protocol):
+    """The managers' reverse indexes, for a platform to look up, never rebuild."""
+
+    def endpoints_using_policy(self, key: PolicyKey) -> frozenset[EndpointKey]: ...
+
+    def endpoints_using_profile(self, name: str) -> frozenset[EndpointKey]: ...
+
+    def endpoints_using_sets(self, set_ids: Iterable[str]) -> frozenset[EndpointKey]: ...
+
+
 class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, ServicesSink, Protocol):
     """A complete dataplane backend (Linux, Windows, or the in-memory sim)."""
 
     name: str
+
+    def bind_policy_users(self, users: PolicyUsers) -> None:
+        """Where to look up which endpoints a policy, profile or IP set affects."""
 
     def wants_apply_at(self) -> float:
         """trio time at which the platform wants an apply even without input.

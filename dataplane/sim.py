@@ -19,7 +19,9 @@ import trio
 from dataplane.config import Config
 from dataplane.errors import ProgrammingError
 from dataplane.model import (
+    EffectivePolicy,
     EndpointStatus,
+    HostEffectivePolicy,
     HostEndpoint,
     HostEndpointKey,
     IPPool,
@@ -32,7 +34,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
-from dataplane.platform import EndpointKey
+from dataplane.platform import EndpointKey, PolicyUsers
 from dataplane.service_model import Service, ServiceKey
 
 __all__ = ["SimPlatform", "SimState", "describe_rule"]
@@ -49,6 +51,10 @@ class SimState:
     host_endpoints: dict[HostEndpointKey, HostEndpoint] = field(default_factory=dict)
     ip_pools: dict[str, IPPool] = field(default_factory=dict)
     services: dict[ServiceKey, Service] = field(default_factory=dict)
+    # Each endpoint's effective policy, as the managers resolved it.
+    effective: dict[EndpointKey, EffectivePolicy | HostEffectivePolicy] = field(
+        default_factory=dict
+    )
 
     def copy(self) -> SimState:
         # Values are frozen, so shallow copies of the maps are snapshots.
@@ -60,6 +66,7 @@ class SimState:
             dict(self.host_endpoints),
             dict(self.ip_pools),
             dict(self.services),
+            dict(self.effective),
         )
 
 
@@ -85,6 +92,10 @@ class SimPlatform:
         # apply freezes them.
         self._members: dict[str, set[str]] = {}
         self._dirty_sets: set[str] = set()
+        self.policy_users: PolicyUsers | None = None
+
+    def bind_policy_users(self, users: PolicyUsers) -> None:
+        self.policy_users = users
 
     # --- IPSetsSink ---------------------------------------------------------
 
@@ -124,17 +135,21 @@ class SimPlatform:
 
     # --- EndpointsSink ------------------------------------------------------
 
-    def set_workload_endpoint(self, endpoint: WorkloadEndpoint) -> None:
+    def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
         self.desired.workload_endpoints[endpoint.key] = endpoint
+        self.desired.effective[endpoint.key] = policy
 
     def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
         self.desired.workload_endpoints.pop(key, None)
+        self.desired.effective.pop(key, None)
 
-    def set_host_endpoint(self, endpoint: HostEndpoint) -> None:
+    def set_host_endpoint(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
         self.desired.host_endpoints[endpoint.key] = endpoint
+        self.desired.effective[endpoint.key] = policy
 
     def remove_host_endpoint(self, key: HostEndpointKey) -> None:
         self.desired.host_endpoints.pop(key, None)
+        self.desired.effective.pop(key, None)
 
     # --- PoolsSink ----------------------------------------------------------
 

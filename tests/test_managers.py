@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import InputError
 from dataplane.managers import EndpointManager, IPSetsManager, PolicyManager
+from dataplane.managers.index import PolicyIndex
 from dataplane.model import (
     Action,
     IcmpMatch,
@@ -47,7 +48,7 @@ class RecordingSink:
 
 def test_full_update_is_normalised_and_sent_whole() -> None:
     sink = RecordingSink()
-    mgr = IPSetsManager(sink)
+    mgr = IPSetsManager(sink, PolicyIndex())
     mgr.on_update(ipset("s:a", "10.0.0.1", "fd00:0::0001", "10.0.0.2/32"))
     mgr.on_update(ipset("s:n", "10.1.2.3/16", kind=pb.IPSetUpdate.NET))
     mgr.on_update(
@@ -63,7 +64,7 @@ def test_full_update_is_normalised_and_sent_whole() -> None:
 
 def test_deltas_coalesce_until_apply() -> None:
     sink = RecordingSink()
-    mgr = IPSetsManager(sink)
+    mgr = IPSetsManager(sink, PolicyIndex())
     mgr.on_update(ipset("s:a", "10.0.0.1"))
     mgr.complete_deferred_work()
     mgr.on_update(pb.IPSetDeltaUpdate(id="s:a", added_members=["10.0.0.2", "10.0.0.3"]))
@@ -74,7 +75,7 @@ def test_deltas_coalesce_until_apply() -> None:
 
 def test_delta_after_full_update_in_same_batch_sends_the_full_set() -> None:
     sink = RecordingSink()
-    mgr = IPSetsManager(sink)
+    mgr = IPSetsManager(sink, PolicyIndex())
     mgr.on_update(ipset("s:a", "10.0.0.1"))
     mgr.on_update(pb.IPSetDeltaUpdate(id="s:a", added_members=["10.0.0.2"]))
     mgr.complete_deferred_work()
@@ -84,7 +85,7 @@ def test_delta_after_full_update_in_same_batch_sends_the_full_set() -> None:
 
 def test_remove_then_recreate_in_one_batch_is_a_replace() -> None:
     sink = RecordingSink()
-    mgr = IPSetsManager(sink)
+    mgr = IPSetsManager(sink, PolicyIndex())
     mgr.on_update(ipset("s:a", "10.0.0.1"))
     mgr.complete_deferred_work()
     mgr.on_update(pb.IPSetRemove(id="s:a"))
@@ -108,7 +109,7 @@ def test_remove_then_recreate_in_one_batch_is_a_replace() -> None:
 )
 def test_invalid_ipset_input_is_rejected_without_changes(msg: pb.IPSetUpdate, field: str) -> None:
     sink = RecordingSink()
-    mgr = IPSetsManager(sink)
+    mgr = IPSetsManager(sink, PolicyIndex())
     with pytest.raises(InputError) as info:
         mgr.on_update(msg)
     assert info.value.field == field
@@ -118,7 +119,7 @@ def test_invalid_ipset_input_is_rejected_without_changes(msg: pb.IPSetUpdate, fi
 
 def test_invalid_delta_leaves_the_set_untouched() -> None:
     platform = SimPlatform()
-    mgr = IPSetsManager(platform)
+    mgr = IPSetsManager(platform, PolicyIndex())
     mgr.on_update(ipset("s:a", "10.0.0.1"))
     with pytest.raises(InputError):
         mgr.on_update(
@@ -140,7 +141,7 @@ def test_sim_membership_equals_replaying_every_delta(
 ) -> None:
     """Property: whatever the batching, the platform ends with the true membership."""
     platform = SimPlatform()
-    mgr = IPSetsManager(platform)
+    mgr = IPSetsManager(platform, PolicyIndex())
     truth = set(initial[0])
     mgr.on_update(ipset("s:x", *sorted(truth)))
     for added, removed, apply_now in deltas:
@@ -166,7 +167,7 @@ def _rule(**kwargs: object) -> pb.Rule:
 
 def test_every_rule_field_converts() -> None:
     platform = SimPlatform()
-    mgr = PolicyManager(platform)
+    mgr = PolicyManager(platform, PolicyIndex())
     rule = _rule(
         action="next-tier",
         ip_version=pb.IPV6,
@@ -227,7 +228,7 @@ def test_every_rule_field_converts() -> None:
 
 def test_ports_and_ranges_convert() -> None:
     platform = SimPlatform()
-    mgr = PolicyManager(platform)
+    mgr = PolicyManager(platform, PolicyIndex())
     mgr.on_update(
         pb.ActiveProfileUpdate(
             id=pb.ProfileID(name="prof"),
@@ -304,7 +305,7 @@ def test_ports_and_ranges_convert() -> None:
 )
 def test_invalid_rules_name_the_field_and_value(rule: pb.Rule, field: str, value: object) -> None:
     platform = SimPlatform()
-    mgr = PolicyManager(platform)
+    mgr = PolicyManager(platform, PolicyIndex())
     msg = pb.ActivePolicyUpdate(id=pb.PolicyID(name="p"), policy=pb.Policy(inbound_rules=[rule]))
     with pytest.raises(InputError) as info:
         mgr.on_update(msg)
@@ -315,7 +316,7 @@ def test_invalid_rules_name_the_field_and_value(rule: pb.Rule, field: str, value
 
 def test_policy_remove_and_profile_remove() -> None:
     platform = SimPlatform()
-    mgr = PolicyManager(platform)
+    mgr = PolicyManager(platform, PolicyIndex())
     mgr.on_update(pb.ActivePolicyUpdate(id=pb.PolicyID(name="p"), policy=pb.Policy(tier="t")))
     mgr.on_update(pb.ActiveProfileUpdate(id=pb.ProfileID(name="prof"), profile=pb.Profile()))
     mgr.complete_deferred_work()
@@ -331,7 +332,7 @@ def test_policy_remove_and_profile_remove() -> None:
 
 def test_workload_endpoint_with_tiers_converts() -> None:
     platform = SimPlatform()
-    mgr = EndpointManager(platform)
+    mgr = EndpointManager(platform, PolicyIndex())
     msg = workload("ns/pod", "cali1234", "10.0.0.1/32")
     msg.endpoint.tiers.append(
         pb.TierInfo(
@@ -376,7 +377,7 @@ def test_invalid_workload_endpoints_are_rejected(mutate: object, field: str) -> 
     msg = workload("ns/pod", "cali1", "10.0.0.1/32")
     mutate(msg)  # type: ignore[operator]
     platform = SimPlatform()
-    mgr = EndpointManager(platform)
+    mgr = EndpointManager(platform, PolicyIndex())
     with pytest.raises(InputError) as info:
         mgr.on_update(msg)
     assert info.value.field == field
@@ -386,7 +387,7 @@ def test_invalid_workload_endpoints_are_rejected(mutate: object, field: str) -> 
 
 def test_host_endpoint_all_tier_kinds() -> None:
     platform = SimPlatform()
-    mgr = EndpointManager(platform)
+    mgr = EndpointManager(platform, PolicyIndex())
     tier = pb.TierInfo(name="t", ingress_policies=[pb.PolicyID(name="p")])
     mgr.on_update(
         pb.HostEndpointUpdate(
@@ -410,7 +411,7 @@ def test_host_endpoint_all_tier_kinds() -> None:
 
 
 def test_host_endpoint_interface_name_is_validated() -> None:
-    mgr = EndpointManager(SimPlatform())
+    mgr = EndpointManager(SimPlatform(), PolicyIndex())
     with pytest.raises(InputError) as info:
         mgr.on_update(
             pb.HostEndpointUpdate(

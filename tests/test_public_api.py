@@ -33,6 +33,7 @@ def test_embedding_methods() -> None:
     public = {n for n in vars(Dataplane) if not n.startswith("_")}
     assert public == {
         "register_manager",
+        "managers_for",
         "send_message",
         "recv_message",
         "close_input",

@@ -37,11 +37,13 @@ from dataplane.linux.names import ChainNames
 from dataplane.linux.rule_render import RuleRenderer, is_whole_family
 from dataplane.model import (
     Action,
+    DirectionPolicy,
+    EffectivePolicy,
+    HostEffectivePolicy,
     HostEndpoint,
     Policy,
     PolicyKey,
     Profile,
-    TierInfo,
     WorkloadEndpoint,
 )
 
@@ -79,34 +81,21 @@ class FilterRenderer:
     # --- endpoints ------------------------------------------------------------------
 
     def tiered_rules(
-        self,
-        tiers: Sequence[TierInfo],
-        inbound: bool,
-        profile_ids: Sequence[str],
-        known_policies: Callable[[PolicyKey], bool],
-        known_profiles: Callable[[str], bool],
-        *,
-        enforce: bool = True,
+        self, policy: DirectionPolicy, inbound: bool, *, enforce: bool = True
     ) -> list[IptRule]:
         """Tiers, then profiles, then drop.
 
-        With ``enforce`` False (untracked and pre-DNAT policy) only what a
-        policy explicitly denies is dropped: traffic no policy decided goes
-        on to normal policy, so there is no end-of-tier drop, no profile and
-        no final drop.
+        ``policy`` is already resolved (active policies only, empty tiers
+        left out) by the managers. With ``enforce`` False (untracked and
+        pre-DNAT policy) only what a policy explicitly denies is dropped:
+        traffic no policy decided goes on to normal policy, so there is no
+        end-of-tier drop, no profile and no final drop.
         """
         m = self.marks
         out = [IptRule("", clear_mark(m.accept | m.pass_))]
-        for tier in tiers:
-            keys = [
-                k
-                for k in (tier.ingress_policies if inbound else tier.egress_policies)
-                if known_policies(k)
-            ]
-            if not keys:
-                continue
+        for tier in policy.tiers:
             out.append(IptRule("", clear_mark(m.pass_), comment=f"tier {tier.name}"))
-            for key in keys:
+            for key in tier.policies:
                 out.append(IptRule(lacks_mark(m.pass_), f"-j {self.names.policy(key, inbound)}"))
                 out.append(IptRule(has_mark(m.accept), "-j RETURN"))
             if enforce and tier.default_action is Action.DENY:
@@ -115,10 +104,9 @@ class FilterRenderer:
                 )
         if not enforce:
             return out
-        for name in profile_ids:
-            if known_profiles(name):
-                out.append(IptRule("", f"-j {self.names.profile(name, inbound)}"))
-                out.append(IptRule(has_mark(m.accept), "-j RETURN"))
+        for name in policy.profiles:
+            out.append(IptRule("", f"-j {self.names.profile(name, inbound)}"))
+            out.append(IptRule(has_mark(m.accept), "-j RETURN"))
         out.append(IptRule("", "-j DROP", comment="no policy or profile allowed it"))
         return out
 
@@ -145,45 +133,29 @@ class FilterRenderer:
             IptRule(lacks_mark(bit), "-j DROP", comment=comment),
         ]
 
-    def workload_chains(
-        self,
-        endpoint: WorkloadEndpoint,
-        known_policies: Callable[[PolicyKey], bool],
-        known_profiles: Callable[[str], bool],
-    ) -> list[Chain]:
+    def workload_chains(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> list[Chain]:
         to_name = self.names.to_workload(endpoint.name)
         from_name = self.names.from_workload(endpoint.name)
         if not endpoint.admin_up:
             down = (IptRule("", "-j DROP", comment="endpoint is not active"),)
             return [Chain(to_name, down), Chain(from_name, down)]
-        ingress = self.tiered_rules(
-            endpoint.tiers, True, endpoint.profile_ids, known_policies, known_profiles
-        )
-        egress = self._anti_spoof(endpoint) + self.tiered_rules(
-            endpoint.tiers, False, endpoint.profile_ids, known_policies, known_profiles
-        )
+        ingress = self.tiered_rules(policy.ingress, True)
+        egress = self._anti_spoof(endpoint) + self.tiered_rules(policy.egress, False)
         return [Chain(to_name, tuple(ingress)), Chain(from_name, tuple(egress))]
 
     def host_endpoint_chains(
-        self,
-        endpoint: HostEndpoint,
-        known_policies: Callable[[PolicyKey], bool],
-        known_profiles: Callable[[str], bool],
+        self, endpoint: HostEndpoint, policy: HostEffectivePolicy
     ) -> list[Chain]:
         n = self.names
         ingress = [
             _ESTABLISHED,
             IptRule("", f"-j {n.top('failsafe-in')}"),
-            *self.tiered_rules(
-                endpoint.tiers, True, endpoint.profile_ids, known_policies, known_profiles
-            ),
+            *self.tiered_rules(policy.normal.ingress, True),
         ]
         egress = [
             _ESTABLISHED,
             IptRule("", f"-j {n.top('failsafe-out')}"),
-            *self.tiered_rules(
-                endpoint.tiers, False, endpoint.profile_ids, known_policies, known_profiles
-            ),
+            *self.tiered_rules(policy.normal.egress, False),
         ]
         # The endpoint chains end in DROP; what they allow returns with the
         # accept mark, which the top-level chain turns into ACCEPT.
@@ -198,9 +170,7 @@ class FilterRenderer:
                 (True, n.dispatch_child("fhfw", endpoint.name)),
                 (False, n.dispatch_child("thfw", endpoint.name)),
             ):
-                rules = self.tiered_rules(
-                    endpoint.forward_tiers, inbound, (), known_policies, known_profiles
-                )
+                rules = self.tiered_rules(policy.forward.direction(inbound), inbound)
                 chains.append(Chain(name, tuple(rules)))
         return chains
 

@@ -22,9 +22,33 @@ from dataclasses import dataclass
 from dataplane.linux.filter_render import FilterRenderer
 from dataplane.linux.iptables import Chain, IptRule
 from dataplane.linux.marks import clear_mark, has_mark
-from dataplane.model import HostEndpoint, Policy, PolicyKey, TierInfo
+from dataplane.model import (
+    EffectivePolicy,
+    HostEffectivePolicy,
+    HostEndpoint,
+    Policy,
+    PolicyKey,
+    TierInfo,
+)
 
-__all__ = ["HostPolicyRenderer"]
+__all__ = ["HostPolicyEndpoint", "HostPolicyRenderer"]
+
+# A host endpoint with the policy the managers resolved for it.
+HostPolicyEndpoint = tuple[HostEndpoint, HostEffectivePolicy]
+
+
+# An endpoint has an untracked (pre-DNAT) chain when it names untracked
+# (pre-DNAT) tiers at all, whether or not their policies are active yet.
+def _untracked(
+    hep: HostEndpoint, policy: HostEffectivePolicy
+) -> tuple[tuple[TierInfo, ...], EffectivePolicy]:
+    return hep.untracked_tiers, policy.untracked
+
+
+def _pre_dnat(
+    hep: HostEndpoint, policy: HostEffectivePolicy
+) -> tuple[tuple[TierInfo, ...], EffectivePolicy]:
+    return hep.pre_dnat_tiers, policy.pre_dnat
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,26 +58,18 @@ class HostPolicyRenderer:
     def _endpoint_chains(
         self,
         kind: str,
-        endpoints: Sequence[HostEndpoint],
-        tiers_of: Callable[[HostEndpoint], tuple[TierInfo, ...]],
+        endpoints: Sequence[HostPolicyEndpoint],
+        stage: Callable[[HostEndpoint, HostEffectivePolicy], tuple[object, EffectivePolicy]],
         inbound: bool,
-        known: Callable[[PolicyKey], bool],
     ) -> tuple[list[Chain], list[str]]:
         names = self.base.names
         chains = []
         ifaces = []
-        for hep in endpoints:
-            tiers = tiers_of(hep)
+        for hep, policy in endpoints:
+            tiers, effective = stage(hep, policy)
             if not tiers:
                 continue
-            rules = self.base.tiered_rules(
-                tiers,
-                inbound,
-                (),
-                known,
-                lambda _: False,
-                enforce=False,
-            )
+            rules = self.base.tiered_rules(effective.direction(inbound), inbound, enforce=False)
             chains.append(Chain(names.dispatch_child(kind, hep.name), tuple(rules)))
             ifaces.append(hep.name)
         return chains, ifaces
@@ -79,17 +95,12 @@ class HostPolicyRenderer:
         return chains
 
     def raw_chains(
-        self, endpoints: Sequence[HostEndpoint], policies: Mapping[PolicyKey, Policy]
+        self, endpoints: Sequence[HostPolicyEndpoint], policies: Mapping[PolicyKey, Policy]
     ) -> list[Chain]:
         m = self.base.marks
         n = self.base.names
-        known = lambda k: k in policies and policies[k].untracked  # noqa: E731
-        ingress, in_ifaces = self._endpoint_chains(
-            "fhu", endpoints, lambda h: h.untracked_tiers, True, known
-        )
-        egress, out_ifaces = self._endpoint_chains(
-            "thu", endpoints, lambda h: h.untracked_tiers, False, known
-        )
+        ingress, in_ifaces = self._endpoint_chains("fhu", endpoints, _untracked, True)
+        egress, out_ifaces = self._endpoint_chains("thu", endpoints, _untracked, False)
         allowed = [
             IptRule(has_mark(m.accept), "-j NOTRACK"),
             IptRule(has_mark(m.accept), "-j ACCEPT"),
@@ -116,14 +127,11 @@ class HostPolicyRenderer:
         ]
 
     def mangle_chains(
-        self, endpoints: Sequence[HostEndpoint], policies: Mapping[PolicyKey, Policy]
+        self, endpoints: Sequence[HostPolicyEndpoint], policies: Mapping[PolicyKey, Policy]
     ) -> list[Chain]:
         m = self.base.marks
         n = self.base.names
-        known = lambda k: k in policies and policies[k].pre_dnat  # noqa: E731
-        ingress, ifaces = self._endpoint_chains(
-            "fhp", endpoints, lambda h: h.pre_dnat_tiers, True, known
-        )
+        ingress, ifaces = self._endpoint_chains("fhp", endpoints, _pre_dnat, True)
         prerouting = [
             IptRule("-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT"),
             # Untracked policy already decided these; keep its accept mark.

@@ -370,6 +370,10 @@ class IPSetsProgrammer:
         """
         return self._wanted[set_id].names[version]
 
+    def wants(self, set_id: str) -> bool:
+        """Whether ``set_id`` is desired now (rules on an absent set match nothing)."""
+        return set_id in self._wanted
+
     def desired_ids(self) -> frozenset[str]:
         """Ids of every set currently desired (programmed or not yet)."""
         return frozenset(self._wanted)

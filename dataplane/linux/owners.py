@@ -3,23 +3,32 @@
 The kernel refuses chains; operators act on policies, profiles, endpoints
 and services. This maps one back to the other (pure, and only run when
 something was refused, so a linear scan is fine), with the endpoints whose
-status must say ``error`` and, for policy and profile chains, the index of
-the message's rule that the refused iptables rule was rendered from.
+status must say ``error`` (looked up in the managers' reverse indexes)
+and, for policy and profile chains, the index of the message's rule that
+the refused iptables rule was rendered from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from dataplane.linux.desired import DesiredState
 from dataplane.linux.names import ChainNames
 from dataplane.linux.rule_render import RuleRenderer
-from dataplane.model import HostEndpoint, PolicyKey, Rule, TierInfo, WorkloadEndpoint
-from dataplane.platform import EndpointKey
+from dataplane.model import (
+    HostEndpoint,
+    HostEndpointKey,
+    Policy,
+    PolicyKey,
+    Profile,
+    Rule,
+    WorkloadEndpoint,
+    WorkloadEndpointKey,
+)
+from dataplane.platform import EndpointKey, PolicyUsers
 from dataplane.service_model import ServiceKey
 
-__all__ = ["ChainOwner", "endpoints_using_sets", "find_owner"]
+__all__ = ["ChainOwner", "find_owner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,80 +68,47 @@ def _source_rule(rules: Iterable[Rule], render: RuleRenderer, index: int | None)
     return None
 
 
-def _tiers(endpoint: WorkloadEndpoint | HostEndpoint) -> tuple[TierInfo, ...]:
-    if isinstance(endpoint, HostEndpoint):
-        return (
-            endpoint.tiers
-            + endpoint.untracked_tiers
-            + endpoint.pre_dnat_tiers
-            + endpoint.forward_tiers
-        )
-    return endpoint.tiers
-
-
 def find_owner(
     chain: str,
     chain_rule_index: int | None,
     *,
     names: ChainNames,
     render: RuleRenderer,
-    state: DesiredState,
+    policies: Mapping[PolicyKey, Policy],
+    profiles: Mapping[str, Profile],
+    workloads: Iterable[tuple[WorkloadEndpointKey, WorkloadEndpoint]],
+    hosts: Iterable[tuple[HostEndpointKey, HostEndpoint]],
+    users: PolicyUsers,
     service_of: Callable[[str], ServiceKey | None],
 ) -> ChainOwner:
     """The object ``chain`` was rendered from (see :class:`ChainOwner`)."""
-    endpoints: list[tuple[EndpointKey, WorkloadEndpoint | HostEndpoint]] = [
-        *state.workloads.items(),
-        *state.hosts.items(),
-    ]
-    for key, policy in state.policies.items():
+    for key, policy in policies.items():
         for inbound, rules in ((True, policy.inbound), (False, policy.outbound)):
             if names.policy(key, inbound) == chain:
                 return ChainOwner(
                     "policy",
                     str(key),
-                    frozenset(k for k, e in endpoints if _uses_policy(e, key)),
+                    users.endpoints_using_policy(key),
                     _source_rule(rules, render, chain_rule_index),
                     "inbound" if inbound else "outbound",
                 )
-    for name, profile in state.profiles.items():
+    for name, profile in profiles.items():
         for inbound, rules in ((True, profile.inbound), (False, profile.outbound)):
             if names.profile(name, inbound) == chain:
                 return ChainOwner(
                     "profile",
                     name,
-                    frozenset(k for k, e in endpoints if name in e.profile_ids),
+                    users.endpoints_using_profile(name),
                     _source_rule(rules, render, chain_rule_index),
                     "inbound" if inbound else "outbound",
                 )
-    for wkey, wep in state.workloads.items():
+    for wkey, wep in workloads:
         if chain in (names.to_workload(wep.name), names.from_workload(wep.name)):
             return ChainOwner("workload endpoint", str(wkey), frozenset({wkey}))
-    for hkey, hep in state.hosts.items():
+    for hkey, hep in hosts:
         if hep.name and chain.endswith(f"-{hep.name}"):
             return ChainOwner("host endpoint", str(hkey), frozenset({hkey}))
     service = service_of(chain)
     if service is not None:
         return ChainOwner("service", str(service))
     return ChainOwner("chain", chain)
-
-
-def _uses_policy(endpoint: WorkloadEndpoint | HostEndpoint, key: PolicyKey) -> bool:
-    return any(
-        key in tier.ingress_policies or key in tier.egress_policies for tier in _tiers(endpoint)
-    )
-
-
-def endpoints_using_sets(state: DesiredState, set_ids: frozenset[str]) -> set[EndpointKey]:
-    """Endpoints whose policies or profiles reference any of ``set_ids``."""
-    policies = {k for k, p in state.policies.items() if p.ip_set_ids() & set_ids}
-    profiles = {k for k, p in state.profiles.items() if p.ip_set_ids() & set_ids}
-    endpoints: list[tuple[EndpointKey, WorkloadEndpoint | HostEndpoint]] = [
-        *state.workloads.items(),
-        *state.hosts.items(),
-    ]
-    return {
-        key
-        for key, endpoint in endpoints
-        if any(_uses_policy(endpoint, k) for k in policies)
-        or any(p in profiles for p in endpoint.profile_ids)
-    }

@@ -2,8 +2,10 @@
 
 Each endpoint arrives with its ordered per-tier policy lists for ingress and
 egress (and, for host endpoints, the untracked, pre-DNAT and forward tiers);
-the manager validates and converts them, keeping only the last word per
-endpoint until the next apply.
+the manager validates and converts them into the shared
+:class:`PolicyIndex`, which resolves each endpoint's effective policy. At
+each apply the platform gets exactly the endpoints whose value or effective
+policy changed (a policy or profile they name came or went).
 """
 
 from __future__ import annotations
@@ -15,20 +17,14 @@ from google.protobuf.message import Message
 
 from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.managers import _convert
-from dataplane.model import (
-    HostEndpoint,
-    HostEndpointKey,
-    WorkloadEndpoint,
-    WorkloadEndpointKey,
-)
+from dataplane.managers.index import PolicyIndex
 from dataplane.platform import EndpointsSink
 
 
 class EndpointManager:
-    def __init__(self, sink: EndpointsSink) -> None:
+    def __init__(self, sink: EndpointsSink, index: PolicyIndex) -> None:
         self._sink = sink
-        self._workloads: dict[WorkloadEndpointKey, WorkloadEndpoint | None] = {}
-        self._hosts: dict[HostEndpointKey, HostEndpoint | None] = {}
+        self._index = index
 
     def on_update(self, msg: Message) -> None:
         handler = self._handlers.get(type(msg))
@@ -37,17 +33,17 @@ class EndpointManager:
 
     def _on_workload_update(self, msg: pb.WorkloadEndpointUpdate) -> None:
         key = _convert.workload_key(msg.id)
-        self._workloads[key] = _convert.workload_endpoint(key, msg.endpoint)
+        self._index.set_endpoint(key, _convert.workload_endpoint(key, msg.endpoint))
 
     def _on_workload_remove(self, msg: pb.WorkloadEndpointRemove) -> None:
-        self._workloads[_convert.workload_key(msg.id)] = None
+        self._index.set_endpoint(_convert.workload_key(msg.id), None)
 
     def _on_host_update(self, msg: pb.HostEndpointUpdate) -> None:
         key = _convert.host_key(msg.id)
-        self._hosts[key] = _convert.host_endpoint(key, msg.endpoint)
+        self._index.set_endpoint(key, _convert.host_endpoint(key, msg.endpoint))
 
     def _on_host_remove(self, msg: pb.HostEndpointRemove) -> None:
-        self._hosts[_convert.host_key(msg.id)] = None
+        self._index.set_endpoint(_convert.host_key(msg.id), None)
 
     _handlers: ClassVar[dict[type, Callable[[EndpointManager, Any], None]]] = {
         pb.WorkloadEndpointUpdate: _on_workload_update,
@@ -58,15 +54,4 @@ class EndpointManager:
     handles: ClassVar[frozenset[type]] = frozenset(_handlers)
 
     def complete_deferred_work(self) -> None:
-        for key, wep in self._workloads.items():
-            if wep is None:
-                self._sink.remove_workload_endpoint(key)
-            else:
-                self._sink.set_workload_endpoint(wep)
-        for hkey, hep in self._hosts.items():
-            if hep is None:
-                self._sink.remove_host_endpoint(hkey)
-            else:
-                self._sink.set_host_endpoint(hep)
-        self._workloads.clear()
-        self._hosts.clear()
+        self._index.flush_endpoints(self._sink)

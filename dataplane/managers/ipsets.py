@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import InputError
 from dataplane.managers import _convert
+from dataplane.managers.index import PolicyIndex
 from dataplane.model import IPSet, IPSetType
 from dataplane.platform import IPSetsSink
 
@@ -41,10 +42,12 @@ class _Pending:
 
 
 class IPSetsManager:
-    def __init__(self, sink: IPSetsSink) -> None:
+    def __init__(self, sink: IPSetsSink, index: PolicyIndex) -> None:
         self._sink = sink
+        self._index = index
         self._sets: dict[str, _Set] = {}
         self._pending: dict[str, _Pending] = {}
+        self._sent_types: dict[str, IPSetType] = {}  # what the platform holds
 
     def __len__(self) -> int:
         return len(self._sets)
@@ -104,11 +107,26 @@ class IPSetsManager:
         for set_id, pending in self._pending.items():
             if pending.removed:
                 self._sink.remove_ipset(set_id)
+                self._shape_changed(set_id, None)
             elif pending.replace:
                 current = self._sets[set_id]
                 self._sink.replace_ipset(IPSet(set_id, current.type, frozenset(current.members)))
+                self._shape_changed(set_id, current.type)
             elif pending.added_members or pending.removed_members:
                 self._sink.update_ipset_members(
                     set_id, frozenset(pending.added_members), frozenset(pending.removed_members)
                 )
         self._pending.clear()
+
+    def _shape_changed(self, set_id: str, kind: IPSetType | None) -> None:
+        # Created, removed or retyped: the rules that reference the set
+        # render differently (an absent set matches nothing; a set's type
+        # picks its kernel name), so the policy manager -- which completes
+        # after this one -- rewrites them.
+        if self._sent_types.get(set_id) == kind:
+            return
+        if kind is None:
+            del self._sent_types[set_id]
+        else:
+            self._sent_types[set_id] = kind
+        self._index.ip_set_changed_shape(set_id)

@@ -1,4 +1,9 @@
-"""PolicyManager: active policies and profiles, as model values."""
+"""PolicyManager: active policies and profiles, as model values.
+
+It converts and validates; the shared :class:`PolicyIndex` records them,
+and at each apply this manager hands the platform the policies and profiles
+whose rules must be (re)written -- nothing else.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,14 @@ from google.protobuf.message import Message
 
 from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.managers import _convert
-from dataplane.model import Policy, PolicyKey, Profile
+from dataplane.managers.index import PolicyIndex
 from dataplane.platform import RulesSink
 
 
 class PolicyManager:
-    def __init__(self, sink: RulesSink) -> None:
+    def __init__(self, sink: RulesSink, index: PolicyIndex) -> None:
         self._sink = sink
-        # Last word per key since the previous apply; None means removed.
-        self._policies: dict[PolicyKey, Policy | None] = {}
-        self._profiles: dict[str, Profile | None] = {}
+        self._index = index
 
     def on_update(self, msg: Message) -> None:
         handler = self._handlers.get(type(msg))
@@ -26,17 +29,18 @@ class PolicyManager:
             handler(self, msg)
 
     def _on_policy_update(self, msg: pb.ActivePolicyUpdate) -> None:
-        self._policies[_convert.policy_key(msg.id)] = _convert.policy(msg.policy)
+        key = _convert.policy_key(msg.id)
+        self._index.set_policy(key, _convert.policy(msg.policy))
 
     def _on_policy_remove(self, msg: pb.ActivePolicyRemove) -> None:
-        self._policies[_convert.policy_key(msg.id)] = None
+        self._index.set_policy(_convert.policy_key(msg.id), None)
 
     def _on_profile_update(self, msg: pb.ActiveProfileUpdate) -> None:
         name = _convert.non_empty(msg.id.name, "id.name")
-        self._profiles[name] = _convert.profile(msg.profile)
+        self._index.set_profile(name, _convert.profile(msg.profile))
 
     def _on_profile_remove(self, msg: pb.ActiveProfileRemove) -> None:
-        self._profiles[_convert.non_empty(msg.id.name, "id.name")] = None
+        self._index.set_profile(_convert.non_empty(msg.id.name, "id.name"), None)
 
     _handlers: ClassVar[dict[type, Callable[[PolicyManager, Any], None]]] = {
         pb.ActivePolicyUpdate: _on_policy_update,
@@ -47,15 +51,4 @@ class PolicyManager:
     handles: ClassVar[frozenset[type]] = frozenset(_handlers)
 
     def complete_deferred_work(self) -> None:
-        for key, policy in self._policies.items():
-            if policy is None:
-                self._sink.remove_policy(key)
-            else:
-                self._sink.set_policy(key, policy)
-        for name, profile in self._profiles.items():
-            if profile is None:
-                self._sink.remove_profile(name)
-            else:
-                self._sink.set_profile(name, profile)
-        self._policies.clear()
-        self._profiles.clear()
+        self._index.flush_rules(self._sink)

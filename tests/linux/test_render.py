@@ -8,6 +8,7 @@ Regenerate the golden files after an intended change with
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import given
@@ -20,6 +21,7 @@ from dataplane.linux.marks import Marks
 from dataplane.linux.names import MAX_CHAIN_NAME, ChainNames
 from dataplane.linux.nat_render import NatRenderer
 from dataplane.linux.rule_render import RuleRenderer
+from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import (
     Action,
     IcmpMatch,
@@ -118,13 +120,25 @@ def _endpoint(**kwargs: object) -> WorkloadEndpoint:
     return WorkloadEndpoint(**base)  # type: ignore[arg-type]
 
 
+def _workload_chains(
+    render: FilterRenderer,
+    endpoint: WorkloadEndpoint,
+    active_policy: Callable[[PolicyKey], bool],
+    active_profile: Callable[[str], bool],
+) -> list[Chain]:
+    """As the platform renders them: with the policy the managers resolve."""
+    policy = workload_effective_policy(endpoint, active_policy, active_profile)
+    return render.workload_chains(endpoint, policy)
+
+
 def test_workload_chains_golden() -> None:
     known = {PolicyKey("sec"), PolicyKey("allow-web", "prod", "NetworkPolicy")}
     chains = []
     for v in (4, 6):
         r = _renderer(v)
-        chains += r.workload_chains(_endpoint(), known.__contains__, {"kns.prod"}.__contains__)
-        chains += r.workload_chains(
+        chains += _workload_chains(r, _endpoint(), known.__contains__, {"kns.prod"}.__contains__)
+        chains += _workload_chains(
+            r,
             _endpoint(
                 name="calispoofable1",
                 allow_spoofed_source_prefixes=("192.168.0.0/16", "10.0.0.0/8"),
@@ -133,8 +147,8 @@ def test_workload_chains_golden() -> None:
             known.__contains__,
             {"kns.prod"}.__contains__,
         )
-        chains += r.workload_chains(
-            _endpoint(name="calidown", state="inactive"), known.__contains__, lambda _: True
+        chains += _workload_chains(
+            r, _endpoint(name="calidown", state="inactive"), known.__contains__, lambda _: True
         )
     _golden("workload.txt", _dump(chains))
 
@@ -160,7 +174,7 @@ def test_nat_chains_golden() -> None:
 
 
 def test_missing_policy_and_profile_are_skipped() -> None:
-    chains = _renderer(4).workload_chains(_endpoint(), lambda _: False, lambda _: False)
+    chains = _workload_chains(_renderer(4), _endpoint(), lambda _: False, lambda _: False)
     text = _dump(chains)
     assert "cali-pi-" not in text and "cali-pri-" not in text
     # With nothing to allow, the endpoint denies.
@@ -251,11 +265,12 @@ def test_host_endpoint_chains_golden() -> None:
     chains = []
     for v in (4, 6):
         base = _renderer(v)
-        chains += base.host_endpoint_chains(hep, policies.__contains__, lambda _: False)
+        effective = host_effective_policy(hep, policies.get, lambda _: False)
+        chains += base.host_endpoint_chains(hep, effective)
         chains += base.host_dispatch(["eth0"], ["eth0"])
         host = HostPolicyRenderer(base)
-        chains += host.raw_chains([hep], policies)
-        chains += host.mangle_chains([hep], policies)
+        chains += host.raw_chains([(hep, effective)], policies)
+        chains += host.mangle_chains([(hep, effective)], policies)
     _golden("host_endpoint.txt", _dump(chains))
 
 
@@ -288,7 +303,7 @@ def test_a_zero_prefix_is_every_address_of_its_family() -> None:
             "cali1",
             allow_spoofed_source_prefixes=(zero,),
         )
-        chains = _renderer(version).workload_chains(wep, lambda _: True, lambda _: True)
+        chains = _workload_chains(_renderer(version), wep, lambda _: True, lambda _: True)
         assert not any("-s " in r.text() for c in chains for r in c.rules)
     # The other family's /0 is vacuous for this one.
     v4 = _renderer(4).rules

@@ -50,6 +50,7 @@ from dataplane.linux.nat_render import NatRenderer
 from dataplane.linux.rule_render import RuleRenderer
 from dataplane.linux.service_render import ServiceRenderer
 from dataplane.managers import _convert as convert
+from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import HostEndpoint, IPSetType, Policy, PolicyKey, Profile, WorkloadEndpoint
 from dataplane.service_model import (
     Backend,
@@ -388,10 +389,14 @@ def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain]
     for name, profile in profiles.items():
         chains += filt.profile_chains(name, profile)
     for wep in workloads:
-        chains += filt.workload_chains(wep, policies.__contains__, profiles.__contains__)
+        effective = workload_effective_policy(wep, policies.__contains__, profiles.__contains__)
+        chains += filt.workload_chains(wep, effective)
     chains += filt.workload_dispatch(w.name for w in workloads)
-    for hep in hosts:
-        chains += filt.host_endpoint_chains(hep, policies.__contains__, profiles.__contains__)
+    resolved = [
+        (hep, host_effective_policy(hep, policies.get, profiles.__contains__)) for hep in hosts
+    ]
+    for hep, host_policy in resolved:
+        chains += filt.host_endpoint_chains(hep, host_policy)
     chains += filt.host_dispatch(
         (h.name for h in hosts), (h.name for h in hosts if h.forward_tiers)
     )
@@ -416,8 +421,8 @@ def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain]
     floating = [n for w in workloads for n in (*w.ipv4_nat, *w.ipv6_nat)]
     return {
         "filter": (chains, dict(filt.hooks())),
-        "raw": (host.raw_chains(hosts, policies), dict(host.hooks("raw"))),
-        "mangle": (host.mangle_chains(hosts, policies), dict(host.hooks("mangle"))),
+        "raw": (host.raw_chains(resolved, policies), dict(host.hooks("raw"))),
+        "mangle": (host.mangle_chains(resolved, policies), dict(host.hooks("mangle"))),
         "nat": (nat.chains(floating) + service_chains, dict(nat.hooks())),
     }
 

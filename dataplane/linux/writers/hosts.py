@@ -1,0 +1,86 @@
+"""HostEndpointWriter: host endpoint chains in filter, raw and mangle.
+
+Filter holds each host endpoint's normal and forward chains and their
+dispatch; raw holds untracked policy and mangle pre-DNAT policy, with the
+chains of the policies marked so. All of them are few, so they are
+rewritten whole whenever a host endpoint or a policy they use changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from dataplane.linux.hostpolicy_render import HostPolicyRenderer
+from dataplane.linux.writers.groups import ChainGroups
+from dataplane.linux.writers.target import Target
+from dataplane.model import HostEffectivePolicy, HostEndpoint, HostEndpointKey, Policy, PolicyKey
+
+__all__ = ["HostEndpointWriter"]
+
+log = logging.getLogger(__name__)
+
+
+class HostEndpointWriter:
+    def __init__(self) -> None:
+        self._endpoints: dict[HostEndpointKey, tuple[HostEndpoint, HostEffectivePolicy]] = {}
+        # Untracked and pre-DNAT policies: their chains live in raw/mangle.
+        self._stage_policies: dict[PolicyKey, Policy] = {}
+        self._dirty = True
+        self._groups = ChainGroups()
+
+    def __iter__(self) -> Iterator[tuple[HostEndpointKey, HostEndpoint]]:
+        for key, (endpoint, _) in self._endpoints.items():
+            yield key, endpoint
+
+    def set(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
+        if not endpoint.name:
+            log.warning(
+                "host endpoint %s has no interface name; all-interfaces host endpoints"
+                " are not supported yet and it is ignored",
+                endpoint.key,
+            )
+            return
+        self._endpoints[endpoint.key] = (endpoint, policy)
+        self._dirty = True
+
+    def remove(self, key: HostEndpointKey) -> None:
+        if self._endpoints.pop(key, None) is not None:
+            self._dirty = True
+
+    def policy_changed(self, key: PolicyKey, policy: Policy | None) -> None:
+        """Any policy's new value: only untracked and pre-DNAT ones matter here."""
+        staged = policy is not None and (policy.untracked or policy.pre_dnat)
+        if key not in self._stage_policies and not staged:
+            return
+        if staged:
+            assert policy is not None
+            self._stage_policies[key] = policy
+        else:
+            del self._stage_policies[key]
+        self._dirty = True
+
+    def write(self, target: Target, everything: bool) -> None:
+        if not (everything or self._dirty):
+            return
+        endpoints = list(self._endpoints.values())
+        for version in target.versions:
+            base = target.filters[version]
+            chains = []
+            for endpoint, policy in endpoints:
+                chains += base.host_endpoint_chains(endpoint, policy)
+            chains += base.host_dispatch(
+                (h.name for h, _ in endpoints),
+                (h.name for h, _ in endpoints if h.forward_tiers),
+            )
+            self._groups.set(target.table("filter", version), "host-endpoints", chains)
+            render = HostPolicyRenderer(base)
+            for table, staged in (
+                ("raw", render.raw_chains(endpoints, self._stage_policies)),
+                ("mangle", render.mangle_chains(endpoints, self._stage_policies)),
+            ):
+                programmer = target.table(table, version)
+                programmer.set_chains(staged)
+                for builtin, rules in render.hooks(table).items():
+                    programmer.set_hooks(builtin, rules)
+        self._dirty = False

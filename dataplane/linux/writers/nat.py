@@ -1,0 +1,61 @@
+"""NatWriter: the IP pool sets, NAT-outgoing and floating IPs (nat table)."""
+
+from __future__ import annotations
+
+from dataplane.linux.nat_render import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
+from dataplane.linux.writers.groups import ChainGroups
+from dataplane.linux.writers.target import Target
+from dataplane.model import IPPool, IPSet, IPSetType, NatInfo, WorkloadEndpointKey
+
+__all__ = ["NatWriter"]
+
+
+class NatWriter:
+    def __init__(self) -> None:
+        self._pools: dict[str, IPPool] = {}
+        self._floating: dict[WorkloadEndpointKey, tuple[NatInfo, ...]] = {}
+        self._pools_dirty = True
+        self._dirty = True
+        self._groups = ChainGroups()
+
+    def set_pool(self, pool_id: str, pool: IPPool) -> None:
+        self._pools[pool_id] = pool
+        self._pools_dirty = True
+
+    def remove_pool(self, pool_id: str) -> None:
+        if self._pools.pop(pool_id, None) is not None:
+            self._pools_dirty = True
+
+    def set_floating_ips(self, key: WorkloadEndpointKey, nats: tuple[NatInfo, ...]) -> None:
+        if self._floating.get(key) != nats:
+            self._dirty = True
+        self._floating[key] = nats
+
+    def remove_endpoint(self, key: WorkloadEndpointKey) -> None:
+        if self._floating.pop(key, ()):
+            self._dirty = True
+
+    def write(self, target: Target, everything: bool) -> None:
+        if not (everything or self._dirty or self._pools_dirty):
+            return
+        if self._pools_dirty:
+            all_pools = frozenset(p.cidr for p in self._pools.values())
+            masq = frozenset(p.cidr for p in self._pools.values() if p.masquerade)
+            for set_id, members in ((ALL_POOLS_SET, all_pools), (MASQ_POOLS_SET, masq)):
+                target.ipsets.replace(IPSet(set_id, IPSetType.NET, members))
+            self._pools_dirty = False
+        floating = [nat for nats in self._floating.values() for nat in nats]
+        for version in target.versions:
+            renderer = NatRenderer(
+                version,
+                target.names,
+                target.ipsets.kernel_name(ALL_POOLS_SET, version),
+                target.ipsets.kernel_name(MASQ_POOLS_SET, version),
+                target.filters[version].marks.masq,
+                target.config.nat_port_range,
+            )
+            table = target.table("nat", version)
+            self._groups.set(table, "nat", renderer.chains(floating))
+            for builtin, rules in renderer.hooks().items():
+                table.set_hooks(builtin, rules)
+        self._dirty = False
