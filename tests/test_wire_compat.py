@@ -2,17 +2,27 @@
 
 The table pins the field numbers Felix uses (the v3.32/v3.33 shapes); a
 renumbering here would silently break a real Felix, so it must fail a test.
-Every payload of both envelopes must survive a frame round trip.
+Every ToDataplane payload kind has a decided destination (a manager, the
+loop, or ignored) and, sent through the real loop, lands there; the driver
+emits exactly the FromDataplane kinds it claims to.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
+from google.protobuf.message import Message
 
 from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.framing import FrameDecoder, encode_frame
+from dataplane.loop import Dataplane
+from dataplane.msgs import payload_of
+from dataplane.sim import SimPlatform, SimState
+from tests.conftest import ipset, run_trio, workload
 
 TO_DATAPLANE = {
     "sequence_number": 15,
@@ -102,23 +112,224 @@ def test_our_extensions_are_numbered_from_1000() -> None:
     assert _numbers(pb.ServicePort.DESCRIPTOR)["name"] >= 1000
 
 
-@pytest.mark.parametrize(
-    "field", [f for f in pb.ToDataplane.DESCRIPTOR.oneofs_by_name["payload"].fields]
-)
-def test_every_to_dataplane_payload_decodes(field: object) -> None:
-    name = field.name  # type: ignore[attr-defined]
-    envelope = pb.ToDataplane(sequence_number=77)
-    getattr(envelope, name).SetInParent()
-    (decoded,) = FrameDecoder().feed(encode_frame(envelope))
-    assert decoded.WhichOneof("payload") == name and decoded.sequence_number == 77
+# --- Every ToDataplane payload kind has a decided destination -----------------
+#
+# A payload kind is routed to the manager(s) whose ``handles`` include its
+# type, is acted on by the loop itself, or is ignored. A kind added to the
+# proto without a decision here fails ``test_every_to_dataplane_payload_*``.
+# For managers, the second value is the SimState slice the message must
+# change once applied (and the only one of these slices it may change).
+_IGNORED = ("ignored", None)
+ROUTES: dict[str, tuple[str, str | None]] = {
+    "in_sync": ("loop", None),
+    "config_update": ("loop", None),
+    "ipset_update": ("IPSetsManager", "ipsets"),
+    "ipset_delta_update": ("IPSetsManager", "ipsets"),
+    "ipset_remove": ("IPSetsManager", "ipsets"),
+    "active_profile_update": ("PolicyManager", "profiles"),
+    "active_profile_remove": ("PolicyManager", "profiles"),
+    "active_policy_update": ("PolicyManager", "policies"),
+    "active_policy_remove": ("PolicyManager", "policies"),
+    "host_endpoint_update": ("EndpointManager", "host_endpoints"),
+    "host_endpoint_remove": ("EndpointManager", "host_endpoints"),
+    "workload_endpoint_update": ("EndpointManager", "workload_endpoints"),
+    "workload_endpoint_remove": ("EndpointManager", "workload_endpoints"),
+    "ipam_pool_update": ("PoolsManager", "ip_pools"),
+    "ipam_pool_remove": ("PoolsManager", "ip_pools"),
+    "service_update": ("ServicesManager", "services"),
+    "service_remove": ("ServicesManager", "services"),
+    "service_backends_update": ("ServicesManager", "services"),
+    "host_metadata_update": _IGNORED,
+    "host_metadata_remove": _IGNORED,
+    "host_metadata_v6_update": _IGNORED,
+    "host_metadata_v6_remove": _IGNORED,
+    "host_metadata_v4v6_update": _IGNORED,
+    "host_metadata_v4v6_remove": _IGNORED,
+    "service_account_update": _IGNORED,
+    "service_account_remove": _IGNORED,
+    "namespace_update": _IGNORED,
+    "namespace_remove": _IGNORED,
+    "route_update": _IGNORED,
+    "route_remove": _IGNORED,
+    "vtep_update": _IGNORED,
+    "vtep_remove": _IGNORED,
+    "wireguard_endpoint_update": _IGNORED,
+    "wireguard_endpoint_remove": _IGNORED,
+    "wireguard_endpoint_v6_update": _IGNORED,
+    "wireguard_endpoint_v6_remove": _IGNORED,
+    "global_bgp_config_update": _IGNORED,
+    "encapsulation": _IGNORED,
+}
+
+_WEP_ID = pb.WorkloadEndpointID(orchestrator_id="k8s", workload_id="ns/a", endpoint_id="eth0")
+_HEP_ID = pb.HostEndpointID(endpoint_id="node-eth0")
+_HTTP = pb.ServiceBackendPort(name="http", protocol="TCP", port=8080)
 
 
-@pytest.mark.parametrize(
-    "field", [f for f in pb.FromDataplane.DESCRIPTOR.oneofs_by_name["payload"].fields]
-)
-def test_every_from_dataplane_payload_round_trips(field: object) -> None:
-    name = field.name  # type: ignore[attr-defined]
-    envelope = pb.FromDataplane(sequence_number=5)
-    getattr(envelope, name).SetInParent()
-    again = pb.FromDataplane.FromString(encode_frame(envelope)[8:])
-    assert again.WhichOneof("payload") == name
+def _service(name: str) -> pb.ServiceUpdate:
+    return pb.ServiceUpdate(
+        name=name,
+        namespace="prod",
+        type="ClusterIP",
+        cluster_ips=["10.96.0.10"],
+        ports=[pb.ServicePort(Protocol="TCP", Port=80, name="http")],
+    )
+
+
+def _backends(*addresses: str) -> pb.ServiceBackendsUpdate:
+    return pb.ServiceBackendsUpdate(
+        name="web",
+        namespace="prod",
+        backends=[pb.ServiceBackend(addresses=[a], ports=[_HTTP]) for a in addresses],
+    )
+
+
+# One object of every managed kind, programmed before the message under test
+# so that removes and deltas have something to act on.
+BASELINE: list[Message] = [
+    ipset("s:a", "10.0.0.1"),
+    pb.ActivePolicyUpdate(id=pb.PolicyID(name="p"), policy=pb.Policy(tier="default")),
+    pb.ActiveProfileUpdate(id=pb.ProfileID(name="prof"), profile=pb.Profile()),
+    workload("ns/a", "cali1", "10.0.0.1/32"),
+    pb.HostEndpointUpdate(id=_HEP_ID, endpoint=pb.HostEndpoint(name="eth0")),
+    pb.IPAMPoolUpdate(id="pool", pool=pb.IPAMPool(cidr="10.0.0.0/16")),
+    _service("web"),
+    _backends("10.65.0.20"),
+]
+# A minimal valid message per kind that has a destination other than
+# "ignored"; ignored kinds are sent empty (nothing reads them).
+MESSAGES: dict[str, Message] = {
+    "in_sync": pb.InSync(),
+    "config_update": pb.ConfigUpdate(config={"ReportingIntervalSecs": "7"}),
+    "ipset_update": ipset("s:b", "10.0.0.2"),
+    "ipset_delta_update": pb.IPSetDeltaUpdate(id="s:a", added_members=["10.0.0.2"]),
+    "ipset_remove": pb.IPSetRemove(id="s:a"),
+    "active_profile_update": pb.ActiveProfileUpdate(
+        id=pb.ProfileID(name="prof2"), profile=pb.Profile()
+    ),
+    "active_profile_remove": pb.ActiveProfileRemove(id=pb.ProfileID(name="prof")),
+    "active_policy_update": pb.ActivePolicyUpdate(
+        id=pb.PolicyID(name="p2"), policy=pb.Policy(tier="default")
+    ),
+    "active_policy_remove": pb.ActivePolicyRemove(id=pb.PolicyID(name="p")),
+    "host_endpoint_update": pb.HostEndpointUpdate(
+        id=pb.HostEndpointID(endpoint_id="node-eth1"), endpoint=pb.HostEndpoint(name="eth1")
+    ),
+    "host_endpoint_remove": pb.HostEndpointRemove(id=_HEP_ID),
+    "workload_endpoint_update": workload("ns/b", "cali2", "10.0.0.2/32"),
+    "workload_endpoint_remove": pb.WorkloadEndpointRemove(id=_WEP_ID),
+    "ipam_pool_update": pb.IPAMPoolUpdate(id="pool2", pool=pb.IPAMPool(cidr="10.1.0.0/16")),
+    "ipam_pool_remove": pb.IPAMPoolRemove(id="pool"),
+    "service_update": _service("api"),
+    "service_remove": pb.ServiceRemove(name="web", namespace="prod"),
+    "service_backends_update": _backends("10.65.0.20", "10.65.0.21"),
+}
+# What the loop logs at INFO and above for the message under test; a kind a
+# manager handles logs nothing there.
+LOOP_LINES = {
+    "in_sync": [
+        "seq={seq} InSync received; programming the dataplane",
+        "dataplane programmed; DataplaneInSync sent",
+    ],
+    "config_update": ["config updated (1 keys received)"],
+}
+# The loop drops a kind no manager handles without a word above DEBUG.
+IGNORED_LINES = ["seq={seq} {kind} ignored: no manager handles it (logged once per kind)"]
+_MANAGED = {state_slice for _, state_slice in ROUTES.values() if state_slice}
+_TO_KINDS = [f.name for f in pb.ToDataplane.DESCRIPTOR.oneofs_by_name["payload"].fields]
+
+
+def test_every_to_dataplane_payload_kind_has_a_decided_destination() -> None:
+    assert set(ROUTES) == set(_TO_KINDS)
+
+
+def _message(kind: str) -> Message:
+    if kind in MESSAGES:
+        return MESSAGES[kind]
+    envelope = pb.ToDataplane()
+    getattr(envelope, kind).SetInParent()
+    return payload_of(envelope)
+
+
+def _slices(state: SimState) -> dict[str, object]:
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+
+
+@pytest.mark.parametrize("kind", _TO_KINDS)
+def test_every_to_dataplane_payload_reaches_its_destination(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert kind in ROUTES, f"{kind}: new payload kind; decide where it goes in ROUTES"
+    destination, state_slice = ROUTES[kind]
+    message = _message(kind)
+    platform = SimPlatform()
+    dp = Dataplane(platform)
+    routed = sorted(type(m).__name__ for m in dp.managers_for(type(message)))
+    assert routed == ([destination] if destination not in {"loop", "ignored"} else [])
+
+    before: list[SimState] = []
+    config = dp.config
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            for setup in BASELINE:
+                dp.send_message(setup)
+            if kind != "in_sync":
+                dp.send_message(pb.InSync())
+            await trio.testing.wait_all_tasks_blocked()
+            before.append(platform.programmed.copy())
+            caplog.clear()
+            dp.send_message(message)
+            await trio.testing.wait_all_tasks_blocked()
+            dp.close_input()
+
+    with caplog.at_level(logging.INFO, logger="dataplane"):
+        run_trio(main)
+    assert dp.stats.rejected == 0
+    old, new = _slices(before[0]), _slices(platform.programmed)
+    changed = {name for name, value in new.items() if old[name] != value}
+    if kind == "in_sync":
+        assert dp.in_sync and changed == set(new)  # the first apply programs it all
+    elif state_slice is None:
+        assert changed == set()
+    else:
+        # Its own slice changes and no other manager's; a view derived from
+        # it (say, an endpoint's resolved policy) may change along with it.
+        assert changed & _MANAGED == {state_slice}
+        config_changed = dp.config != config
+        assert config_changed == (kind == "config_update")
+    seq = dp.stats.messages
+    lines = IGNORED_LINES if destination == "ignored" else LOOP_LINES.get(kind, [])
+    expected = [line.format(seq=seq, kind=kind) for line in lines]
+    expected.append(f"end of input after {seq} messages; stopping")
+    assert [r.getMessage() for r in caplog.records] == expected
+
+
+# --- FromDataplane: exactly these kinds are emitted ----------------------------
+
+# Felix's WireguardStatusUpdate reports this node's WireGuard public key; the
+# driver programs no WireGuard, so it never sends one.
+NEVER_EMITTED = {"wireguard_status_update"}
+
+
+def test_driver_emits_every_from_dataplane_kind_but_wireguard() -> None:
+    kinds = {f.name for f in pb.FromDataplane.DESCRIPTOR.oneofs_by_name["payload"].fields}
+    dp = Dataplane(SimPlatform())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            dp.send_message(workload("ns/a", "cali1", "10.0.0.1/32"))
+            dp.send_message(pb.HostEndpointUpdate(id=_HEP_ID, endpoint=pb.HostEndpoint()))
+            dp.send_message(pb.InSync())
+            await trio.testing.wait_all_tasks_blocked()
+            dp.send_message(pb.WorkloadEndpointRemove(id=_WEP_ID))
+            dp.send_message(pb.HostEndpointRemove(id=_HEP_ID))
+            dp.close_input()
+
+    run_trio(main)
+    out = dp.drain_output()
+    emitted = {str(e.WhichOneof("payload")) for e in out}
+    assert emitted == kinds - NEVER_EMITTED
+    assert [e.sequence_number for e in out] == list(range(1, len(out) + 1))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import collections
 import math
+import re
+import shutil
 import time
 
 import pytest
@@ -63,31 +65,96 @@ def served_by(src: Namespace, dst: str, port: int, count: int) -> collections.Co
     return seen
 
 
-def within_binomial(counts: collections.Counter[str], names: list[str], n: int) -> bool:
-    """Every backend's share is within 4.5 standard deviations of n/k."""
-    k = len(names)
-    mean, sd = n / k, math.sqrt(n * (1 / k) * (1 - 1 / k))
-    return set(counts) == set(names) and all(abs(counts[b] - mean) <= 4.5 * sd for b in names)
+def nat_rules(ns: Namespace, family: int) -> list[str]:
+    """The nat table's rules (iptables-save lines), from whichever backend holds them."""
+    base = "iptables" if family == 4 else "ip6tables"
+    lines: list[str] = []
+    for mode in ("legacy", "nft"):
+        tool = f"{base}-{mode}-save"
+        if shutil.which(tool) is not None:
+            lines += ns.run(tool, "-t", "nat", check=False).stdout.splitlines()
+    return [line for line in lines if line.startswith("-A ")]
+
+
+def balancing(rules: list[str], vip: str, port: int) -> list[tuple[float | None, str]]:
+    """How the kernel picks a backend for ``vip:port``: one (probability, backend
+    address) per rule of the chain it jumps to, in order; None for the
+    unconditional last rule."""
+    (chain,) = {
+        m.group(1)
+        for line in rules
+        if (m := re.search(rf" -d {re.escape(vip)}/\d+ -p tcp .*--dport {port} .*-j (\S+)", line))
+    }
+    dnat = {
+        m.group(1): m.group(2)
+        for line in rules
+        if (m := re.match(r"-A (\S+) .*-j DNAT --to-destination \[?([^\]]+?)\]?:\d+$", line))
+    }
+    out: list[tuple[float | None, str]] = []
+    for line in rules:
+        if line.startswith(f"-A {chain} ") and (m := re.search(r"-j (\S+)$", line)):
+            probability = re.search(r"--probability (\S+)", line)
+            out.append((float(probability.group(1)) if probability else None, dnat[m.group(1)]))
+    return out
+
+
+def _binomial(n: int, p: float, k: int) -> float:
+    return math.exp(
+        math.lgamma(n + 1)
+        - math.lgamma(k + 1)
+        - math.lgamma(n - k + 1)
+        + k * math.log(p)
+        + (n - k) * math.log(1 - p)
+    )
+
+
+# 900 connections over 3 backends; each must serve 300 +- 75 (a share of
+# 1/3 +- 1/12). Even odds fail this with probability <= 3.0e-7 (exact
+# binomial tails, union bound over the 3 backends); a 50/25/25 split passes
+# it with probability <= 3.2e-7 (its heavy backend, Bin(900, 0.5), would have
+# to stay at or under 375). The test checks both figures. ~1 s of traffic.
+SPREAD_SAMPLE, SPREAD_SLACK = 900, 75
 
 
 def test_cluster_ip_spreads_evenly_and_affinity_pins(topology: Topology) -> None:
+    names = ["api-1", "api-2", "db-1"]
+    n, k = SPREAD_SAMPLE, len(names)
+    lo, hi = math.ceil(n / k - SPREAD_SLACK), math.floor(n / k + SPREAD_SLACK)
+    even_fails = k * sum(_binomial(n, 1 / k, c) for c in range(n + 1) if not lo <= c <= hi)
+    skewed_passes = sum(_binomial(n, 0.5, c) for c in range(lo, hi + 1))
+    assert even_fails < 1e-6 and skewed_passes < 1e-6, (even_fails, skewed_passes)
+
     cluster = Cluster(topology)
     felix = cluster.start_driver(
         policies=False,
         extra=[
             service(),
-            backends("web", ["api-1", "api-2", "db-1"]),
+            backends("web", names),
             service("sticky", cluster_ips=["10.96.0.11"], session_affinity="ClientIP"),
-            backends("sticky", ["api-1", "api-2", "db-1"]),
+            backends("sticky", names),
         ],
     )
     web = cluster.pods["web-1"]
     try:
-        names = ["api-1", "api-2", "db-1"]
-        counts = served_by(web, VIP4, 80, 150)
-        assert within_binomial(counts, names, 150), counts
+        # Equal odds are rendered as 1/k, 1/(k-1), ..., 1/2, then always: each
+        # backend's share is (1 - what came before) * its probability = 1/k.
+        for family, vip in ((4, VIP4), (6, VIP6)):
+            rules = balancing(nat_rules(cluster.node, family), vip, 80)
+            pods = {scenario.pod(p).ipv4 if family == 4 else scenario.pod(p).ipv6 for p in names}
+            assert sorted(b for _, b in rules) == sorted(pods), rules
+            probabilities = [p for p, _ in rules]
+            # iptables-save prints the kernel's 31-bit fixed point: 1/3 is 0.33333333349.
+            assert probabilities[:-1] == pytest.approx(
+                [1 / (k - i) for i in range(k - 1)], abs=1e-9
+            )
+            assert probabilities[-1] is None, rules
+        counts = served_by(web, VIP4, 80, n)
+        assert set(counts) == set(names), counts
+        assert all(lo <= counts[b] <= hi for b in names), (counts, (lo, hi))
+        # The rules above carry the evenness for IPv6; packets show every
+        # backend answers (one never seen in 60 draws: p = 3 * (2/3)**60 < 1e-10).
         counts6 = served_by(web, VIP6, 80, 60)
-        assert within_binomial(counts6, names, 60), counts6
+        assert set(counts6) == set(names), counts6
         pinned = served_by(web, "10.96.0.11", 80, 20)
         assert len(pinned) == 1 and next(iter(pinned)) in names, pinned
     finally:
