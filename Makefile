@@ -8,10 +8,12 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: demo test lint typecheck pytest proto bench system-deps clean
 
+# With the bench extra: mypy checks benchmarks/ too, and bench_iptc.py
+# imports python-iptables (without it, `make typecheck` fails on that import).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
