@@ -574,7 +574,7 @@ def instrument() -> None:
     _wrap_sync(Dataplane, "_phase1", "phase 1 (managers)")
     _wrap_async(Dataplane, "_apply", lambda _s: "apply: total")
     _wrap_async(LinuxPlatform, "_start", lambda _s: "apply: platform start")
-    _wrap_sync(LinuxPlatform, "_render", "apply: render")
+    _wrap_sync(LinuxPlatform, "_write", "apply: render")
     _wrap_async(IPSetsProgrammer, "apply_updates", lambda _s: "apply: ipsets update")
     _wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
     _wrap_async(RouteProgrammer, "apply", lambda _s: "apply: routes")

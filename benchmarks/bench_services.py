@@ -83,6 +83,7 @@ from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.framing import FrameDecoder
 from dataplane.linux.cmd import CommandResult, ProcessRunner
 from dataplane.linux.platform import LinuxPlatform
+from dataplane.linux.programmers import Programmers
 from dataplane.loop import Dataplane
 from dataplane.msglog import build_log
 from dataplane.service_model import Service
@@ -329,10 +330,10 @@ class TimedPlatform(LinuxPlatform):
         self.services_set += 1
         super().set_service(service)
 
-    def _write(self) -> None:
+    def _write(self, kernel: Programmers) -> None:
         start = time.perf_counter()
         try:
-            super()._write()
+            super()._write(kernel)
         finally:
             self._render_s += time.perf_counter() - start
 
@@ -491,7 +492,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         # 3. One backend change at a time on the loaded node.
         rng = random.Random(5)
         profile = cProfile.Profile()
-        writes_before = sum(t.writes for t in plat._tables.values())
+        writes_before = plat.table_writes()
         applies_before = dp.stats.applies
         records: list[dict[str, Any]] = []
         for envelope in changes:
@@ -542,7 +543,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             for c in runner.calls
             if c.start > first.end and c.label.startswith("save")
         ]
-        result["change_table_writes"] = sum(t.writes for t in plat._tables.values()) - writes_before
+        result["change_table_writes"] = plat.table_writes() - writes_before
         result["change_applies"] = dp.stats.applies - applies_before
         result["apply_failures_total"] = dp.stats.apply_failures
 

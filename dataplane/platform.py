@@ -39,6 +39,7 @@ __all__ = [
     "EndpointKey",
     "EndpointsSink",
     "IPSetsSink",
+    "NoPolicyUsers",
     "Platform",
     "PolicyUsers",
     "PoolsSink",
@@ -105,6 +106,19 @@ class PolicyUsers(Protocol):
     def endpoints_using_profile(self, name: str) -> frozenset[EndpointKey]: ...
 
     def endpoints_using_sets(self, set_ids: Iterable[str]) -> frozenset[EndpointKey]: ...
+
+
+class NoPolicyUsers:
+    """Until the loop binds the managers' index (a platform used on its own)."""
+
+    def endpoints_using_policy(self, key: PolicyKey) -> frozenset[EndpointKey]:
+        return frozenset()
+
+    def endpoints_using_profile(self, name: str) -> frozenset[EndpointKey]:
+        return frozenset()
+
+    def endpoints_using_sets(self, set_ids: Iterable[str]) -> frozenset[EndpointKey]:
+        return frozenset()
 
 
 class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, ServicesSink, Protocol):

@@ -1,0 +1,129 @@
+"""Programmers: the only code that writes to the kernel, built at start.
+
+Building them needs I/O (which iptables backend the host uses), so the
+platform builds them at its first apply. They are the IP sets programmer,
+one :class:`Table` per table and IP version, routes over netlink and the
+interface sysctls.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+
+from dataplane.config import Config
+from dataplane.linux.backend import detect_backend
+from dataplane.linux.cmd import CommandRunner
+from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.iptables import IptRule
+from dataplane.linux.links import LinkMonitor
+from dataplane.linux.marks import Marks, set_mark
+from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
+from dataplane.linux.sysctls import SysctlWriter
+from dataplane.linux.table import FAIL_CLOSED, IptablesCommands, Table
+
+__all__ = ["TABLES", "Programmers"]
+
+# The order iptables tables are written in (see LinuxPlatform.apply).
+TABLES = ("raw", "mangle", "nat", "filter")
+
+
+class Programmers:
+    def __init__(
+        self,
+        backend: str,
+        ipsets: IPSetsProgrammer,
+        tables: dict[tuple[str, int], Table],
+        routes: RouteProgrammer,
+        sysctls: SysctlWriter,
+    ) -> None:
+        self.backend = backend
+        self.ipsets = ipsets
+        self.tables = tables
+        self.routes = routes
+        self.sysctls = sysctls
+
+    @classmethod
+    async def start(
+        cls,
+        config: Config,
+        runner: CommandRunner,
+        netlink: Callable[[], NetlinkHandle],
+        links: LinkMonitor,
+        *,
+        prefix: str,
+        route_protocol: int,
+        sysctl_root: str,
+        clock: Callable[[], float],
+    ) -> Programmers:
+        backend = await detect_backend(runner, config.iptables_backend)
+        ipsets = IPSetsProgrammer(
+            runner, ipv6=config.ipv6_support, max_size=config.max_ipset_size, clock=clock
+        )
+        # A chain the kernel refuses and that has no last good version is
+        # written fail-closed: DROP, except in nat, which cannot drop and
+        # sets the mark the filter table drops on instead.
+        drop_mark = Marks.from_mask(config.iptables_mark_mask).drop
+        fail_closed = {"nat": (IptRule("", set_mark(drop_mark)),)}
+        tables = {}
+        for version in (4, 6) if config.ipv6_support else (4,):
+            commands = IptablesCommands.for_backend(backend, version)
+            for table in TABLES:
+                tables[(table, version)] = Table(
+                    table,
+                    version,
+                    runner,
+                    commands,
+                    prefix=prefix,
+                    insert_mode=config.chain_insert_mode,
+                    fail_closed=fail_closed.get(table, FAIL_CLOSED),
+                    clock=clock,
+                )
+        routes = RouteProgrammer(
+            netlink, links, protocol=route_protocol, ipv6=config.ipv6_support, clock=clock
+        )
+        sysctls = SysctlWriter(sysctl_root, ipv6=config.ipv6_support)
+        return cls(backend, ipsets, tables, routes, sysctls)
+
+    def mark_for_resync(self, timers: Iterable[str]) -> None:
+        """Re-read the kernel at the next apply, for the refresh timers that fired."""
+        fired = set(timers)
+        if "iptables" in fired:
+            for table in self.tables.values():
+                table.mark_for_resync()
+        if "ipsets" in fired:
+            self.ipsets.mark_for_resync()
+        if "routes" in fired:
+            self.routes.mark_for_resync()
+            self.sysctls.mark_for_resync()
+
+    async def cleanup(
+        self, runner: CommandRunner, prefix: str, backends: Sequence[str], interfaces: Sequence[str]
+    ) -> None:
+        """Remove everything ours: chains, hook rules, sets, routes, sysctls.
+
+        Chains go first, in every listed backend that is installed (a host
+        may hold leftovers in both), because the kernel refuses to destroy
+        an IP set that a rule still references.
+        """
+        for backend in backends:
+            if shutil.which(f"iptables-{backend}-save") is None:
+                continue
+            for version in (4, 6):
+                commands = IptablesCommands.for_backend(backend, version)
+                for name in TABLES:
+                    table = Table(name, version, runner, commands, prefix=prefix)
+                    await table.cleanup_all()
+        await self.ipsets.cleanup_all()
+        await self.routes.cleanup_all()
+        prefixes = tuple(interfaces)
+        await self.sysctls.cleanup(name for name in self.routes.links if name.startswith(prefixes))
+
+    def dump_tables(self) -> list[str]:
+        out = []
+        for (table, version), programmer in sorted(self.tables.items()):
+            out.append(f"*{table} (IPv{version})")
+            for name, rules in sorted(programmer.snapshot().items()):
+                out.append(f"  {name}")
+                out.extend(f"    {r.text()}" for r in rules)
+        return out

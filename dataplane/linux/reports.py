@@ -1,0 +1,121 @@
+"""Reports: what the kernel refused, named as operators know it, and statuses.
+
+Reads the writers through their public views and the programmers'
+quarantines; changes nothing. A refused chain is logged once with the
+policy, profile, endpoint or service it came from, and every endpoint whose
+traffic meets a held-back chain, route, sysctl or IP set reports ``error``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from dataplane.linux.names import ChainNames
+from dataplane.linux.owners import ChainOwner, find_owner
+from dataplane.linux.programmers import Programmers
+from dataplane.linux.rule_render import RuleRenderer
+from dataplane.linux.table import Table
+from dataplane.linux.writers.hosts import HostEndpointWriter
+from dataplane.linux.writers.policy import PolicyWriter
+from dataplane.linux.writers.routes import RoutesWriter
+from dataplane.linux.writers.services import ServiceWriter
+from dataplane.linux.writers.workloads import WorkloadWriter
+from dataplane.model import EndpointStatus
+from dataplane.platform import EndpointKey, PolicyUsers
+
+__all__ = ["Reports"]
+
+log = logging.getLogger(__name__)
+
+
+class Reports:
+    def __init__(  # noqa: PLR0917 - each is one source of owners
+        self,
+        names: ChainNames,
+        rules: Callable[[int], RuleRenderer],
+        policies: PolicyWriter,
+        workloads: WorkloadWriter,
+        hosts: HostEndpointWriter,
+        services: ServiceWriter,
+        users: PolicyUsers,
+    ) -> None:
+        self._names = names
+        self._rules = rules
+        self._policies = policies
+        self._workloads = workloads
+        self._hosts = hosts
+        self._services = services
+        self._users = users
+
+    def owner(self, table: str, version: int, chain: str, index: int | None) -> ChainOwner:
+        return find_owner(
+            chain,
+            index,
+            names=self._names,
+            render=self._rules(version),
+            policies=self._policies.policies,
+            profiles=self._policies.profiles,
+            workloads=self._workloads,
+            hosts=self._hosts,
+            users=self._users,
+            service_of=lambda name: self._services.service_of(table, version, name),
+        )
+
+    def log_refusals(self, tables: Mapping[tuple[str, int], Table]) -> None:
+        """One line per newly refused chain, naming the object behind it."""
+        for (table, version), programmer in tables.items():
+            for refusal in programmer.take_refusals():
+                owner = self.owner(table, version, refusal.chain, refusal.rule_index)
+                kept = (
+                    "last good version kept"
+                    if programmer.keeps_last_good(refusal.chain)
+                    else "fail-closed"
+                )
+                log.error(
+                    "%s refused by the kernel (iptables v%d %s chain %s): %s; quarantined, %s",
+                    owner.describe(),
+                    version,
+                    table,
+                    refusal.chain,
+                    refusal.message,
+                    kept,
+                )
+
+    def quarantined(
+        self, tables: Mapping[tuple[str, int], Table]
+    ) -> list[tuple[str, int, str, ChainOwner]]:
+        """(table, version, chain, owner) of every chain in quarantine now."""
+        return [
+            (table, version, chain, self.owner(table, version, chain, None))
+            for (table, version), programmer in sorted(tables.items())
+            for chain in programmer.quarantine
+        ]
+
+    def statuses(
+        self, kernel: Programmers, routes: RoutesWriter
+    ) -> dict[EndpointKey, EndpointStatus]:
+        links = kernel.routes.links
+        statuses: dict[EndpointKey, EndpointStatus] = {}
+        for key, wep in self._workloads:
+            link = links.get(wep.name)
+            up = wep.admin_up and link is not None and link.up
+            statuses[key] = EndpointStatus.UP if up else EndpointStatus.DOWN
+        for hkey, hep in self._hosts:
+            link = links.get(hep.name)
+            statuses[hkey] = EndpointStatus.UP if link and link.up else EndpointStatus.DOWN
+        # An endpoint whose policy could not be programmed as asked says so
+        # (its traffic meets the last good or a fail-closed version).
+        failing: set[EndpointKey] = set()
+        if any(t.quarantine for t in kernel.tables.values()):
+            for *_, owner in self.quarantined(kernel.tables):
+                failing |= owner.endpoints
+        bad_routes = frozenset(kernel.routes.quarantine)
+        bad_ifaces = kernel.sysctls.failed
+        if bad_routes or bad_ifaces:
+            failing |= routes.endpoints_failing(bad_routes, bad_ifaces)
+        if kernel.ipsets.quarantine:
+            failing |= self._users.endpoints_using_sets(kernel.ipsets.quarantine)
+        for endpoint in failing & statuses.keys():
+            statuses[endpoint] = EndpointStatus.ERROR
+        return statuses
