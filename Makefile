@@ -39,11 +39,11 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
-# Regenerate dataplane/_pb from proto/ (tests/test_proto_generated.py fails
+# Regenerate dataplane/wire/_pb from proto/ (tests/test_proto_generated.py fails
 # when the committed output is stale).
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto \
-		--python_out=dataplane/_pb --pyi_out=dataplane/_pb proto/felixbackend.proto
+		--python_out=dataplane/wire/_pb --pyi_out=dataplane/wire/_pb proto/felixbackend.proto
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_phase1.py

@@ -29,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, percentile
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.framing import encode_frame
-from dataplane.msgs import to_dataplane
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import encode_frame
+from dataplane.wire.msgs import to_dataplane
 from tests.felix_harness import FelixHarness
 
 GOAL_MS = 50.0

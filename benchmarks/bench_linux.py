@@ -82,15 +82,15 @@ from google.protobuf.message import Message
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, markdown_table, percentile, timed_tool
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.framing import FrameDecoder
+from dataplane.core.loop import Dataplane
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.platform import LinuxPlatform
 from dataplane.linux.routes import RouteProgrammer
 from dataplane.linux.sysctls import SysctlWriter
 from dataplane.linux.table import Table
-from dataplane.loop import Dataplane
-from dataplane.msglog import build_log
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import FrameDecoder
+from dataplane.wire.msglog import build_log
 
 ROUTE_PROTOCOL = 80  # LinuxPlatform's default route protocol number
 NS_PREFIX = f"benchlx-{os.getpid()}-"

@@ -23,11 +23,11 @@ from google.protobuf.message import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.framing import FrameDecoder
-from dataplane.loop import Dataplane
-from dataplane.msglog import build_log
+from dataplane.core.loop import Dataplane
 from dataplane.sim import SimPlatform
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import FrameDecoder
+from dataplane.wire.msglog import build_log
 
 
 def _ip(i: int) -> str:

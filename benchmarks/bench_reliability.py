@@ -71,7 +71,7 @@ from benchmarks.bench_linux import (
     create_netns,
     delete_netns,
 )
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.felix_harness import FelixHarness
 from tests.kernel.refusing_tools import refusing_env
 

@@ -79,14 +79,14 @@ from google.protobuf.message import Message
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, markdown_table, percentile, timed_tool
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.framing import FrameDecoder
+from dataplane.core.loop import Dataplane
 from dataplane.linux.cmd import CommandResult, ProcessRunner
 from dataplane.linux.platform import LinuxPlatform
 from dataplane.linux.programmers import Programmers
-from dataplane.loop import Dataplane
-from dataplane.msglog import build_log
-from dataplane.service_model import Service
+from dataplane.model.services import Service
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import FrameDecoder
+from dataplane.wire.msglog import build_log
 
 if TYPE_CHECKING:
     from tests.kernel.topology import Pod

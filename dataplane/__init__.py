@@ -7,13 +7,13 @@ The public surface (pinned by tests/test_public_api.py):
 * :class:`ThreadedDataplane` -- the same for programs that are not async.
 * :class:`SimPlatform` -- the in-memory platform.
 * :class:`Config`, :func:`parse_config` -- typed configuration.
-* :mod:`dataplane.msglog` helpers -- build, write and read message logs.
+* :mod:`dataplane.wire.msglog` helpers -- build, write and read message logs.
 * the error tree (:mod:`dataplane.errors`).
 * ``pb`` -- the generated protobuf module for building messages.
 """
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.config import Config, parse_config
+from dataplane.core.loop import Dataplane
 from dataplane.embed import ThreadedDataplane
 from dataplane.errors import (
     ConfigError,
@@ -23,10 +23,10 @@ from dataplane.errors import (
     ProgrammingError,
     ProtocolError,
 )
-from dataplane.loop import Dataplane
 from dataplane.managers import Manager
-from dataplane.msglog import build_log, read_log, write_log
 from dataplane.sim import SimPlatform
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.msglog import build_log, read_log, write_log
 
 __all__ = [
     "Config",

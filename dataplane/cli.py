@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import trio
 
+from dataplane.core.loop import Dataplane
+from dataplane.core.platform import Platform
 from dataplane.errors import PlatformUnavailableError, ProtocolError
-from dataplane.framing import DEFAULT_MAX_FRAME_BYTES
-from dataplane.loop import Dataplane
-from dataplane.platform import Platform
 from dataplane.sim import SimPlatform
-from dataplane.transport import FileSource, PipeSink, PipeSource, check_pipe_fd
+from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES
+from dataplane.wire.transport import FileSource, PipeSink, PipeSource, check_pipe_fd
 
 if TYPE_CHECKING:
     from dataplane.linux.platform import LinuxPlatform

@@ -1,6 +1,6 @@
 """Embedding the dataplane in a program that is not async.
 
-:class:`ThreadedDataplane` runs a :class:`~dataplane.loop.Dataplane` on its
+:class:`ThreadedDataplane` runs a :class:`~dataplane.core.loop.Dataplane` on its
 own trio loop in a background thread and exposes blocking ``send_message``
 and ``recv_message``::
 
@@ -21,8 +21,8 @@ from types import TracebackType
 import trio
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.loop import Dataplane
+from dataplane.core.loop import Dataplane
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 __all__ = ["ThreadedDataplane"]
 

@@ -29,8 +29,8 @@ from google.protobuf.message import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.msglog import write_log
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.msglog import write_log
 
 LOG_PATH = Path(__file__).with_name("demo-node.log")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent
 

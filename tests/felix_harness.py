@@ -16,9 +16,9 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.framing import encode_frame
-from dataplane.msgs import to_dataplane
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import encode_frame
+from dataplane.wire.msgs import to_dataplane
 
 REPO = Path(__file__).resolve().parent.parent
 

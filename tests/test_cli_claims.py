@@ -21,15 +21,15 @@ import pytest
 import trio
 
 from dataplane import cli
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.core.loop import Dataplane
 from dataplane.errors import PlatformUnavailableError, ProgrammingError
-from dataplane.framing import encode_frame
 from dataplane.linux.backend import detect_backend
 from dataplane.linux.cmd import CommandResult
-from dataplane.loop import Dataplane
-from dataplane.msgs import to_dataplane
 from dataplane.sim import SimPlatform
-from dataplane.transport import FileSource
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import encode_frame
+from dataplane.wire.msgs import to_dataplane
+from dataplane.wire.transport import FileSource
 from tests.conftest import REPO, workload
 from tests.felix_harness import FelixHarness
 

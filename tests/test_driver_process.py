@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.framing import encode_frame
-from dataplane.msglog import read_log
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import encode_frame
+from dataplane.wire.msglog import read_log
 from tests.conftest import REPO, ipset, workload
 from tests.felix_harness import FelixHarness
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.core.loop import Dataplane
 from dataplane.embed import ThreadedDataplane
-from dataplane.loop import Dataplane
 from dataplane.sim import SimPlatform
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.conftest import ipset
 
 

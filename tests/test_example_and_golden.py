@@ -10,10 +10,10 @@ import os
 
 import trio
 
-from dataplane.loop import Dataplane
-from dataplane.msglog import build_log
+from dataplane.core.loop import Dataplane
 from dataplane.sim import SimPlatform
-from dataplane.transport import FileSource
+from dataplane.wire.msglog import build_log
+from dataplane.wire.transport import FileSource
 from examples.demo_node import LOG_PATH, demo_messages
 from tests.conftest import REPO
 

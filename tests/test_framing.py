@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import ProtocolError
-from dataplane.framing import FrameDecoder, encode_frame, encode_frames
-from dataplane.msglog import envelopes
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import FrameDecoder, encode_frame, encode_frames
+from dataplane.wire.msglog import envelopes
 
 MESSAGES = envelopes(
     [

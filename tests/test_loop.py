@@ -14,11 +14,11 @@ import pytest
 import trio
 import trio.testing
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.backoff import Backoff
-from dataplane.loop import Dataplane
+from dataplane.core.backoff import Backoff
+from dataplane.core.loop import Dataplane
 from dataplane.model import IPSetType
 from dataplane.sim import SimPlatform
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.conftest import ipset, run_trio, workload
 
 

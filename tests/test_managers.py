@@ -7,7 +7,6 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import InputError
 from dataplane.managers import EndpointManager, IPSetsManager, PolicyManager
 from dataplane.managers.index import PolicyIndex
@@ -23,6 +22,7 @@ from dataplane.model import (
     WorkloadEndpointKey,
 )
 from dataplane.sim import SimPlatform
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.conftest import ipset, workload
 
 # --- IP sets -------------------------------------------------------------------

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import pytest
 import trio
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import ProtocolError
-from dataplane.framing import encode_frame
-from dataplane.msgs import to_dataplane
-from dataplane.transport import PipeSource
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import encode_frame
+from dataplane.wire.msgs import to_dataplane
+from dataplane.wire.transport import PipeSource
 from tests.conftest import workload
 
 DEADLINE = 30.0

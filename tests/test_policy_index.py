@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dataplane.core.platform import EndpointKey
 from dataplane.managers.index import PolicyIndex
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import (
@@ -30,7 +31,6 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
-from dataplane.platform import EndpointKey
 
 POLICIES = [PolicyKey(f"p{i}") for i in range(4)]
 PROFILES = ["prof-a", "prof-b"]

@@ -23,5 +23,5 @@ def test_generated_code_is_current(tmp_path: Path) -> None:
         check=True,
     )
     for name in ("felixbackend_pb2.py", "felixbackend_pb2.pyi"):
-        committed = (REPO / "dataplane" / "_pb" / name).read_text()
+        committed = (REPO / "dataplane" / "wire" / "_pb" / name).read_text()
         assert (tmp_path / name).read_text() == committed, f"{name} is stale: run `make proto`"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataplane
-from dataplane.loop import Dataplane
+from dataplane.core.loop import Dataplane
 
 
 def test_public_names() -> None:

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.diffstore import DiffStore
+from dataplane.core.diffstore import DiffStore
 from dataplane.errors import InputError
 from dataplane.managers import ServicesManager
-from dataplane.service_model import Backend, BackendState, Service, ServiceKey
+from dataplane.model.services import Backend, BackendState, Service, ServiceKey
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 
 class Sink:

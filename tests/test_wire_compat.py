@@ -18,10 +18,10 @@ import trio
 import trio.testing
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.loop import Dataplane
-from dataplane.msgs import payload_of
+from dataplane.core.loop import Dataplane
 from dataplane.sim import SimPlatform, SimState
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.msgs import payload_of
 from tests.conftest import ipset, run_trio, workload
 
 TO_DATAPLANE = {

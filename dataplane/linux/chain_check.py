@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dataplane.errors import ProgrammingError
+from dataplane.linux.chains import IptRule, render_rule
 from dataplane.linux.cmd import CommandRunner
-from dataplane.linux.iptables import IptRule, render_rule
 
 __all__ = ["ChainChecker", "RefusedChain", "failed_line"]
 

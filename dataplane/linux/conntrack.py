@@ -40,7 +40,7 @@ import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.cmd import CommandRunner
-from dataplane.service_model import Backend, BackendState, Service, ServiceKey
+from dataplane.model.services import Backend, BackendState, Service, ServiceKey
 
 __all__ = ["ConntrackCleaner", "ConntrackDeletion", "plan_deletions"]
 

@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dataplane.config import Config, ProtoPort
-from dataplane.linux.iptables import Chain, IptRule
+from dataplane.linux.chain_names import ChainNames
+from dataplane.linux.chains import Chain, IptRule
 from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
-from dataplane.linux.names import ChainNames
 from dataplane.linux.rule_render import RuleRenderer, is_whole_family
 from dataplane.model import (
     Action,

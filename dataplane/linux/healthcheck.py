@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import trio
 
-from dataplane.service_model import ServiceKey
+from dataplane.model.services import ServiceKey
 
 __all__ = ["HealthCheckServer"]
 

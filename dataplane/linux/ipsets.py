@@ -54,11 +54,11 @@ from dataclasses import dataclass
 
 import trio
 
+from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.ipset_names import is_owned, main_name, temp_name
 from dataplane.model import IPSet, IPSetType
-from dataplane.quarantine import Quarantine
 
 __all__ = ["IPSetsProgrammer", "KernelSet", "SetMeta", "parse_save"]
 

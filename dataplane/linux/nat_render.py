@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dataplane.linux.iptables import Chain, IptRule
+from dataplane.linux.chain_names import ChainNames
+from dataplane.linux.chains import Chain, IptRule
 from dataplane.linux.marks import has_mark
-from dataplane.linux.names import ChainNames
 from dataplane.model import NatInfo
 
 __all__ = ["ALL_POOLS_SET", "MASQ_POOLS_SET", "NatRenderer"]

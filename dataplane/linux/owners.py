@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from dataplane.linux.names import ChainNames
+from dataplane.core.platform import EndpointKey, PolicyUsers
+from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.rule_render import RuleRenderer
 from dataplane.model import (
     HostEndpoint,
@@ -25,8 +26,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
-from dataplane.platform import EndpointKey, PolicyUsers
-from dataplane.service_model import ServiceKey
+from dataplane.model.services import ServiceKey
 
 __all__ = ["ChainOwner", "find_owner"]
 

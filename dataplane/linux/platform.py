@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 import trio
 
 from dataplane.config import Config
+from dataplane.core.platform import EndpointKey, NoPolicyUsers, PolicyUsers
+from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.conntrack import ConntrackCleaner
 from dataplane.linux.filter_render import FilterRenderer
@@ -30,7 +32,6 @@ from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks
-from dataplane.linux.names import ChainNames
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_ipsets import PendingIPSets
 from dataplane.linux.programmers import TABLES, Programmers
@@ -60,8 +61,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
-from dataplane.platform import EndpointKey, NoPolicyUsers, PolicyUsers
-from dataplane.service_model import Service, ServiceKey
+from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["LinuxPlatform"]
 

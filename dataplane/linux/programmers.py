@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 from dataplane.config import Config
 from dataplane.linux.backend import detect_backend
+from dataplane.linux.chains import IptRule
 from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.ipsets import IPSetsProgrammer
-from dataplane.linux.iptables import IptRule
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks, set_mark
 from dataplane.linux.routes import NetlinkHandle, RouteProgrammer

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from dataplane.linux.names import ChainNames
+from dataplane.core.platform import EndpointKey, PolicyUsers
+from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.owners import ChainOwner, find_owner
 from dataplane.linux.programmers import Programmers
 from dataplane.linux.rule_render import RuleRenderer
@@ -22,7 +23,6 @@ from dataplane.linux.writers.routes import RoutesWriter
 from dataplane.linux.writers.services import ServiceWriter
 from dataplane.linux.writers.workloads import WorkloadWriter
 from dataplane.model import EndpointStatus
-from dataplane.platform import EndpointKey, PolicyUsers
 
 __all__ = ["Reports"]
 

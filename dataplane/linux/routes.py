@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 import trio
 
+from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.links import LinkMonitor, LinkState
-from dataplane.quarantine import Quarantine
 
 __all__ = ["NetlinkHandle", "RouteProgrammer"]
 

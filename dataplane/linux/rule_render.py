@@ -27,7 +27,7 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dataplane.linux.iptables import IptRule
+from dataplane.linux.chains import IptRule
 from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
 from dataplane.model import Action, IcmpMatch, PortRange, Rule
 

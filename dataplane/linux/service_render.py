@@ -33,10 +33,10 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dataplane.linux.iptables import Chain, IptRule
+from dataplane.linux.chain_names import ChainNames
+from dataplane.linux.chains import Chain, IptRule
 from dataplane.linux.marks import Marks, set_mark
-from dataplane.linux.names import ChainNames
-from dataplane.service_model import Backend, Service, ServicePort
+from dataplane.model.services import Backend, Service, ServicePort
 
 __all__ = ["Frontend", "RenderedService", "ServiceRenderer"]
 

@@ -43,10 +43,10 @@ from dataclasses import dataclass
 
 import trio
 
+from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.chain_check import ChainChecker, RefusedChain, failed_line
-from dataplane.linux.cmd import CommandRunner
-from dataplane.linux.iptables import (
+from dataplane.linux.chains import (
     Chain,
     IptRule,
     parse_save,
@@ -54,7 +54,7 @@ from dataplane.linux.iptables import (
     rule_hash_of,
     rule_hashes,
 )
-from dataplane.quarantine import Quarantine
+from dataplane.linux.cmd import CommandRunner
 
 __all__ = ["FAIL_CLOSED", "IptablesCommands", "Table"]
 

@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.managers import _convert
+from dataplane.core.platform import EndpointsSink
+from dataplane.managers import convert
 from dataplane.managers.index import PolicyIndex
-from dataplane.platform import EndpointsSink
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 
 class EndpointManager:
@@ -32,18 +32,18 @@ class EndpointManager:
             handler(self, msg)
 
     def _on_workload_update(self, msg: pb.WorkloadEndpointUpdate) -> None:
-        key = _convert.workload_key(msg.id)
-        self._index.set_endpoint(key, _convert.workload_endpoint(key, msg.endpoint))
+        key = convert.workload_key(msg.id)
+        self._index.set_endpoint(key, convert.workload_endpoint(key, msg.endpoint))
 
     def _on_workload_remove(self, msg: pb.WorkloadEndpointRemove) -> None:
-        self._index.set_endpoint(_convert.workload_key(msg.id), None)
+        self._index.set_endpoint(convert.workload_key(msg.id), None)
 
     def _on_host_update(self, msg: pb.HostEndpointUpdate) -> None:
-        key = _convert.host_key(msg.id)
-        self._index.set_endpoint(key, _convert.host_endpoint(key, msg.endpoint))
+        key = convert.host_key(msg.id)
+        self._index.set_endpoint(key, convert.host_endpoint(key, msg.endpoint))
 
     def _on_host_remove(self, msg: pb.HostEndpointRemove) -> None:
-        self._index.set_endpoint(_convert.host_key(msg.id), None)
+        self._index.set_endpoint(convert.host_key(msg.id), None)
 
     _handlers: ClassVar[dict[type, Callable[[EndpointManager, Any], None]]] = {
         pb.WorkloadEndpointUpdate: _on_workload_update,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from dataplane.core.platform import EndpointKey, EndpointsSink, RulesSink
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import (
     EffectivePolicy,
@@ -36,7 +37,6 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
-from dataplane.platform import EndpointKey, EndpointsSink, RulesSink
 
 __all__ = ["PolicyIndex"]
 

@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.managers import _convert
+from dataplane.core.platform import RulesSink
+from dataplane.managers import convert
 from dataplane.managers.index import PolicyIndex
-from dataplane.platform import RulesSink
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 
 class PolicyManager:
@@ -29,18 +29,18 @@ class PolicyManager:
             handler(self, msg)
 
     def _on_policy_update(self, msg: pb.ActivePolicyUpdate) -> None:
-        key = _convert.policy_key(msg.id)
-        self._index.set_policy(key, _convert.policy(msg.policy))
+        key = convert.policy_key(msg.id)
+        self._index.set_policy(key, convert.policy(msg.policy))
 
     def _on_policy_remove(self, msg: pb.ActivePolicyRemove) -> None:
-        self._index.set_policy(_convert.policy_key(msg.id), None)
+        self._index.set_policy(convert.policy_key(msg.id), None)
 
     def _on_profile_update(self, msg: pb.ActiveProfileUpdate) -> None:
-        name = _convert.non_empty(msg.id.name, "id.name")
-        self._index.set_profile(name, _convert.profile(msg.profile))
+        name = convert.non_empty(msg.id.name, "id.name")
+        self._index.set_profile(name, convert.profile(msg.profile))
 
     def _on_profile_remove(self, msg: pb.ActiveProfileRemove) -> None:
-        self._index.set_profile(_convert.non_empty(msg.id.name, "id.name"), None)
+        self._index.set_profile(convert.non_empty(msg.id.name, "id.name"), None)
 
     _handlers: ClassVar[dict[type, Callable[[PolicyManager, Any], None]]] = {
         pb.ActivePolicyUpdate: _on_policy_update,

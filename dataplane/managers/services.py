@@ -2,7 +2,7 @@
 
 ``ServiceUpdate`` (Felix's, plus our extension fields) and
 ``ServiceBackendsUpdate`` (ours) are merged into one :class:`Service` value
-per service; a :class:`~dataplane.diffstore.DiffStore` turns each apply's
+per service; a :class:`~dataplane.core.diffstore.DiffStore` turns each apply's
 values into the services that really changed, so a platform rewrites only
 those (kube-proxy's partial sync). ``resync`` hands over everything again
 (Contiv's Resync); ``set_backend_health`` takes a backend out of selection
@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.config import Config
-from dataplane.diffstore import DiffStore
+from dataplane.core.diffstore import DiffStore
+from dataplane.core.platform import ServicesSink
 from dataplane.errors import InputError
-from dataplane.managers import _service_convert as convert
-from dataplane.platform import ServicesSink
-from dataplane.service_model import Backend, BackendState, Service, ServiceKey
+from dataplane.managers import convert_services as convert
+from dataplane.model.services import Backend, BackendState, Service, ServiceKey
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 
 class ServicesManager:

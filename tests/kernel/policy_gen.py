@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.model import (
     Action,
     IcmpMatch,
@@ -34,6 +33,7 @@ from dataplane.model import (
     Rule,
     TierInfo,
 )
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.reference_eval import PROTOCOL_NUMBERS
 
 __all__ = [

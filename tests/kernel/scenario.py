@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 NAMESPACES = ("frontend", "backend", "monitoring")
 

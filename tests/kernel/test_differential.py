@@ -33,7 +33,6 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.model import (
     Action,
     Policy,
@@ -44,6 +43,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.felix_harness import FelixHarness
 from tests.kernel import policy_gen as gen
 from tests.kernel import scenario

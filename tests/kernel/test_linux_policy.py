@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.conftest import REPO
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe

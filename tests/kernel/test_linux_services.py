@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster
 from tests.kernel.topology import Namespace, Topology, requires_root

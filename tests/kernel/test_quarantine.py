@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.felix_harness import FelixHarness
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe

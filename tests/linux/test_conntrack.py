@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.conntrack import ConntrackCleaner, ConntrackDeletion, plan_deletions
-from dataplane.service_model import (
+from dataplane.model.services import (
     Backend,
     BackendPort,
     BackendState,

@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.config import Config
+from dataplane.linux.chain_names import MAX_CHAIN_NAME, ChainNames
+from dataplane.linux.chains import Chain, IptRule, render_rule, safe_comment
 from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.iptables import Chain, IptRule, render_rule, safe_comment
 from dataplane.linux.marks import Marks
-from dataplane.linux.names import MAX_CHAIN_NAME, ChainNames
 from dataplane.linux.nat_render import NatRenderer
 from dataplane.linux.rule_render import RuleRenderer
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy

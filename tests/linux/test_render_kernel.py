@@ -37,22 +37,21 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, seed, settings, target
 from hypothesis import strategies as st
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.config import Config, parse_config
 from dataplane.errors import InputError
+from dataplane.linux.chain_names import ChainNames
+from dataplane.linux.chains import Chain, IptRule, render_rule, rule_hashes
 from dataplane.linux.filter_render import FilterRenderer
 from dataplane.linux.hostpolicy_render import HostPolicyRenderer
 from dataplane.linux.ipset_names import main_name
-from dataplane.linux.iptables import Chain, IptRule, render_rule, rule_hashes
 from dataplane.linux.marks import Marks
-from dataplane.linux.names import ChainNames
 from dataplane.linux.nat_render import NatRenderer
 from dataplane.linux.rule_render import RuleRenderer
 from dataplane.linux.service_render import ServiceRenderer
-from dataplane.managers import _convert as convert
+from dataplane.managers import convert
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import HostEndpoint, IPSetType, Policy, PolicyKey, Profile, WorkloadEndpoint
-from dataplane.service_model import (
+from dataplane.model.services import (
     Backend,
     BackendPort,
     BackendState,
@@ -60,6 +59,7 @@ from dataplane.service_model import (
     ServiceKey,
     ServicePort,
 )
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.example_db import committed_examples
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a network namespace")

@@ -8,11 +8,11 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.linux.iptables import Chain
+from dataplane.linux.chain_names import MAX_CHAIN_NAME, ChainNames
+from dataplane.linux.chains import Chain
 from dataplane.linux.marks import Marks
-from dataplane.linux.names import MAX_CHAIN_NAME, ChainNames
 from dataplane.linux.service_render import Frontend, ServiceRenderer
-from dataplane.service_model import (
+from dataplane.model.services import (
     Backend,
     BackendPort,
     BackendState,

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import trio
 
+from dataplane.linux.chains import Chain, IptRule, parse_save
 from dataplane.linux.cmd import ProcessRunner
-from dataplane.linux.iptables import Chain, IptRule, parse_save
 from dataplane.linux.table import IptablesCommands, Table
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a network namespace")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import trio
 
+from dataplane.linux.chains import Chain, IptRule, parse_save
 from dataplane.linux.cmd import ProcessRunner
-from dataplane.linux.iptables import Chain, IptRule, parse_save
 from dataplane.linux.table import IptablesCommands, Table
 from tests.linux.test_table import _saved, netns, pytestmark
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dataplane.linux.iptables import Chain
+from dataplane.linux.chains import Chain
 from dataplane.linux.table import Table
 
 __all__ = ["ChainGroups"]

@@ -15,7 +15,7 @@ from dataplane.linux.nat_render import ALL_POOLS_SET
 from dataplane.linux.service_render import Frontend, RenderedService, ServiceRenderer
 from dataplane.linux.writers.groups import ChainGroups
 from dataplane.linux.writers.target import Target
-from dataplane.service_model import Service, ServiceKey
+from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceWriter"]
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dataplane.config import Config
+from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.filter_render import FilterRenderer
 from dataplane.linux.ipsets import IPSetsProgrammer
-from dataplane.linux.names import ChainNames
 from dataplane.linux.table import Table
 
 __all__ = ["Target"]

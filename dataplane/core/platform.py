@@ -33,7 +33,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
-from dataplane.service_model import Service, ServiceKey
+from dataplane.model.services import Service, ServiceKey
 
 __all__ = [
     "EndpointKey",

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from dataplane.backoff import Backoff
+from dataplane.core.backoff import Backoff
 
 __all__ = ["QUARANTINE_BACKOFF", "Quarantine", "Rejection"]
 

@@ -1,11 +1,4 @@
-"""Typed, immutable desired-state model: what managers hand to platforms.
-
-Protobuf objects stop at the managers; everything downstream (platforms,
-renderers, programmers) sees only these frozen dataclasses. Values are
-already validated and normalised (canonical address text, ports as ranges,
-protocol names lower-case), so renderers can trust them and golden output is
-stable.
-"""
+"""Policy values: rules, policies, profiles, tiers, IP sets."""
 
 from __future__ import annotations
 
@@ -14,26 +7,15 @@ from dataclasses import dataclass
 
 __all__ = [
     "Action",
-    "DirectionPolicy",
-    "EffectivePolicy",
-    "EndpointStatus",
-    "HostEffectivePolicy",
-    "HostEndpoint",
-    "HostEndpointKey",
-    "IPPool",
     "IPSet",
     "IPSetType",
     "IcmpMatch",
-    "NatInfo",
     "Policy",
     "PolicyKey",
     "PortRange",
     "Profile",
     "Rule",
     "TierInfo",
-    "TierPolicies",
-    "WorkloadEndpoint",
-    "WorkloadEndpointKey",
 ]
 
 
@@ -174,126 +156,3 @@ class TierInfo:
     ingress_policies: tuple[PolicyKey, ...] = ()
     egress_policies: tuple[PolicyKey, ...] = ()
     default_action: Action = Action.DENY
-
-
-@dataclass(frozen=True, slots=True)
-class TierPolicies:
-    """One tier as it decides one endpoint's traffic in one direction.
-
-    Resolved by the managers: only the tier's policies for that direction
-    that are active now, in order (a tier with none is left out).
-    """
-
-    name: str
-    policies: tuple[PolicyKey, ...]
-    default_action: Action = Action.DENY
-
-
-@dataclass(frozen=True, slots=True)
-class DirectionPolicy:
-    """Tiers, then the endpoint's active profiles, for one direction."""
-
-    tiers: tuple[TierPolicies, ...] = ()
-    profiles: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class EffectivePolicy:
-    """An endpoint's effective ordered policy: what a platform enforces.
-
-    Computed by the managers from the endpoint's tiers and profile ids and
-    the policies and profiles active now; a platform renders it and never
-    re-derives it.
-    """
-
-    ingress: DirectionPolicy = DirectionPolicy()
-    egress: DirectionPolicy = DirectionPolicy()
-
-    def direction(self, inbound: bool) -> DirectionPolicy:
-        return self.ingress if inbound else self.egress
-
-
-@dataclass(frozen=True, slots=True)
-class HostEffectivePolicy:
-    """A host endpoint's policy at each of its four enforcement points.
-
-    ``normal`` has profiles; untracked, pre-DNAT and forward policy never
-    do (Felix applies only policy there).
-    """
-
-    normal: EffectivePolicy = EffectivePolicy()
-    untracked: EffectivePolicy = EffectivePolicy()
-    pre_dnat: EffectivePolicy = EffectivePolicy()
-    forward: EffectivePolicy = EffectivePolicy()
-
-
-@dataclass(frozen=True, slots=True)
-class NatInfo:
-    ext_ip: str
-    int_ip: str
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class WorkloadEndpointKey:
-    orchestrator_id: str
-    workload_id: str
-    endpoint_id: str
-
-    def __str__(self) -> str:
-        return f"{self.orchestrator_id}/{self.workload_id}/{self.endpoint_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadEndpoint:
-    key: WorkloadEndpointKey
-    name: str  # host-side interface name
-    state: str = "active"
-    mac: str = ""
-    profile_ids: tuple[str, ...] = ()
-    ipv4_nets: tuple[str, ...] = ()
-    ipv6_nets: tuple[str, ...] = ()
-    tiers: tuple[TierInfo, ...] = ()
-    ipv4_nat: tuple[NatInfo, ...] = ()
-    ipv6_nat: tuple[NatInfo, ...] = ()
-    allow_spoofed_source_prefixes: tuple[str, ...] = ()
-
-    @property
-    def admin_up(self) -> bool:
-        return self.state == "active"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class HostEndpointKey:
-    endpoint_id: str
-
-    def __str__(self) -> str:
-        return self.endpoint_id
-
-
-@dataclass(frozen=True, slots=True)
-class HostEndpoint:
-    key: HostEndpointKey
-    name: str = ""  # interface name; empty means "all interfaces"
-    profile_ids: tuple[str, ...] = ()
-    tiers: tuple[TierInfo, ...] = ()
-    untracked_tiers: tuple[TierInfo, ...] = ()
-    pre_dnat_tiers: tuple[TierInfo, ...] = ()
-    forward_tiers: tuple[TierInfo, ...] = ()
-    expected_ipv4_addrs: tuple[str, ...] = ()
-    expected_ipv6_addrs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class IPPool:
-    """An IPAM pool: pod traffic leaving all pools from a masquerade pool is NATed."""
-
-    cidr: str
-    masquerade: bool = False
-
-
-class EndpointStatus(enum.Enum):
-    """Oper status as Felix reports it."""
-
-    UP = "up"
-    DOWN = "down"
-    ERROR = "error"

@@ -16,7 +16,6 @@ from typing import Generic, TypeVar
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import InputError
 from dataplane.model import (
     Action,
@@ -34,6 +33,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """Protobuf -> service model conversion, with validation.
 
-Like :mod:`dataplane.managers._convert`: returns model values or raises
+Like :mod:`dataplane.managers.convert`: returns model values or raises
 :class:`InputError` naming the field and the value; no side effects.
 """
 
@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import InputError
-from dataplane.managers._convert import address, cidr, non_empty
-from dataplane.service_model import (
+from dataplane.managers.convert import address, cidr, non_empty
+from dataplane.model.services import (
     DEFAULT_AFFINITY_TIMEOUT,
     Backend,
     BackendPort,
@@ -20,6 +19,7 @@ from dataplane.service_model import (
     ServiceKey,
     ServicePort,
 )
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 _PROTOCOLS = {"": "tcp", "tcp": "tcp", "udp": "udp", "sctp": "sctp"}
 _TYPES = {

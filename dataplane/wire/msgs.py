@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 __all__ = ["from_dataplane", "payload_of", "to_dataplane"]
 

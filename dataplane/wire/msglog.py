@@ -15,9 +15,9 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frames
-from dataplane.msgs import to_dataplane
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frames
+from dataplane.wire.msgs import to_dataplane
 
 __all__ = ["build_log", "envelopes", "read_log", "write_log"]
 

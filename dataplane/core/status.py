@@ -11,9 +11,9 @@ from collections.abc import Mapping
 
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
+from dataplane.core.platform import EndpointKey
 from dataplane.model import EndpointStatus, HostEndpointKey, WorkloadEndpointKey
-from dataplane.platform import EndpointKey
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 __all__ = ["StatusReporter"]
 

@@ -27,9 +27,9 @@ from typing import BinaryIO, Protocol
 
 import trio
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import ProtocolError
-from dataplane.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 
 __all__ = [
     "FileSource",

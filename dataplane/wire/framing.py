@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from dataplane._pb import felixbackend_pb2 as pb
 from dataplane.errors import ProtocolError
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameDecoder", "encode_frame", "encode_frames"]
 

@@ -32,9 +32,10 @@ from datetime import UTC, datetime
 import trio
 from google.protobuf.message import Message
 
-from dataplane._pb import felixbackend_pb2 as pb
-from dataplane.backoff import Backoff
 from dataplane.config import Config, parse_config
+from dataplane.core.backoff import Backoff
+from dataplane.core.platform import Platform
+from dataplane.core.status import StatusReporter
 from dataplane.errors import InputError, ProgrammingError, ProtocolError
 from dataplane.managers import (
     EndpointManager,
@@ -45,10 +46,9 @@ from dataplane.managers import (
     ServicesManager,
 )
 from dataplane.managers.index import PolicyIndex
-from dataplane.msgs import from_dataplane, to_dataplane
-from dataplane.platform import Platform
-from dataplane.status import StatusReporter
-from dataplane.transport import MessageSink, MessageSource, QueueSource
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.msgs import from_dataplane, to_dataplane
+from dataplane.wire.transport import MessageSink, MessageSource, QueueSource
 
 __all__ = ["Dataplane", "LoopStats"]
 
