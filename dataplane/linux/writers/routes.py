@@ -52,8 +52,4 @@ class RoutesWriter:
         )
 
     def dump(self) -> list[str]:
-        return [
-            f"  {net} dev {wep.name}"
-            for wep in self._endpoints.values()
-            for net in wep.ipv4_nets + wep.ipv6_nets
-        ]
+        return [f"  {net} dev {iface}" for net, iface in self.routes().items()]
