@@ -44,15 +44,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,17 +59,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from google.protobuf.message import Message
 
 from benchmarks._common import machine, markdown_table, percentile
-from benchmarks.bench_linux import (
-    ROUTE_PROTOCOL,
-    NodeBuilder,
-    Sizes,
-    add_links,
-    add_size_arguments,
-    cleanup_on_exit,
-    create_netns,
-    delete_netns,
-)
+from benchmarks._node import ROUTE_PROTOCOL, NodeBuilder, Sizes, add_size_arguments, veth_node
+from benchmarks._runs import require_root
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.topology import Topology, sigterm_unwinds
 from tests.felix_harness import FelixHarness
 from tests.kernel.refusing_tools import refusing_env
 
@@ -206,18 +197,6 @@ def snapshot(builder: NodeBuilder, refresh: float) -> list[Message]:
     return msgs
 
 
-@contextmanager
-def node(role: str, links: int) -> Iterator[str]:
-    netns = create_netns(role)
-    pods = create_netns(role + "-pods")
-    try:
-        add_links(netns, links, pods)
-        yield netns
-    finally:
-        delete_netns(pods)
-        delete_netns(netns)
-
-
 class Driver:
     """A driver process on Felix's pipes, its statuses kept with arrival times."""
 
@@ -274,6 +253,7 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> float:
 
 
 def crash_and_restart(
+    topo: Topology,
     args: argparse.Namespace,
     *,
     older: list[Message],
@@ -285,7 +265,7 @@ def crash_and_restart(
 ) -> list[list[str]]:
     rows = []
     for fraction in args.kill_at:
-        with node(f"crash{int(fraction * 100)}", links) as netns:
+        with veth_node(topo, "crs", links) as (netns, _):
             first = Driver(netns)
             first.send(older)
             first.in_sync(args.timeout)
@@ -525,8 +505,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    if os.geteuid() != 0:
-        sys.exit("needs root (network namespaces, iptables, ipset)")
+    require_root()
     began = time.perf_counter()
     sizes = Sizes(args.endpoints, args.policies, args.sets, args.members, spare=2 * args.samples)
     bigger = Sizes(
@@ -539,7 +518,7 @@ def main() -> None:
     endpoints = [m for m in current if isinstance(m, pb.WorkloadEndpointUpdate)]
     ifaces = frozenset(e.endpoint.name for e in endpoints)
     links = max(bigger.endpoints, sizes.endpoints + sizes.spare)
-    with cleanup_on_exit(), node("clean", links) as netns:
+    with sigterm_unwinds(), Topology() as topo, veth_node(topo, "cln", links) as (netns, _):
         driver = Driver(netns)
         start = driver.send(current)
         clean_s = driver.in_sync(args.timeout) - start
@@ -550,6 +529,7 @@ def main() -> None:
         driver.stop()
         quarantined = quarantine(args, netns, current, endpoints, spares)
         crash_rows = crash_and_restart(
+            topo,
             args,
             older=older,
             current=current,

@@ -1,6 +1,6 @@
 """Service load balancing at scale on the Linux platform, real kernel.
 
-A fresh node (network namespace, built with ``tests/kernel/topology.py``)
+A fresh node (network namespace, built with ``testbed/topology.py``)
 with three pods -- one client and two backend servers -- is given
 ``--services`` ClusterIP services (default 5,000; one TCP port "http",
 80 -> 8080; cluster IPs a seeded random sample of 10.96.0.0/16, and of
@@ -38,7 +38,7 @@ The driver (``Dataplane`` + ``LinuxPlatform``, in-process) runs in a child
 process started with ``ip netns exec NODE`` so that its default command
 runner and netlink handle program the node namespace and its RSS is the
 driver's, not the message generator's. Every namespace is created by a
-``Topology`` and deleted at the end, also on error or Ctrl-C.
+``Topology`` and deleted at the end, also on error, Ctrl-C or SIGTERM.
 
 Needs root, ``ip``, ``ipset``, ``iptables-{legacy,nft}*``.
 
@@ -49,29 +49,24 @@ Usage: python benchmarks/bench_services.py [--quick] [--services N] [--backends 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
-import io
 import ipaddress
 import json
 import logging
 import os
-import pstats
 import random
 import resource
 import select
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from google.protobuf.message import Message
@@ -79,6 +74,7 @@ from google.protobuf.message import Message
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, markdown_table, percentile, timed_tool
+from benchmarks._runs import apply_quick, child_argv, profile_text, require_root, run_floor
 from dataplane.core.loop import Dataplane
 from dataplane.linux.cmd import CommandResult, ProcessRunner
 from dataplane.linux.platform import LinuxPlatform
@@ -87,9 +83,8 @@ from dataplane.model.services import Service
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.framing import FrameDecoder
 from dataplane.wire.msglog import build_log
-
-if TYPE_CHECKING:
-    from tests.kernel.topology import Pod
+from testbed.node import allow_all_profile, workload_update
+from testbed.topology import Pod, Topology, sigterm_unwinds
 
 SCRIPT = Path(__file__).resolve()
 NAMESPACE_COUNT = 100  # Kubernetes namespaces the services are spread over
@@ -191,30 +186,19 @@ class Scenario:
             ),
             pb.HostMetadataUpdate(hostname="bench-node", ipv4_addr="192.168.200.1"),
             pb.IPAMPoolUpdate(id="pool-v4", pool=pb.IPAMPool(cidr="10.65.0.0/16", masquerade=True)),
-            pb.ActiveProfileUpdate(
-                id=pb.ProfileID(name="kns.bench"),
-                profile=pb.Profile(
-                    inbound_rules=[pb.Rule(action="allow")],
-                    outbound_rules=[pb.Rule(action="allow")],
-                ),
-            ),
+            allow_all_profile("kns.bench"),
         ]
         if self.ipv6:
             msgs.append(pb.IPAMPoolUpdate(id="pool-v6", pool=pb.IPAMPool(cidr="fd00:10:65::/48")))
         for pod, iface in ifaces.items():
             v4, v6 = PODS[pod]
             msgs.append(
-                pb.WorkloadEndpointUpdate(
-                    id=pb.WorkloadEndpointID(
-                        orchestrator_id="k8s", workload_id=f"bench/{pod}", endpoint_id="eth0"
-                    ),
-                    endpoint=pb.WorkloadEndpoint(
-                        state="active",
-                        name=iface,
-                        profile_ids=["kns.bench"],
-                        ipv4_nets=[f"{v4}/32"],
-                        ipv6_nets=[f"{v6}/128"] if self.ipv6 else [],
-                    ),
+                workload_update(
+                    f"bench/{pod}",
+                    iface,
+                    ipv4=[v4],
+                    ipv6=[v6] if self.ipv6 else [],
+                    profiles=["kns.bench"],
                 )
             )
         for index in range(self.count):
@@ -369,15 +353,6 @@ class TimedDataplane(Dataplane):
         self.apply_s += time.perf_counter() - start
 
 
-def _profile_text(title: str, profile: cProfile.Profile, top: int = 35) -> str:
-    out = io.StringIO()
-    out.write(f"\n=== profile: {title}: top {top} by cumulative time ===\n")
-    pstats.Stats(profile, stream=out).strip_dirs().sort_stats("cumulative").print_stats(top)
-    out.write(f"=== profile: {title}: top {top} by own time ===\n")
-    pstats.Stats(profile, stream=out).strip_dirs().sort_stats("tottime").print_stats(top)
-    return out.getvalue()
-
-
 def _calls_in(runner: RecordingRunner, start: float, end: float) -> list[Call]:
     return [c for c in runner.calls if start <= c.start <= end]
 
@@ -459,7 +434,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         if args.profile:
             profile.disable()
             sys.stderr.write(
-                _profile_text("first apply (all messages -> DataplaneInSync)", profile)
+                profile_text("first apply (all messages -> DataplaneInSync)", profile, 35)
             )
         first = plat.applies[-1]
         result["programmed_s"] = done - start
@@ -536,7 +511,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             for msg in dp.drain_output():  # the output channel is unbounded; keep it empty
                 note(msg)
         if args.profile:
-            sys.stderr.write(_profile_text(f"{len(changes)} backend changes", profile))
+            sys.stderr.write(profile_text(f"{len(changes)} backend changes", profile, 35))
         result["changes"] = records
         result["saves_after_load"] = [
             {"label": c.label, "seconds": c.seconds}
@@ -652,8 +627,6 @@ def _readline(proc: subprocess.Popen[bytes], timeout: float) -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tests.kernel.topology import Topology  # noqa: PLC0415 - pytest only in the parent
-
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
     scenario = Scenario(args)
@@ -682,7 +655,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         child += ["--timeout", str(args.timeout)]
         child += ["--ipv6"] * args.ipv6 + ["--profile"] * args.profile
         driver = subprocess.Popen(
-            ["ip", "netns", "exec", node.netns, sys.executable, str(SCRIPT), *child],
+            child_argv(node.netns, SCRIPT, child),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -714,14 +687,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = json.loads((workdir / "result.json").read_text())
         result["probes"] = probes
         result["vips"] = {"first": first, "last": last}
-        floor_ns = topo.new_netns("flr")
         floor = ["--child", "floor", "--workdir", tmp, "--backend", args.backend]
         floor += ["--ipv6"] * args.ipv6
-        subprocess.run(
-            ["ip", "netns", "exec", floor_ns, sys.executable, str(SCRIPT), *floor],
-            check=True,
-            timeout=args.timeout,
-        )
+        run_floor(topo, SCRIPT, floor, timeout=args.timeout)
         result.update(json.loads((workdir / "floor.json").read_text()))
         result["change_log"] = scenario.change_log
     result["elapsed_s"] = time.perf_counter() - started
@@ -910,20 +878,6 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _on_signal(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-@contextlib.contextmanager
-def interruptible() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so the topology still deletes its namespaces."""
-    old = signal.signal(signal.SIGTERM, _on_signal)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -943,11 +897,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--child", choices=["driver", "floor"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.quick:
-        given = set(sys.argv)
-        for flag, value in (("services", 500), ("changes", 20), ("connects", 100)):
-            if f"--{flag}" not in given:
-                setattr(args, flag, value)
+    apply_quick(args, {"services": 500, "changes": 20, "connects": 100})
     if not 3 <= args.services <= 65534 or args.backends < 1:
         parser.error("--services must be 3-65534 and --backends at least 1")
     return args
@@ -961,9 +911,8 @@ def main() -> None:
     if args.child == "floor":
         child_floor(args)
         return
-    if os.geteuid() != 0:
-        sys.exit("needs root (network namespaces, iptables, ipset)")
-    with interruptible():
+    require_root()
+    with sigterm_unwinds():
         result = run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result))

@@ -3,7 +3,7 @@
 As root on Linux with ``ip netns``, iptables and ipset, it
 
 1. builds a node and the example's seven pods in network namespaces
-   (``tests/kernel/topology.py``), with the same interface names and
+   (``testbed/topology.py``), with the same interface names and
    addresses as ``examples/demo_node.py``, and servers on the ports the
    policies talk about;
 2. replays ``examples/demo-node.log`` with the Linux platform inside the
@@ -21,7 +21,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -29,14 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from examples.demo_node import LOG_PATH, NAMESPACES, PODS, SCALE_UP, iface, ipv4, ipv6
-
-if TYPE_CHECKING:
-    from tests.kernel.topology import Namespace, Node, ProbeResult
+from examples.demo_node import LOG_PATH, NAMESPACES, PODS, SCALE_UP
+from testbed.topology import Namespace, Node, ProbeResult, Topology, sigterm_unwinds
+from testbed.topology import kernel_unavailable as netns_unavailable
 
 REPO = LOG_PATH.parent.parent
 
@@ -59,8 +57,8 @@ BLOCKED: dict[Family, str] = {4: "203.0.113.10", 6: "2001:db8:bad::10"}  # on th
 PRIVATE_NETS = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "fd00::/8")]
 
 # web-3 joins after InSync, in the same log. Rows: namespace by namespace.
-ALL_PODS = sorted([*PODS, SCALE_UP], key=lambda p: (NAMESPACES.index(p[0]), p[1]))
-APP = {pod: app for _, pod, app, _ in ALL_PODS}
+ALL_PODS = sorted([*PODS, SCALE_UP], key=lambda p: (NAMESPACES.index(p.namespace), p.name))
+APP = {pod.name: pod.app for pod in ALL_PODS}
 
 
 @dataclass(frozen=True)
@@ -158,16 +156,10 @@ def kernel_unavailable() -> str | None:
     """Why this machine cannot run the kernel demo, or None if it can."""
     if sys.platform != "linux":
         return f"not Linux ({sys.platform})"
-    if os.geteuid() != 0:
-        return "not root"
     missing = [tool for tool in KERNEL_TOOLS if shutil.which(tool) is None]
     if missing:
         return f"{', '.join(missing)} not installed"
-    try:
-        subprocess.run(["ip", "netns", "list"], check=True, capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"`ip netns` is unavailable ({exc})"
-    return None
+    return netns_unavailable()
 
 
 def replay_argv(platform: str) -> list[str]:
@@ -225,8 +217,8 @@ def summarize_dump(dump: str, ipsets: int) -> list[str]:
 def build(node: Node) -> dict[str, Namespace]:
     """The example's pods and servers, plus the uplink host's extra addresses."""
     pods: dict[str, Namespace] = {}
-    for namespace, pod, _, index in ALL_PODS:
-        pods[pod] = node.add_pod(pod, ipv4(index), ipv6(index), iface=iface(namespace, pod))
+    for spec in ALL_PODS:
+        pods[spec.name] = node.add_pod(spec.name, spec.ipv4, spec.ipv6, iface=spec.iface)
     external = node.external
     external.ip_batch(
         f"addr add {KUBE_DNS}/32 dev lo",
@@ -271,7 +263,7 @@ def render(
     family: Family, cells: Mapping[tuple[str, int], Cell], measured: Mapping[Cell, bool]
 ) -> list[str]:
     """Expected and measured matrices for one family, one above the other."""
-    width = max(len(pod) for _, pod, _, _ in ALL_PODS) + 1
+    width = max(len(pod.name) for pod in ALL_PODS) + 1
     cols = [max(len(c.head), len(c.port_label), len("allow*")) + 1 for c in COLUMNS]
 
     def row(label: str, values: Sequence[str]) -> str:
@@ -292,15 +284,12 @@ def render(
     out = [row(f"IPv{family}", [c.head for c in COLUMNS]), row("", [c.port_label for c in COLUMNS])]
     for title, value in (("expected", lambda c: c.expect), ("measured", measured.__getitem__)):
         out.append(title)
-        for _, pod, _, _ in ALL_PODS:
+        for pod in (spec.name for spec in ALL_PODS):
             out.append(row(pod, [verdict(pod, i, value) for i in range(len(COLUMNS))]))
     return out
 
 
 def run_kernel() -> int:
-    # Imported here: the test library needs pytest, and only this path needs it.
-    from tests.kernel.topology import Topology  # noqa: PLC0415
-
     started = time.monotonic()
     with Topology() as topo:
         node = topo.add_node("node-1")
@@ -383,7 +372,7 @@ def plan(pods: Mapping[str, Namespace], node: Node) -> dict[tuple[str, int], dic
     cells: dict[tuple[str, int], dict[Family, Cell]] = {}
     for index, col in enumerate(COLUMNS):
         for family, address in addresses(col, pods, node).items():
-            for _, src, _, _ in ALL_PODS:
+            for src in (spec.name for spec in ALL_PODS):
                 if src != col.dest:  # a pod talking to itself never meets the node
                     want = expected(src, col, family, address)
                     cells.setdefault((src, index), {})[family] = Cell(
@@ -394,23 +383,15 @@ def plan(pods: Mapping[str, Namespace], node: Node) -> dict[tuple[str, int], dic
 
 def main() -> int:
     reason = kernel_unavailable()
-    if reason is None:
-        try:
-            import tests.kernel.topology  # noqa: F401, PLC0415 - needs pytest ([dev])
-        except ImportError as exc:
-            reason = f"the test library is not importable ({exc})"
     if reason is not None:
         return run_sim(reason)
     print(f"dataplane demo: a node programmed from {LOG_PATH.relative_to(REPO)}, then probed")
-    # SIGTERM unwinds like Ctrl-C, so the Topology still removes the namespaces.
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        return run_kernel()
+        with sigterm_unwinds():
+            return run_kernel()
     except KeyboardInterrupt:
         print("\ninterrupted; the demo's namespaces were removed", file=sys.stderr)
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ the committed file is what this script produces.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import sys
 from pathlib import Path
 
@@ -31,35 +29,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.msglog import write_log
+from testbed.node import (
+    PodSpec,
+    allow_all_profile,
+    felix_set_id,
+    named_port_set,
+    namespace_profiles,
+    selector_set,
+    workload_update,
+)
 
 LOG_PATH = Path(__file__).with_name("demo-node.log")
 
-
-def _hash_id(prefix: str, text: str) -> str:
-    digest = hashlib.sha224(text.encode()).digest()
-    return prefix + base64.urlsafe_b64encode(digest).decode()[:28]
-
-
-def selector_set(selector: str) -> str:
-    return _hash_id("s:", selector)
-
-
-def named_port_set(selector: str, port: str) -> str:
-    return _hash_id("n:", f"{selector}|{port}")
-
-
-# (namespace, pod, app label, index) -> addresses derive from the index.
 PODS = [
-    ("frontend", "web-1", "web", 10),
-    ("frontend", "web-2", "web", 11),
-    ("backend", "api-1", "api", 20),
-    ("backend", "api-2", "api", 21),
-    ("backend", "db-1", "db", 30),
-    ("monitoring", "prometheus-1", "prometheus", 40),
+    PodSpec("web-1", "frontend", "web", 10),
+    PodSpec("web-2", "frontend", "web", 11),
+    PodSpec("api-1", "backend", "api", 20),
+    PodSpec("api-2", "backend", "api", 21),
+    PodSpec("db-1", "backend", "db", 30),
+    PodSpec("prometheus-1", "monitoring", "prometheus", 40),
 ]
 NAMESPACES = ["frontend", "backend", "monitoring"]
 # The web deployment's scale-up, which arrives after InSync.
-SCALE_UP = ("frontend", "web-3", "web", 12)
+SCALE_UP = PodSpec("web-3", "frontend", "web", 12)
 
 SEL_WEB = "projectcalico.org/namespace == 'frontend' && app == 'web'"
 SEL_API = "projectcalico.org/namespace == 'backend' && app == 'api'"
@@ -70,24 +62,11 @@ SET_API = selector_set(SEL_API)
 SET_MONITORING = selector_set(SEL_MONITORING_NS)
 SET_DNS = selector_set(SEL_KUBE_DNS)
 SET_API_HTTP = named_port_set(SEL_API, "http")
-SET_BLOCKLIST = _hash_id("s:", "global() && blocklist == 'true'")
-
-
-def ipv4(index: int) -> str:
-    return f"10.65.0.{index}"
-
-
-def ipv6(index: int) -> str:
-    return f"fd00:10:65::{index:x}"
-
-
-def iface(namespace: str, pod: str) -> str:
-    # Calico names the host side "cali" + the first 11 hex digits of a hash.
-    return "cali" + hashlib.sha1(f"{namespace}.{pod}".encode()).hexdigest()[:11]
+SET_BLOCKLIST = felix_set_id("s:", "global() && blocklist == 'true'")
 
 
 def pod_ips(app: str) -> list[str]:
-    return [a for _, _, a_app, i in PODS if a_app == app for a in (ipv4(i), ipv6(i))]
+    return [a for p in PODS if p.app == app for a in (p.ipv4, p.ipv6)]
 
 
 def _ports(*ports: int) -> list[pb.PortRange]:
@@ -222,20 +201,15 @@ def _tiers(app: str) -> list[pb.TierInfo]:
     return [security, default]
 
 
-def workload(namespace: str, pod: str, app: str, index: int) -> pb.WorkloadEndpointUpdate:
-    return pb.WorkloadEndpointUpdate(
-        id=pb.WorkloadEndpointID(
-            orchestrator_id="k8s", workload_id=f"{namespace}/{pod}", endpoint_id="eth0"
-        ),
-        endpoint=pb.WorkloadEndpoint(
-            state="active",
-            name=iface(namespace, pod),
-            mac=f"ee:ee:ee:ee:ee:{index:02x}",
-            profile_ids=[f"kns.{namespace}", f"ksa.{namespace}.default"],
-            ipv4_nets=[f"{ipv4(index)}/32"],
-            ipv6_nets=[f"{ipv6(index)}/128"],
-            tiers=_tiers(app),
-        ),
+def workload(pod: PodSpec) -> pb.WorkloadEndpointUpdate:
+    return workload_update(
+        pod.workload_id,
+        pod.iface,
+        ipv4=[pod.ipv4],
+        ipv6=[pod.ipv6],
+        profiles=[f"kns.{pod.namespace}", f"ksa.{pod.namespace}.default"],
+        tiers=_tiers(pod.app),
+        mac=f"ee:ee:ee:ee:ee:{pod.index:02x}",
     )
 
 
@@ -267,18 +241,7 @@ def demo_messages() -> list[Message]:
                 id=pb.NamespaceID(name=ns), labels={"kubernetes.io/metadata.name": ns}
             )
         )
-        msgs.append(
-            pb.ActiveProfileUpdate(
-                id=pb.ProfileID(name=f"kns.{ns}"),
-                profile=pb.Profile(
-                    inbound_rules=[pb.Rule(action="allow")],
-                    outbound_rules=[pb.Rule(action="allow")],
-                ),
-            )
-        )
-        msgs.append(
-            pb.ActiveProfileUpdate(id=pb.ProfileID(name=f"ksa.{ns}.default"), profile=pb.Profile())
-        )
+        msgs += namespace_profiles(ns)
     msgs += [
         pb.IPSetUpdate(id=SET_WEB, type=pb.IPSetUpdate.IP, members=pod_ips("web")),
         pb.IPSetUpdate(id=SET_API, type=pb.IPSetUpdate.IP, members=pod_ips("api")),
@@ -296,12 +259,12 @@ def demo_messages() -> list[Message]:
         ),
     ]
     msgs += policies()
-    for namespace, pod, app, index in PODS:
-        msgs.append(workload(namespace, pod, app, index))
+    for pod in PODS:
+        msgs.append(workload(pod))
         msgs.append(
             pb.RouteUpdate(
                 types=pb.LOCAL_WORKLOAD,
-                dst=f"{ipv4(index)}/32",
+                dst=f"{pod.ipv4}/32",
                 dst_node_name="node-1",
                 local_workload=True,
             )
@@ -316,19 +279,11 @@ def demo_messages() -> list[Message]:
             ),
         )
     )
-    msgs.append(
-        pb.ActiveProfileUpdate(
-            id=pb.ProfileID(name="projectcalico-default-allow"),
-            profile=pb.Profile(
-                inbound_rules=[pb.Rule(action="allow")], outbound_rules=[pb.Rule(action="allow")]
-            ),
-        )
-    )
+    msgs.append(allow_all_profile("projectcalico-default-allow"))
     msgs.append(pb.InSync())
     # After InSync: the web deployment scales up by one pod.
-    namespace, pod, app, index = SCALE_UP
-    msgs.append(pb.IPSetDeltaUpdate(id=SET_WEB, added_members=[ipv4(index), ipv6(index)]))
-    msgs.append(workload(namespace, pod, app, index))
+    msgs.append(pb.IPSetDeltaUpdate(id=SET_WEB, added_members=[SCALE_UP.ipv4, SCALE_UP.ipv6]))
+    msgs.append(workload(SCALE_UP))
     return msgs
 
 

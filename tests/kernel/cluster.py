@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
+from testbed.topology import Namespace, Node, Pod, Topology
 from tests.felix_harness import FelixHarness
 from tests.kernel import scenario
-from tests.kernel.topology import Namespace, Node, Pod, Topology
 
 ALLOW_TIMEOUT = 3.0  # generous: an allowed probe returns as soon as it succeeds
 DENY_TIMEOUT = 0.7  # a denied probe always costs its full timeout

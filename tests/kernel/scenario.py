@@ -1,6 +1,6 @@
 """A node's worth of Felix messages for the real-kernel policy tests.
 
-Six pods in three namespaces, wired by tests.kernel.topology; policies in
+Six pods in three namespaces, wired by testbed.topology; policies in
 two tiers exercise allow/deny, single ports, a range, a named port, ICMP
 type, negation, IP-set selectors, pass, profiles, both IP families.
 
@@ -17,30 +17,12 @@ Expected verdicts (ingress tier ``default`` defaults to Deny):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from google.protobuf.message import Message
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.node import PodSpec, allow_all_profile, workload_endpoint_id, workload_update
 
 NAMESPACES = ("frontend", "backend", "monitoring")
-
-
-@dataclass(frozen=True)
-class PodSpec:
-    name: str
-    namespace: str
-    app: str
-    index: int
-
-    @property
-    def ipv4(self) -> str:
-        return f"10.65.0.{self.index}"
-
-    @property
-    def ipv6(self) -> str:
-        return f"fd00:10:65::{self.index:x}"
-
 
 PODS = (
     PodSpec("web-1", "frontend", "web", 10),
@@ -196,23 +178,19 @@ def tiers(app: str) -> list[pb.TierInfo]:
 def endpoint(
     spec: PodSpec, iface: str, state: str = "active", *, policies: bool = True
 ) -> pb.WorkloadEndpointUpdate:
-    return pb.WorkloadEndpointUpdate(
-        id=endpoint_id(spec),
-        endpoint=pb.WorkloadEndpoint(
-            state=state,
-            name=iface,
-            profile_ids=[f"kns.{spec.namespace}"],
-            ipv4_nets=[f"{spec.ipv4}/32"],
-            ipv6_nets=[f"{spec.ipv6}/128"],
-            tiers=tiers(spec.app) if policies else [],
-        ),
+    return workload_update(
+        spec.workload_id,
+        iface,
+        ipv4=[spec.ipv4],
+        ipv6=[spec.ipv6],
+        profiles=[f"kns.{spec.namespace}"],
+        tiers=tiers(spec.app) if policies else [],
+        state=state,
     )
 
 
 def endpoint_id(spec: PodSpec) -> pb.WorkloadEndpointID:
-    return pb.WorkloadEndpointID(
-        orchestrator_id="k8s", workload_id=f"{spec.namespace}/{spec.name}", endpoint_id="eth0"
-    )
+    return workload_endpoint_id(spec.workload_id)
 
 
 # What a Felix left at its defaults sends for the keys that shape the
@@ -265,16 +243,7 @@ def node_messages(
             members=[f"{ip},tcp:8080" for ip in ips("api")],
         ),
     ]
-    for ns in NAMESPACES:
-        msgs.append(
-            pb.ActiveProfileUpdate(
-                id=pb.ProfileID(name=f"kns.{ns}"),
-                profile=pb.Profile(
-                    inbound_rules=[pb.Rule(action="allow")],
-                    outbound_rules=[pb.Rule(action="allow")],
-                ),
-            )
-        )
+    msgs += [allow_all_profile(f"kns.{ns}") for ns in NAMESPACES]
     msgs += policies()
     msgs += [
         endpoint(spec, ifaces[spec.name], policies=with_policies)

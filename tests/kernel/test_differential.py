@@ -44,10 +44,11 @@ from dataplane.model import (
     WorkloadEndpointKey,
 )
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.topology import Namespace, Node, Pod, Topology
 from tests.felix_harness import FelixHarness
 from tests.kernel import policy_gen as gen
 from tests.kernel import scenario
-from tests.kernel.topology import Namespace, Node, Pod, Topology, requires_root
+from tests.kernel.marks import requires_root
 from tests.reference_eval import Packet, PolicyState, endpoint_decision, forward_decision
 
 pytestmark = [requires_root, pytest.mark.slow]

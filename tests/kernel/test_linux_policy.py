@@ -9,10 +9,11 @@ from collections.abc import Callable
 import pytest
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.topology import Topology
 from tests.conftest import REPO
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe
-from tests.kernel.topology import Topology, requires_root
+from tests.kernel.marks import requires_root
 
 pytestmark = [requires_root, pytest.mark.slow]
 

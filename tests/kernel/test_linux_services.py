@@ -16,9 +16,10 @@ import time
 import pytest
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.topology import Namespace, Topology
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster
-from tests.kernel.topology import Namespace, Topology, requires_root
+from tests.kernel.marks import requires_root
 
 pytestmark = [requires_root, pytest.mark.slow]
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.topology import Topology
 from tests.felix_harness import FelixHarness
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe
+from tests.kernel.marks import requires_root
 from tests.kernel.refusing_tools import refusing_env
-from tests.kernel.topology import Topology, requires_root
 
 pytestmark = [requires_root, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.kernel.topology import (
+from testbed.topology import (
     HOST_VETH_LL,
     HOST_VETH_MAC,
     AgentError,
@@ -21,11 +21,11 @@ from tests.kernel.topology import (
     Node,
     Pod,
     Topology,
+    TopologyError,
     connectivity_matrix,
     list_netns,
-    requires_root,
 )
-from tests.kernel.topology import topology as topology  # noqa: PLC0414 - the fixture
+from tests.kernel.marks import requires_root
 
 pytestmark = [requires_root, pytest.mark.slow]
 
@@ -206,3 +206,21 @@ def test_prefixes_differ_between_topologies() -> None:
     with Topology() as first, Topology() as second:
         assert not first.prefix.startswith(second.prefix)
         assert not second.prefix.startswith(first.prefix)
+
+
+def test_bulk_veths_land_up_and_a_deleted_namespace_is_gone(topology: Topology) -> None:
+    node, pods = topology.new_netns("nod"), topology.new_netns("pod")
+    pairs = [(f"cali{i:04d}", f"pe{i:04d}") for i in range(40)]
+    topology.add_veths(node, pairs, pods)
+
+    def up_links(netns: str) -> set[str]:
+        out = topology.run(netns, "ip", "-o", "link", "show", "up").stdout
+        return {line.split(": ")[1].split("@")[0] for line in out.splitlines()}
+
+    assert {host for host, _ in pairs} <= up_links(node)
+    assert {peer for _, peer in pairs} <= up_links(pods)
+    topology.delete_netns(pods)
+    assert pods not in list_netns()
+    assert node in topology.leftovers()
+    with pytest.raises(TopologyError, match="not a namespace of this topology"):
+        topology.add_veths(node, [("x0", "y0")], "dpt-someone-else")

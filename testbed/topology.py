@@ -1,6 +1,6 @@
 """Throwaway node/pod topologies in network namespaces, probed with real packets.
 
-Model (see DESIGN.md, "Testing on the real kernel")::
+Model (docs/architecture.md, "Testing")::
 
     external (eth0 .200.2) ==veth== (eth0 .200.1) node ==cali*== eth0 pod
 
@@ -16,7 +16,7 @@ with its ``prefix``) and deletes them all on exit, exceptions included, after
 stopping the agents and killing anything else running inside. Traffic only
 ever goes to addresses inside those namespaces.
 
-Verdicts come from :mod:`tests.kernel.agent`, one long-lived process per
+Verdicts come from :mod:`testbed.agent`, one long-lived process per
 namespace, started on first use.
 """
 
@@ -27,14 +27,13 @@ import hashlib
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
-import pytest
-
-from tests.kernel.agent import AgentClient, AgentError, HeldConnection, ProbeResult
+from testbed.agent import AgentClient, AgentError, HeldConnection, ProbeResult
 
 __all__ = [
     "HOST_VETH_LL",
@@ -54,9 +53,9 @@ __all__ = [
     "Topology",
     "TopologyError",
     "connectivity_matrix",
+    "kernel_unavailable",
     "list_netns",
-    "requires_root",
-    "topology",
+    "sigterm_unwinds",
 ]
 
 Proto = Literal["tcp", "udp"]
@@ -88,7 +87,11 @@ class CommandError(TopologyError):
 
 
 def _run(
-    argv: Sequence[str], *, check: bool = True, stdin: str | None = None
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    stdin: str | None = None,
+    timeout: float = COMMAND_TIMEOUT,
 ) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         list(argv),
@@ -96,11 +99,29 @@ def _run(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=COMMAND_TIMEOUT,
+        timeout=timeout,
     )
     if check and result.returncode != 0:
         raise CommandError(result)
     return result
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt inside, so a Topology still deletes its namespaces.
+
+    For programs (the demo, the benchmarks) that a user or CI may stop with
+    SIGTERM; pytest handles its own signals.
+    """
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def list_netns() -> list[str]:
@@ -109,20 +130,17 @@ def list_netns() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _skip_reason() -> str | None:
+def kernel_unavailable() -> str | None:
+    """Why namespaces cannot be built here (a short phrase), or None when they can."""
     if os.geteuid() != 0:
-        return "real-kernel tests need root (network namespaces, veths)"
+        return "not root"
     if shutil.which("ip") is None:
-        return "real-kernel tests need iproute2's `ip`"
+        return "iproute2's `ip` is not installed"
     try:
         _run(["ip", "netns", "list"])
     except (OSError, subprocess.SubprocessError, CommandError) as exc:
         return f"`ip netns` is unavailable: {exc}"
     return None
-
-
-_SKIP_REASON = _skip_reason()
-requires_root = pytest.mark.skipif(_SKIP_REASON is not None, reason=_SKIP_REASON or "")
 
 
 class Namespace:
@@ -343,6 +361,39 @@ class Topology:
         self._netns_names.append(netns)
         return netns
 
+    def delete_netns(self, netns: str) -> None:
+        """Delete one namespace of this topology now, rather than at close()."""
+        if netns not in self._netns_names:
+            raise TopologyError(f"{netns} is not a namespace of this topology")
+        for pid in _run(["ip", "netns", "pids", netns], check=False).stdout.split():
+            _kill(int(pid))
+        _run(["ip", "netns", "del", netns])
+        self._netns_names.remove(netns)
+
+    def add_veths(
+        self, netns: str, pairs: Sequence[tuple[str, str]], peer_netns: str | None = None
+    ) -> None:
+        """Many veth pairs at once, all up: one ``ip -batch`` per namespace.
+
+        The first name of each pair stays in ``netns``; the second goes to
+        ``peer_netns`` (as a pod's eth0 would) or stays too. For nodes with
+        thousands of interfaces, where ``add_pod``'s full wiring is too slow.
+        A dummy link would be cheaper, but many kernels (this CI's among
+        them) are built without the dummy driver; veth is always there.
+        """
+        for name in (netns, peer_netns):
+            if name is not None and name not in self._netns_names:
+                raise TopologyError(f"{name} is not a namespace of this topology")
+        where = f" netns {peer_netns}" if peer_netns else ""
+        lines = [f"link add {host} type veth peer name {peer}{where}" for host, peer in pairs]
+        lines += [f"link set {host} up" for host, _ in pairs]
+        peers = "".join(f"link set {peer} up\n" for _, peer in pairs)
+        # A thousand pairs take a few seconds; allow far more than that.
+        timeout = COMMAND_TIMEOUT + len(pairs) / 10
+        batch = "".join(f"{x}\n" for x in lines)
+        _run(["ip", "-n", netns, "-batch", "-"], stdin=batch, timeout=timeout)
+        _run(["ip", "-n", peer_netns or netns, "-batch", "-"], stdin=peers, timeout=timeout)
+
     def add_node(self, name: str = "node") -> Node:
         """A node namespace plus its external host, joined by the uplink veth."""
         external = External(self, f"{name}-external", self.new_netns("ext"))
@@ -438,12 +489,3 @@ def connectivity_matrix(
             lambda pair: pair[0].can_connect(proto, pair[1].address(family), port, timeout), pairs
         )
         return {(src.name, dst.name): ok for (src, dst), ok in zip(pairs, results, strict=True)}
-
-
-@pytest.fixture
-def topology() -> Iterator[Topology]:
-    """A fresh :class:`Topology`, always torn down; skips when the kernel is off-limits."""
-    if _SKIP_REASON is not None:
-        pytest.skip(_SKIP_REASON)
-    with Topology() as topo:
-        yield topo

@@ -1,0 +1,132 @@
+"""How the kernel benchmarks run: a parent that builds namespaces, children that measure.
+
+Each benchmark script is both. The parent builds a node with
+:mod:`testbed.topology`, writes the messages as framed logs, and starts the
+same script again inside the node namespace (``ip netns exec NS python
+SCRIPT --child ...``) so that the platform's command runner and netlink
+handle program that namespace and the child's RSS is the driver's. The
+floor, the same state loaded with the plain tools, runs as another child in
+a fresh namespace. Children hand results back as JSON files in a work
+directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from testbed.topology import Topology
+
+T = TypeVar("T")
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        sys.exit("needs root (network namespaces, iptables, ipset)")
+
+
+def apply_quick(args: argparse.Namespace, smaller: Mapping[str, int]) -> None:
+    """``--quick``: the smaller size for every option the command line did not give."""
+    if not args.quick:
+        return
+    given = set(sys.argv)
+    for option, value in smaller.items():
+        if f"--{option}" not in given:
+            setattr(args, option.replace("-", "_"), value)
+
+
+def child_argv(netns: str, script: Path, args: list[str]) -> list[str]:
+    """Run ``script`` with this interpreter inside ``netns``."""
+    return ["ip", "netns", "exec", netns, sys.executable, str(script), *args]
+
+
+def run_child(netns: str, script: Path, args: list[str], timeout: float) -> None:
+    subprocess.run(child_argv(netns, script, args), check=True, timeout=timeout)
+
+
+def run_floor(topo: Topology, script: Path, args: list[str], timeout: float) -> None:
+    """The floor child, in a namespace of its own that holds nothing yet."""
+    netns = topo.new_netns("flr")
+    try:
+        run_child(netns, script, args, timeout)
+    finally:
+        topo.delete_netns(netns)
+
+
+def profile_text(title: str, profile: cProfile.Profile, top: int) -> str:
+    """The ``top`` functions by cumulative time, then by own time."""
+    out = io.StringIO()
+    out.write(f"\n=== {title}: top {top} by cumulative time ===\n")
+    pstats.Stats(profile, stream=out).strip_dirs().sort_stats("cumulative").print_stats(top)
+    out.write(f"=== {title}: top {top // 2} by own time ===\n")
+    pstats.Stats(profile, stream=out).strip_dirs().sort_stats("tottime").print_stats(top // 2)
+    return out.getvalue()
+
+
+class ThreadProfiles:
+    """cProfile for work handed to ``trio.to_thread`` (routes, sysctls).
+
+    cProfile only sees the thread that enabled it; the platform runs its
+    blocking netlink and /proc/sys work in worker threads.
+    """
+
+    def __init__(self) -> None:
+        self.profile = cProfile.Profile()
+        self._original = trio.to_thread.run_sync
+        self.active = False
+
+    def install(self) -> None:
+        original = self._original
+
+        async def run_sync(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+            def profiled(*a: Any) -> T:
+                if not self.active:
+                    return fn(*a)
+                self.profile.enable()
+                try:
+                    return fn(*a)
+                finally:
+                    self.profile.disable()
+
+            return await original(profiled, *args, **kwargs)
+
+        trio.to_thread.run_sync = run_sync  # type: ignore[assignment]
+
+
+class GCTimes:
+    """Time spent in the cyclic garbage collector, per generation (a gc callback)."""
+
+    def __init__(self) -> None:
+        self._start = 0.0
+        self.total = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self.longest = 0.0
+
+    def callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        elapsed = time.perf_counter() - self._start
+        self.total[info["generation"]] += elapsed
+        self.count[info["generation"]] += 1
+        self.longest = max(self.longest, elapsed)
+
+    def take(self) -> dict[str, Any]:
+        """What was collected since the last take, and start again."""
+        out = {"seconds": sum(self.total), "gen2": self.count[2], "gen2_s": self.total[2]}
+        out["longest_s"] = self.longest
+        self.total = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self.longest = 0.0
+        return out
