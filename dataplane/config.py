@@ -11,6 +11,7 @@ exists. Keys are matched case-insensitively, as Felix's own loader does.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -18,7 +19,7 @@ from typing import Any
 
 from dataplane.errors import ConfigError
 
-__all__ = ["Config", "ProtoPort", "parse_config"]
+__all__ = ["LOG_LEVELS", "Config", "ProtoPort", "parse_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +205,22 @@ def _route_protocol(raw: str) -> int:
     return value
 
 
+# Felix's severities as logging levels; NONE silences even CRITICAL.
+LOG_LEVELS = {
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "CRITICAL": logging.CRITICAL,
+    "NONE": logging.CRITICAL + 10,
+}
+
+
 def _log_severity(raw: str) -> str:
     text = raw.strip().upper()
     aliases = {"WARN": "WARNING", "FATAL": "CRITICAL", "PANIC": "CRITICAL", "TRACE": "DEBUG"}
     text = aliases.get(text, text)
-    if text not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "NONE"):
+    if text not in LOG_LEVELS:
         raise ValueError("not a log severity")
     return text
 

@@ -1,10 +1,10 @@
-"""Retry delays for failed applies."""
+"""Retry delays for failed applies, and the record of the failures in a row."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Backoff"]
+__all__ = ["ApplyRetries", "Backoff"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +25,34 @@ class Backoff:
             return 0.0
         # Cap the exponent so huge failure counts cannot overflow a float.
         return min(self.maximum, self.initial * self.factor ** min(failures - 1, 64))
+
+
+class ApplyRetries:
+    """Consecutive failed applies: how many, the last error, when to try again.
+
+    The loop records each apply's outcome here; ``retry_at`` is None while
+    the last apply succeeded.
+    """
+
+    __slots__ = ("backoff", "failures", "last_error", "retry_at")
+
+    def __init__(self, backoff: Backoff) -> None:
+        self.backoff = backoff
+        self.failures = 0
+        self.last_error: str | None = None
+        self.retry_at: float | None = None
+
+    def failed(self, error: str, now: float) -> float:
+        """Record a failure at ``now``; returns the delay before the retry."""
+        self.failures += 1
+        self.last_error = error
+        delay = self.backoff.delay(self.failures)
+        self.retry_at = now + delay
+        return delay
+
+    def succeeded(self) -> int:
+        """Record a success; returns how many failures it ended."""
+        ended, self.failures = self.failures, 0
+        self.last_error = None
+        self.retry_at = None
+        return ended

@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 import trio
 from google.protobuf.message import Message
 
-from dataplane.config import Config, parse_config
-from dataplane.core.backoff import Backoff
+from dataplane.config import LOG_LEVELS, Config, parse_config
+from dataplane.core.backoff import ApplyRetries, Backoff
 from dataplane.core.platform import Platform
 from dataplane.core.status import StatusReporter
 from dataplane.errors import InputError, ProgrammingError, ProtocolError
@@ -53,15 +53,6 @@ from dataplane.wire.transport import MessageSink, MessageSource, QueueSource
 __all__ = ["Dataplane", "LoopStats"]
 
 log = logging.getLogger(__name__)
-
-_LOG_LEVELS = {
-    "DEBUG": logging.DEBUG,
-    "INFO": logging.INFO,
-    "WARNING": logging.WARNING,
-    "ERROR": logging.ERROR,
-    "CRITICAL": logging.CRITICAL,
-    "NONE": logging.CRITICAL + 10,
-}
 
 
 @dataclass(slots=True)
@@ -138,9 +129,7 @@ class Dataplane:
         self._in_sync = False
         self._sent_in_sync = False
         self._dirty = False
-        self._failures = 0
-        self._last_error: str | None = None
-        self._retry_at: float | None = None
+        self._retries = ApplyRetries(self.backoff)
         self._started_at = 0.0
         self._heartbeat_scope: trio.CancelScope | None = None
         self._wait_scope: trio.CancelScope | None = None
@@ -159,12 +148,10 @@ class Dataplane:
         """
         self._managers.append(manager)
         self._routes.clear()
-        configure = getattr(manager, "configure", None)
-        if configure is not None:
-            configure(self.config)
+        self._configure_managers([manager])
 
-    def _configure_managers(self) -> None:
-        for manager in self._managers:
+    def _configure_managers(self, managers: list[Manager] | None = None) -> None:
+        for manager in self._managers if managers is None else managers:
             configure = getattr(manager, "configure", None)
             if configure is not None:
                 configure(self.config)
@@ -215,7 +202,7 @@ class Dataplane:
     @property
     def last_apply_error(self) -> str | None:
         """Why the last apply failed, while its state is still pending; else None."""
-        return self._last_error
+        return self._retries.last_error
 
     # --- running ---------------------------------------------------------------
 
@@ -328,7 +315,7 @@ class Dataplane:
         self._configure_managers()
         log.info("config updated (%d keys received)", len(update.config))
         if self._follow_log_severity:
-            logging.getLogger("dataplane").setLevel(_LOG_LEVELS[config.log_severity])
+            logging.getLogger("dataplane").setLevel(LOG_LEVELS[config.log_severity])
         if config.reporting_interval != old.reporting_interval and self._heartbeat_scope:
             self._heartbeat_scope.cancel()  # restart the heartbeat on the new interval
 
@@ -343,16 +330,16 @@ class Dataplane:
         """When the loop must run phase 2 even if no input arrives."""
         if not self._in_sync:
             return math.inf
-        if self._retry_at is not None:
-            return self._retry_at
+        if self._retries.retry_at is not None:
+            return self._retries.retry_at
         return self.platform.wants_apply_at()
 
     async def _maybe_apply(self) -> None:
         if not self._in_sync:
             return
         now = trio.current_time()
-        if self._retry_at is not None:
-            if now < self._retry_at:
+        if self._retries.retry_at is not None:
+            if now < self._retries.retry_at:
                 return
         elif not self._dirty and self.platform.wants_apply_at() > now:
             return
@@ -365,23 +352,17 @@ class Dataplane:
         try:
             await self.platform.apply()
         except (ProgrammingError, OSError) as exc:
-            self._failures += 1
-            self._last_error = str(exc)
             self.stats.apply_failures += 1
-            delay = self.backoff.delay(self._failures)
-            self._retry_at = trio.current_time() + delay
+            delay = self._retries.failed(str(exc), trio.current_time())
             log.warning(
                 "apply failed (attempt %d), pending state kept, retry in %.3fs: %s",
-                self._failures,
+                self._retries.failures,
                 delay,
                 exc,
             )
             return
-        if self._failures:
-            log.info("apply succeeded after %d failed attempt(s)", self._failures)
-        self._failures = 0
-        self._last_error = None
-        self._retry_at = None
+        if ended := self._retries.succeeded():
+            log.info("apply succeeded after %d failed attempt(s)", ended)
         self.stats.applies += 1
         for payload in self._status.changes(self.platform.endpoint_statuses()):
             self._send(payload)
@@ -392,7 +373,7 @@ class Dataplane:
 
     async def _finish(self) -> None:
         log.info("end of input after %d messages; stopping", self.stats.messages)
-        if self._in_sync and (self._dirty or self._retry_at is not None):
+        if self._in_sync and (self._dirty or self._retries.retry_at is not None):
             # One last attempt so that a replayed log ends fully applied; a
             # failure here is logged and the dataplane left as it is.
             await self._apply()

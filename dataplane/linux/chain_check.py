@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.chains import IptRule, render_rule
+from dataplane.linux.chains import IptRule, render_rule, rule_hash_of
 from dataplane.linux.cmd import CommandRunner
 
 __all__ = ["ChainChecker", "RefusedChain", "failed_line"]
@@ -127,6 +127,27 @@ class ChainChecker:
                 if 0 <= index < len(chains[names[0]][0]):
                     rule_index = index
         return RefusedChain(names[0], rule_index, message)
+
+
+def refusal_at(
+    error: str, lines: Sequence[str], hashes: Mapping[str, Sequence[str]]
+) -> RefusedChain | None:
+    """The chain whose rule is on the restore input line a failed commit names.
+
+    ``hashes`` are the wanted chains with their rule hashes; None if the
+    error names no line, or a line that is not a rule of a wanted chain.
+    """
+    where = failed_line(error)
+    if where is None or not 0 < where[0] <= len(lines):
+        return None
+    line = lines[where[0] - 1]
+    words = line.split()
+    if len(words) < 2 or words[0] not in ("-A", "-I") or words[1] not in hashes:
+        return None
+    chain = words[1]
+    tag = rule_hash_of(line)
+    index = hashes[chain].index(tag) if tag in hashes[chain] else None
+    return RefusedChain(chain, index, where[1][:300])
 
 
 def failed_line(message: str) -> tuple[int, str] | None:

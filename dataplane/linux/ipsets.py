@@ -49,18 +49,20 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.cmd import CommandRunner
-from dataplane.linux.ipset_names import is_owned, main_name, temp_name
+from dataplane.linux.ipset_batch import RestoreBatch
+from dataplane.linux.ipset_members import WantedSet
+from dataplane.linux.ipset_names import is_owned, temp_name
+from dataplane.linux.ipset_save import KernelSet, SetMeta, parse_save
 from dataplane.model import IPSet, IPSetType
 
-__all__ = ["IPSetsProgrammer", "KernelSet", "SetMeta", "parse_save"]
+__all__ = ["IPSetsProgrammer"]
 
 log = logging.getLogger(__name__)
 
@@ -70,234 +72,6 @@ _TYPE_NAMES = {
     IPSetType.IP_AND_PORT: "hash:ip,port",
 }
 _FAMILIES = {4: "inet", 6: "inet6"}
-_DEFAULT_MAXELEM = 65536  # what the kernel uses when create names none
-
-
-# ---------------------------------------------------------------------------
-# Reading the kernel: `ipset save` output.
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SetMeta:
-    """What a set is, as opposed to what it holds.
-
-    ``extras`` are header options we never ask for (timeout, counters,
-    comment, ...): a set carrying them is not the set we want.
-    """
-
-    type: str
-    family: str
-    maxelem: int
-    extras: tuple[str, ...] = ()
-
-    def create_line(self, name: str) -> str:
-        return f"create {name} {self.type} family {self.family} maxelem {self.maxelem}"
-
-
-@dataclass(slots=True)
-class KernelSet:
-    meta: SetMeta
-    members: set[str]
-
-
-# Header options followed by a value; every other header word is a flag.
-_VALUED = frozenset(
-    {"family", "hashsize", "maxelem", "bucketsize", "initval"}
-    | {"timeout", "netmask", "bitmask", "markmask", "range", "size"}
-)
-# Options that do not change what a set matches: the kernel grows hashsize
-# by itself, and bucketsize/initval are tuning.
-_NEUTRAL = frozenset({"family", "hashsize", "maxelem", "bucketsize", "initval"})
-
-
-def _parse_header(set_type: str, words: list[str]) -> SetMeta:
-    family, maxelem, extras = "inet", _DEFAULT_MAXELEM, []
-    i = 0
-    while i < len(words):
-        key = words[i]
-        if key in _VALUED and i + 1 < len(words):
-            value = words[i + 1]
-            i += 2
-            if key == "family":
-                family = value
-            elif key == "maxelem":
-                # Unparseable: -1 never equals what we want, so it is rewritten.
-                maxelem = int(value) if value.isdigit() else -1
-            elif key not in _NEUTRAL:
-                extras.append(f"{key} {value}")
-        else:
-            extras.append(key)
-            i += 1
-    return SetMeta(set_type, family, maxelem, tuple(sorted(extras)))
-
-
-def parse_save(text: str, want: Callable[[str], bool] = lambda _name: True) -> dict[str, KernelSet]:
-    """Parse ``ipset save`` output into sets, keeping those ``want`` accepts.
-
-    Tolerant of what the tool may print around the data: blank lines,
-    comments, ``COMMIT``, per-member options (``timeout 0 comment "x y"``)
-    and unknown lines are skipped; members of an unknown set are dropped.
-    """
-    sets: dict[str, KernelSet] = {}
-    for line in text.splitlines():
-        # At most 4 words: a member's options (a long comment) are not split.
-        words = line.split(maxsplit=3)
-        if len(words) < 3:
-            continue
-        verb, name = words[0], words[1]
-        if verb == "add":
-            found = sets.get(name)
-            if found is not None:
-                found.members.add(words[2])
-        elif verb == "create" and want(name):
-            options = words[3].split() if len(words) == 4 else []
-            sets[name] = KernelSet(_parse_header(words[2], options), set())
-    return sets
-
-
-# ---------------------------------------------------------------------------
-# Desired members, split by family, in the kernel's spelling.
-# ---------------------------------------------------------------------------
-
-_HOST_LEN = {4: "32", 6: "128"}
-_ZERO = {4: "0.0.0.0/0", 6: "::/0"}
-_HALVES = {4: ("0.0.0.0/1", "128.0.0.0/1"), 6: ("::/1", "8000::/1")}
-
-
-def _version(member: str) -> int:
-    # "10.0.0.1,tcp:80" has a colon too: look at the address part only.
-    return 6 if ":" in member.partition(",")[0] else 4
-
-
-def _net_forms(member: str, version: int) -> tuple[str, ...]:
-    address, _, length = member.partition("/")
-    if not length or length == _HOST_LEN[version]:
-        return (address,)
-    if length == "0":
-        return _HALVES[version]
-    return (member,)
-
-
-class _Wanted:
-    """One desired set: canonical members and kernel-spelled members per version.
-
-    For hash:ip and hash:ip,port both spellings agree and ``kernel`` is the
-    very same dicts of sets; only hash:net keeps a second copy.
-    """
-
-    __slots__ = ("kernel", "members", "names", "type")
-
-    def __init__(self, ipset: IPSet, versions: tuple[int, ...]) -> None:
-        self.type = ipset.type
-        self.names = {v: main_name(ipset.id, v, ipset.type) for v in versions}
-        self.members: dict[int, set[str]] = {v: set() for v in versions}
-        for member in ipset.members:
-            bucket = self.members.get(_version(member))
-            if bucket is not None:  # None: an IPv6 member with IPv6 off
-                bucket.add(member)
-        self.kernel = self.members
-        if ipset.type is IPSetType.NET:
-            self.kernel = {
-                v: {form for m in ms for form in _net_forms(m, v)} for v, ms in self.members.items()
-            }
-
-    def add(self, added: Iterable[str]) -> None:
-        for member in added:
-            v = _version(member)
-            bucket = self.members.get(v)
-            if bucket is None:
-                continue
-            bucket.add(member)
-            if self.kernel is not self.members:
-                self.kernel[v].update(_net_forms(member, v))
-
-    def discard(self, removed: Iterable[str]) -> None:
-        for member in removed:
-            v = _version(member)
-            bucket = self.members.get(v)
-            if bucket is None or member not in bucket:
-                continue
-            bucket.remove(member)
-            if self.kernel is not self.members:
-                for form in _net_forms(member, v):
-                    if not self._still_wanted(form, v):
-                        self.kernel[v].discard(form)
-
-    def _still_wanted(self, form: str, v: int) -> bool:
-        # Two canonical members can share a kernel form: "0.0.0.0/0" and
-        # "0.0.0.0/1" both need "0.0.0.0/1". Keep it while any wants it.
-        bucket = self.members[v]
-        if form in bucket:
-            return True
-        if "/" not in form:
-            return f"{form}/{_HOST_LEN[v]}" in bucket
-        return form in _HALVES[v] and _ZERO[v] in bucket
-
-
-# ---------------------------------------------------------------------------
-# One restore batch.
-# ---------------------------------------------------------------------------
-
-
-class _Batch:
-    """The lines of one ``ipset restore`` and what the kernel holds after it."""
-
-    def __init__(self) -> None:
-        self.creates: list[str] = []
-        self.swaps: list[str] = []
-        self.deltas: list[str] = []
-        self.recreates: list[str] = []  # last: destroying a referenced set fails
-        self.written: list[tuple[str, SetMeta, set[str]]] = []
-        self.patched: list[tuple[KernelSet, set[str], set[str]]] = []
-        self.destroyed: list[str] = []
-
-    def __bool__(self) -> bool:
-        return bool(self.written or self.patched or self.destroyed)
-
-    def create(self, name: str, meta: SetMeta, members: set[str]) -> None:
-        self.creates.append(meta.create_line(name))
-        self.creates.extend([f"add {name} {m}" for m in members])
-        self.written.append((name, meta, members))
-
-    def swap(
-        self, name: str, temp: str, meta: SetMeta, members: set[str], *, temp_exists: bool
-    ) -> None:
-        lines = self.swaps
-        if temp_exists:  # a leftover from an interrupted rewrite: start empty
-            lines.append(f"destroy {temp}")
-        lines.append(meta.create_line(temp))
-        lines.extend([f"add {temp} {m}" for m in members])
-        lines.append(f"swap {temp} {name}")
-        lines.append(f"destroy {temp}")
-        self.written.append((name, meta, members))
-        self.destroyed.append(temp)
-
-    def patch(self, name: str, have: KernelSet, gone: set[str], new: set[str]) -> None:
-        # Deletions first, so a set near maxelem has room for the additions.
-        self.deltas.extend([f"del {name} {m}" for m in gone])
-        self.deltas.extend([f"add {name} {m}" for m in new])
-        self.patched.append((have, gone, new))
-
-    def recreate(self, name: str, meta: SetMeta, members: set[str]) -> None:
-        self.recreates.append(f"destroy {name}")
-        self.recreates.append(meta.create_line(name))
-        self.recreates.extend([f"add {name} {m}" for m in members])
-        self.written.append((name, meta, members))
-
-    def script(self) -> str:
-        lines = [*self.creates, *self.swaps, *self.deltas, *self.recreates]
-        return "\n".join(lines) + "\n"
-
-    def commit(self, kernel: dict[str, KernelSet]) -> None:
-        """Record in ``kernel`` (our cache) what the kernel holds after success."""
-        for name in self.destroyed:
-            kernel.pop(name, None)
-        for name, meta, members in self.written:
-            kernel[name] = KernelSet(meta, set(members))
-        for have, gone, new in self.patched:
-            have.members -= gone
-            have.members |= new
 
 
 _LINE_NO = re.compile(rb"Error in line (\d+)")
@@ -329,7 +103,7 @@ class IPSetsProgrammer:
             for kind, type_name in _TYPE_NAMES.items()
             for v in self._versions
         }
-        self._wanted: dict[str, _Wanted] = {}
+        self._wanted: dict[str, WantedSet] = {}
         self._rewrite: set[str] = set()  # given whole since the last successful apply
         self._dirty: set[str] = set()  # given deltas since then
         # What we believe the kernel holds for our names; None: not known,
@@ -342,7 +116,7 @@ class IPSetsProgrammer:
     def replace(self, ipset: IPSet) -> None:
         """Desired state of the set is exactly ``ipset``."""
         self.quarantine.release(ipset.id)
-        self._wanted[ipset.id] = _Wanted(ipset, self._versions)
+        self._wanted[ipset.id] = WantedSet(ipset, self._versions)
         self._rewrite.add(ipset.id)
 
     def update_members(self, set_id: str, added: frozenset[str], removed: frozenset[str]) -> None:
@@ -394,7 +168,7 @@ class IPSetsProgrammer:
         # Quarantined sets wait for their retry (or a new desired value).
         due = set(self.quarantine.due())
         ids = {i for i in ids if i not in self.quarantine or i in due} | (due & self._wanted.keys())
-        batch = _Batch()
+        batch = RestoreBatch()
         for set_id in sorted(ids):  # sorted: sets go out in a stable order
             self._plan(batch, kernel, set_id)
         if batch:
@@ -428,7 +202,7 @@ class IPSetsProgrammer:
         tried = 0
         for set_id in ids:
             kernel = await self._known_kernel()
-            batch = _Batch()
+            batch = RestoreBatch()
             self._plan(batch, kernel, set_id)
             if not batch:
                 continue
@@ -478,7 +252,7 @@ class IPSetsProgrammer:
 
     # -- internals ---------------------------------------------------------------
 
-    def _plan(self, batch: _Batch, kernel: dict[str, KernelSet], set_id: str) -> None:
+    def _plan(self, batch: RestoreBatch, kernel: dict[str, KernelSet], set_id: str) -> None:
         wanted = self._wanted[set_id]
         for v in self._versions:
             name = wanted.names[v]

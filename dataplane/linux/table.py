@@ -45,13 +45,13 @@ import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
-from dataplane.linux.chain_check import ChainChecker, RefusedChain, failed_line
+from dataplane.linux.chain_check import ChainChecker, RefusedChain, refusal_at
+from dataplane.linux.chain_order import leaves_first
 from dataplane.linux.chains import (
     Chain,
     IptRule,
     parse_save,
     render_rule,
-    rule_hash_of,
     rule_hashes,
 )
 from dataplane.linux.cmd import CommandRunner
@@ -265,25 +265,7 @@ class Table:
         }
         if len(new) <= self.preload_threshold:
             return []
-        order: list[str] = []
-        done: set[str] = set()
-
-        def visit(name: str) -> None:
-            # Post-order: every new chain a chain jumps to comes before it.
-            # iptables refuses loops, so desired chains form a DAG.
-            done.add(name)
-            for rule in self._desired[name]:
-                parts = rule.action.split()
-                if len(parts) > 1 and parts[0] in ("-j", "-g"):
-                    target = parts[1]
-                    if target in new and target not in done:
-                        visit(target)
-            order.append(name)
-
-        for name in sorted(new):
-            if name not in done:
-                visit(name)
-        return order
+        return leaves_first(new, self._desired)
 
     async def _restore(self, lines: list[str]) -> None:
         self._last_input = lines
@@ -365,23 +347,13 @@ class Table:
         """Quarantine the chain of the input line a failed commit names.
 
         True if that line writes a rule of one of our chains the table
-        still wants (so writing without it can succeed).
+        still wants and that is not quarantined yet (so writing without it
+        can succeed).
         """
-        where = failed_line(error)
-        if where is None or not 0 < where[0] <= len(lines):
+        refusal = refusal_at(error, lines, self._hashes)
+        if refusal is None or refusal.chain in self.quarantine:
             return False
-        line = lines[where[0] - 1]
-        words = line.split()
-        if len(words) < 2 or words[0] not in ("-A", "-I") or words[1] not in self._desired:
-            return False
-        chain = words[1]
-        if chain in self.quarantine:
-            return False
-        hashes = self._hashes[chain]
-        tag = rule_hash_of(line)
-        index = hashes.index(tag) if tag in hashes else None
-        refusal = RefusedChain(chain, index, where[1][:300])
-        self.quarantine.reject(chain, refusal.message)
+        self.quarantine.reject(refusal.chain, refusal.message)
         self._refusals.append(refusal)
         return True
 

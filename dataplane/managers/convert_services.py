@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dataplane.errors import InputError
-from dataplane.managers.convert import address, cidr, non_empty
+from dataplane.managers.scalars import address, cidr, non_empty
 from dataplane.model.services import (
     DEFAULT_AFFINITY_TIMEOUT,
     Backend,

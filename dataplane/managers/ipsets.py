@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 
 from dataplane.core.platform import IPSetsSink
 from dataplane.errors import InputError
-from dataplane.managers import convert
+from dataplane.managers import scalars
 from dataplane.managers.index import PolicyIndex
 from dataplane.model import IPSet, IPSetType
 from dataplane.wire._pb import felixbackend_pb2 as pb
@@ -58,9 +58,9 @@ class IPSetsManager:
             handler(self, msg)
 
     def _on_update(self, msg: pb.IPSetUpdate) -> None:
-        set_id = convert.non_empty(msg.id, "id")
-        kind = convert.ipset_type(msg.type)
-        members = convert.ipset_members(kind, msg.members, "members")
+        set_id = scalars.non_empty(msg.id, "id")
+        kind = scalars.ipset_type(msg.type)
+        members = scalars.ipset_members(kind, msg.members, "members")
         self._sets[set_id] = _Set(kind, members)
         self._pending[set_id] = _Pending(replace=True)
 
@@ -75,8 +75,8 @@ class IPSetsManager:
         if current is None:
             raise InputError("id", msg.id, "delta for an IP set that is not active")
         # Validate both lists before touching anything.
-        added = convert.ipset_members(current.type, msg.added_members, "added_members")
-        removed = convert.ipset_members(current.type, msg.removed_members, "removed_members")
+        added = scalars.ipset_members(current.type, msg.added_members, "added_members")
+        removed = scalars.ipset_members(current.type, msg.removed_members, "removed_members")
         pending = self._pending.get(msg.id)
         if pending is None:
             pending = self._pending[msg.id] = _Pending()

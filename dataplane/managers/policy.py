@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from google.protobuf.message import Message
 
 from dataplane.core.platform import RulesSink
-from dataplane.managers import convert
+from dataplane.managers import convert, scalars
 from dataplane.managers.index import PolicyIndex
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
@@ -36,11 +36,11 @@ class PolicyManager:
         self._index.set_policy(convert.policy_key(msg.id), None)
 
     def _on_profile_update(self, msg: pb.ActiveProfileUpdate) -> None:
-        name = convert.non_empty(msg.id.name, "id.name")
+        name = scalars.non_empty(msg.id.name, "id.name")
         self._index.set_profile(name, convert.profile(msg.profile))
 
     def _on_profile_remove(self, msg: pb.ActiveProfileRemove) -> None:
-        self._index.set_profile(convert.non_empty(msg.id.name, "id.name"), None)
+        self._index.set_profile(scalars.non_empty(msg.id.name, "id.name"), None)
 
     _handlers: ClassVar[dict[type, Callable[[PolicyManager, Any], None]]] = {
         pb.ActivePolicyUpdate: _on_policy_update,

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from google.protobuf.message import Message
 
 from dataplane.core.platform import PoolsSink
-from dataplane.managers import convert
+from dataplane.managers import scalars
 from dataplane.model import IPPool
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
@@ -24,13 +24,13 @@ class PoolsManager:
             handler(self, msg)
 
     def _on_update(self, msg: pb.IPAMPoolUpdate) -> None:
-        pool_id = convert.non_empty(msg.id, "id")
+        pool_id = scalars.non_empty(msg.id, "id")
         self._pools[pool_id] = IPPool(
-            convert.cidr(msg.pool.cidr, "pool.cidr"), masquerade=msg.pool.masquerade
+            scalars.cidr(msg.pool.cidr, "pool.cidr"), masquerade=msg.pool.masquerade
         )
 
     def _on_remove(self, msg: pb.IPAMPoolRemove) -> None:
-        self._pools[convert.non_empty(msg.id, "id")] = None
+        self._pools[scalars.non_empty(msg.id, "id")] = None
 
     _handlers: ClassVar[dict[type, Callable[[PoolsManager, Any], None]]] = {
         pb.IPAMPoolUpdate: _on_update,
