@@ -4,18 +4,20 @@ Two backends can coexist on a host, and rules in the one the rest of the
 system does not use are silently ignored by nothing but confusion. With
 ``IptablesBackend=auto`` we look at which backend already holds more rules
 (ours from a previous run included) and use that one; on a clean host we
-prefer nft, the modern default. The decision is made once, at start.
+prefer nft, the modern default. The decision is made once, at start;
+:class:`IptablesCommands` names the save/restore tools of the one chosen.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from dataclasses import dataclass
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.cmd import CommandRunner
 
-__all__ = ["detect_backend"]
+__all__ = ["IptablesCommands", "detect_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -48,3 +50,20 @@ async def detect_backend(runner: CommandRunner, configured: str = "auto") -> str
     choice = "legacy" if nft is None or (legacy is not None and legacy > nft) else "nft"
     log.info("iptables backend %s (rules present: legacy=%s nft=%s)", choice, legacy, nft)
     return choice
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesCommands:
+    """The save/restore commands of one backend and IP version."""
+
+    save: tuple[str, ...]
+    restore: tuple[str, ...]
+
+    @classmethod
+    def for_backend(cls, backend: str, version: int) -> IptablesCommands:
+        base = "iptables" if version == 4 else "ip6tables"
+        mode = f"-{backend}" if backend in ("legacy", "nft") else ""
+        return cls(
+            save=(f"{base}{mode}-save",),
+            restore=(f"{base}{mode}-restore", "--noflush", "--wait", "10"),
+        )

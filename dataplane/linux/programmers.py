@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 
 from dataplane.config import Config
-from dataplane.linux.backend import detect_backend
+from dataplane.linux.backend import IptablesCommands, detect_backend
 from dataplane.linux.chains import IptRule
 from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.ipsets import IPSetsProgrammer
@@ -20,7 +20,7 @@ from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks, set_mark
 from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.sysctls import SysctlWriter
-from dataplane.linux.table import FAIL_CLOSED, IptablesCommands, Table
+from dataplane.linux.table import FAIL_CLOSED, Table
 
 __all__ = ["TABLES", "Programmers"]
 

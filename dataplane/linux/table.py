@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
+from dataplane.linux.backend import IptablesCommands
 from dataplane.linux.chain_check import ChainChecker, RefusedChain, refusal_at
 from dataplane.linux.chain_order import leaves_first
 from dataplane.linux.chains import (
@@ -56,7 +56,7 @@ from dataplane.linux.chains import (
 )
 from dataplane.linux.cmd import CommandRunner
 
-__all__ = ["FAIL_CLOSED", "IptablesCommands", "Table"]
+__all__ = ["FAIL_CLOSED", "Table"]
 
 PRELOAD_THRESHOLD = 2000  # new chains in one apply beyond which they are preloaded
 PRELOAD_BATCH = 2000  # chains per preload restore
@@ -74,23 +74,6 @@ BUILTIN_CHAINS = {
     "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
     "raw": ("PREROUTING", "OUTPUT"),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class IptablesCommands:
-    """The save/restore commands of one backend and IP version."""
-
-    save: tuple[str, ...]
-    restore: tuple[str, ...]
-
-    @classmethod
-    def for_backend(cls, backend: str, version: int) -> IptablesCommands:
-        base = "iptables" if version == 4 else "ip6tables"
-        mode = f"-{backend}" if backend in ("legacy", "nft") else ""
-        return cls(
-            save=(f"{base}{mode}-save",),
-            restore=(f"{base}{mode}-restore", "--noflush", "--wait", "10"),
-        )
 
 
 class Table:

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 import pytest
 import trio
 
+from dataplane.linux.backend import IptablesCommands
 from dataplane.linux.chains import Chain, IptRule, parse_save
 from dataplane.linux.cmd import ProcessRunner
-from dataplane.linux.table import IptablesCommands, Table
+from dataplane.linux.table import Table
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a network namespace")
 
