@@ -1,0 +1,152 @@
+"""The HCN interface: the only way the Windows platform reaches the Host Network Service.
+
+Objects travel as JSON values in Microsoft's HCN V2 schema, keyed exactly
+as hcsshim's ``hcn`` package marshals them: ``HostComputeNetwork``,
+``HostComputeEndpoint`` and ``HostComputeLoadBalancer`` carry their id as
+``"ID"``; ``Policies`` are ``[{"Type": ..., "Settings": {...}}]``; ACL
+lists, ports and protocols are comma-separated strings; ``Priority`` and
+the ``Flags`` fields are numbers.
+
+Two implementations: :mod:`dataplane.windows.simhost` (a simulated host
+that enforces HNS's rules, for Linux) and the ``ctypes`` binding to
+``computenetwork.dll`` (Windows only). Both raise :class:`HcnError` with
+the HRESULT HNS returns, so callers can tell "not found" from "refused".
+
+Each method is one logical HNS operation; :attr:`HCN.calls` counts them by
+the name of the HCN function that performs it (``CreateEndpoint``,
+``ModifyEndpoint``, ``EnumerateEndpoints``, ...), which is what a sync
+costs on a real host, where every call is a round trip to the service.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dataplane.errors import ProgrammingError
+
+__all__ = [
+    "ERROR_ALREADY_EXISTS",
+    "E_FAIL",
+    "E_NOTIMPL",
+    "FEATURES",
+    "HCN",
+    "HCN_E_ENDPOINT_NOT_FOUND",
+    "HCN_E_INVALID_POLICY",
+    "HCN_E_INVALID_POLICY_TYPE",
+    "HCN_E_NETWORK_NOT_FOUND",
+    "HCN_E_POLICY_NOT_FOUND",
+    "LB_NOT_FOUND",
+    "HcnError",
+    "HnsVersion",
+    "Json",
+]
+
+Json = dict[str, Any]
+
+# HRESULTs (Microsoft's HCN reference, "HCN HRESULT values"; winerror.h).
+HCN_E_NETWORK_NOT_FOUND = 0x803B0001
+HCN_E_ENDPOINT_NOT_FOUND = 0x803B0002
+HCN_E_POLICY_NOT_FOUND = 0x803B0008
+HCN_E_INVALID_POLICY = 0x803B000D
+HCN_E_INVALID_POLICY_TYPE = 0x803B000E
+ERROR_ALREADY_EXISTS = 0x800700B7  # HRESULT_FROM_WIN32(ERROR_ALREADY_EXISTS)
+LB_NOT_FOUND = 0x80070490  # HRESULT_FROM_WIN32(ERROR_NOT_FOUND): HNS's answer for a gone LB
+E_NOTIMPL = 0x80004001
+E_FAIL = 0x80004005
+
+_NOT_FOUND = frozenset({HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND, LB_NOT_FOUND})
+
+
+class HcnError(ProgrammingError):
+    """An HCN call failed: the call, the object, the HRESULT and HNS's error record."""
+
+    def __init__(self, call: str, target: str, hresult: int, record: str = "") -> None:
+        self.call = call
+        self.target = target
+        self.hresult = hresult & 0xFFFFFFFF
+        self.record = record
+        detail = f": {record}" if record else ""
+        super().__init__(f"Hcn{call} {target or '-'} failed, HRESULT 0x{self.hresult:08X}{detail}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.hresult in _NOT_FOUND
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class HnsVersion:
+    """The host's HNS version, as ``HNSCall GET /globals/version`` reports it."""
+
+    major: int
+    minor: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    def supports(self, feature: str) -> bool:
+        """True if ``feature`` (a key of :data:`FEATURES`) exists on this version."""
+        return any(low <= self <= high for low, high in FEATURES[feature])
+
+
+_ANY = HnsVersion(2**31 - 1, 2**31 - 1)
+
+# Version ranges per feature, as hcsshim's hcnglobals.go gates them.
+FEATURES: dict[str, tuple[tuple[HnsVersion, HnsVersion], ...]] = {
+    "ACL": ((HnsVersion(7, 2), _ANY),),
+    "RemoteSubnet": ((HnsVersion(9, 2), _ANY),),
+    "DSR": ((HnsVersion(9, 3), HnsVersion(9, 2**31 - 1)), (HnsVersion(10, 2), _ANY)),
+    "IPv6DualStack": ((HnsVersion(11, 10), _ANY),),
+    "SessionAffinity": ((HnsVersion(12, 0), _ANY),),
+    "SetPolicy": ((HnsVersion(13, 0), _ANY),),
+    "NestedIpSet": ((HnsVersion(15, 0), _ANY),),
+    "ModifyLoadbalancer": ((HnsVersion(15, 4), _ANY),),
+}
+
+
+class HCN(Protocol):
+    """What the Windows platform needs of HNS; blocking calls (run them in a thread)."""
+
+    @property
+    def calls(self) -> Counter[str]:
+        """HCN calls made so far, by HCN function name."""
+        ...
+
+    def version(self) -> HnsVersion: ...
+
+    def list_networks(self) -> list[Json]:
+        """Every network, in full."""
+        ...
+
+    def list_endpoints(self) -> list[Json]:
+        """Every endpoint, in full (local ones and remote ones)."""
+        ...
+
+    def list_load_balancers(self) -> list[Json]: ...
+
+    def modify_network(self, network_id: str, request: Json) -> None:
+        """``HcnModifyNetwork``: a ``ModifySettingRequest`` (``ResourceType`` Policy)."""
+        ...
+
+    def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
+        """``HcnCreateEndpoint`` on ``network_id``; returns the endpoint as created."""
+        ...
+
+    def modify_endpoint(self, endpoint_id: str, request: Json) -> None:
+        """``HcnModifyEndpoint``: e.g. replace its ACLs (``RequestType`` Update)."""
+        ...
+
+    def delete_endpoint(self, endpoint_id: str) -> None: ...
+
+    def create_load_balancer(self, load_balancer: Json) -> Json: ...
+
+    def modify_load_balancer(self, load_balancer_id: str, load_balancer: Json) -> Json:
+        """``HcnModifyLoadBalancer`` (HNS ≥ 15.4): the whole new value."""
+        ...
+
+    def delete_load_balancer(self, load_balancer_id: str) -> None: ...
+
+    def flush(self) -> None:
+        """Persist the host where it is simulated (after each apply); nothing on a real host."""
+        ...

@@ -1,0 +1,399 @@
+"""A simulated HNS host: HCN V2 objects in memory, HNS's rules and errors, optionally a file.
+
+It stands in for a Windows node's Host Network Service wherever Windows
+cannot run (tests, the benchmark, ``--platform windows --hns-fake FILE``).
+What it enforces, as HNS does:
+
+* objects are HCN V2 JSON (:mod:`dataplane.windows.hcn`); ids are GUIDs it
+  assigns, unless the caller gives one;
+* an endpoint belongs to an existing network; ids are unique; deleting or
+  modifying what is not there fails with HNS's "not found" HRESULT;
+* ``ModifyEndpoint`` with ``RequestType`` ``Update`` replaces all of the
+  endpoint's policies of the types it carries (the whole ACL list at once),
+  ``Add`` appends, ``Remove`` removes equal ones;
+* every ACL is validated (:func:`dataplane.windows.acl.parse_acl`); an
+  address naming a set must name a ``SetPolicy`` of the endpoint's network;
+  IPv6 in ACLs needs dual stack (11.10), ``SetPolicy`` 13.0, nested sets
+  15.0, ``ModifyLoadBalancer`` 15.4; otherwise the call is refused and
+  changes nothing;
+* two load balancers may not share a frontend (VIPs, protocol, external
+  port, and for node ports the ``LocalRoutedVIP`` flag).
+
+It counts calls by HCN function name, can add a per-call latency, and fails
+calls on demand (``fault``), so a test can see what a sync costs and that
+the driver converges after faults. With a ``path`` it loads the host from
+that file and :meth:`flush` rewrites it atomically -- ``{"Version",
+"Networks", "Endpoints", "LoadBalancers", "Calls"}`` -- so the host
+outlives the driver as a real one does; ``Calls`` accumulates across runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dataplane.windows.acl import parse_acl
+from dataplane.windows.hcn import (
+    E_FAIL,
+    E_NOTIMPL,
+    ERROR_ALREADY_EXISTS,
+    HCN_E_ENDPOINT_NOT_FOUND,
+    HCN_E_INVALID_POLICY,
+    HCN_E_INVALID_POLICY_TYPE,
+    HCN_E_NETWORK_NOT_FOUND,
+    HCN_E_POLICY_NOT_FOUND,
+    LB_NOT_FOUND,
+    HcnError,
+    HnsVersion,
+    Json,
+)
+
+__all__ = ["SimHost"]
+
+NEWEST = HnsVersion(15, 4)  # every feature this driver uses
+# Decides whether a call fails: (HCN function name, object id) -> fail?
+Fault = Callable[[str, str], bool]
+_REQUEST_TYPES = ("Add", "Remove", "Update")
+
+
+class SimHost:
+    """The simulated host; thread-safe (the platform calls it from worker threads)."""
+
+    def __init__(
+        self,
+        version: HnsVersion = NEWEST,
+        *,
+        path: Path | None = None,
+        latency: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
+        fault: Fault | None = None,
+    ) -> None:
+        self._version = version
+        self.path = path
+        self.latency = latency
+        self._sleep = sleep
+        self.fault = fault
+        self.networks: dict[str, Json] = {}
+        self.endpoints: dict[str, Json] = {}
+        self.load_balancers: dict[str, Json] = {}
+        self._calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    # --- the file -----------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: Path, **kwargs: Any) -> SimHost:
+        """The host saved in ``path``; HcnError-free: a bad file raises ValueError."""
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: not a JSON object")
+        raw = data.get("Version") or {"Major": 15, "Minor": 4}
+        host = cls(HnsVersion(int(raw["Major"]), int(raw["Minor"])), path=path, **kwargs)
+        for key, store in (
+            ("Networks", host.networks),
+            ("Endpoints", host.endpoints),
+            ("LoadBalancers", host.load_balancers),
+        ):
+            for obj in data.get(key) or ():
+                if not isinstance(obj, dict) or not obj.get("ID"):
+                    raise ValueError(f"{path}: an object in {key} has no ID: {obj!r}")
+                store[_guid(obj["ID"])] = obj
+        host._calls.update({str(k): int(v) for k, v in (data.get("Calls") or {}).items()})
+        return host
+
+    def snapshot(self) -> Json:
+        """The whole host as the file holds it."""
+        with self._lock:
+            return {
+                "Version": {"Major": self._version.major, "Minor": self._version.minor},
+                "Networks": copy.deepcopy(list(self.networks.values())),
+                "Endpoints": copy.deepcopy(list(self.endpoints.values())),
+                "LoadBalancers": copy.deepcopy(list(self.load_balancers.values())),
+                "Calls": dict(sorted(self._calls.items())),
+            }
+
+    def flush(self) -> None:
+        if self.path is None:
+            return
+        text = json.dumps(self.snapshot(), indent=1, sort_keys=True) + "\n"
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        temp.write_text(text)
+        os.replace(temp, self.path)  # atomic: a reader sees the old or the new host
+
+    # --- HCN ------------------------------------------------------------------
+
+    @property
+    def calls(self) -> Counter[str]:
+        return self._calls
+
+    def version(self) -> HnsVersion:
+        return self._version
+
+    def _call(self, name: str, target: str = "") -> None:
+        """Count, wait and maybe fail one call; hold the lock after this returns."""
+        self._calls[name] += 1
+        if self.latency:
+            self._sleep(self.latency)
+        if self.fault is not None and self.fault(name, target):
+            raise HcnError(name, target, E_FAIL, "injected fault")
+
+    def list_networks(self) -> list[Json]:
+        with self._lock:
+            self._call("EnumerateNetworks")
+            return copy.deepcopy(list(self.networks.values()))
+
+    def list_endpoints(self) -> list[Json]:
+        with self._lock:
+            self._call("EnumerateEndpoints")
+            return copy.deepcopy(list(self.endpoints.values()))
+
+    def list_load_balancers(self) -> list[Json]:
+        with self._lock:
+            self._call("EnumerateLoadBalancers")
+            return copy.deepcopy(list(self.load_balancers.values()))
+
+    def add_network(self, network: Json) -> Json:
+        """Set-up only (the CNI's job, not the driver's): a network, uncounted."""
+        with self._lock:
+            net = copy.deepcopy(network)
+            net["ID"] = _guid(net.get("ID") or str(uuid.uuid4()))
+            self.networks[net["ID"]] = net
+            return copy.deepcopy(net)
+
+    def add_local_endpoint(self, network_id: str, endpoint: Json) -> Json:
+        """Set-up only: an endpoint as the CNI creates it for a pod, uncounted."""
+        with self._lock:
+            ep = self._new_endpoint("CreateEndpoint", network_id, endpoint)
+            return copy.deepcopy(ep)
+
+    def modify_network(self, network_id: str, request: Json) -> None:
+        with self._lock:
+            self._call("ModifyNetwork", network_id)
+            network = self._get(self.networks, network_id, "ModifyNetwork")
+            kind, policies = _policy_request(request, "ModifyNetwork", network_id)
+            for policy in policies:
+                self._check_network_policy(policy, network_id)
+            network["Policies"] = _merged_network(network.get("Policies") or [], kind, policies)
+
+    def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
+        with self._lock:
+            self._call("CreateEndpoint", network_id)
+            return copy.deepcopy(self._new_endpoint("CreateEndpoint", network_id, endpoint))
+
+    def modify_endpoint(self, endpoint_id: str, request: Json) -> None:
+        with self._lock:
+            self._call("ModifyEndpoint", endpoint_id)
+            endpoint = self._get(self.endpoints, endpoint_id, "ModifyEndpoint")
+            kind, policies = _policy_request(request, "ModifyEndpoint", endpoint_id)
+            network = self.networks.get(_guid(endpoint.get("HostComputeNetwork", "")), {})
+            for policy in policies:
+                self._check_endpoint_policy(policy, network, "ModifyEndpoint", endpoint_id)
+            endpoint["Policies"] = _merged_endpoint(endpoint.get("Policies") or [], kind, policies)
+
+    def delete_endpoint(self, endpoint_id: str) -> None:
+        with self._lock:
+            self._call("DeleteEndpoint", endpoint_id)
+            self._get(self.endpoints, endpoint_id, "DeleteEndpoint")
+            del self.endpoints[_guid(endpoint_id)]
+
+    def create_load_balancer(self, load_balancer: Json) -> Json:
+        with self._lock:
+            self._call("CreateLoadBalancer")
+            lb = copy.deepcopy(load_balancer)
+            lb["ID"] = _guid(lb.get("ID") or str(uuid.uuid4()))
+            if lb["ID"] in self.load_balancers:
+                raise HcnError("CreateLoadBalancer", lb["ID"], ERROR_ALREADY_EXISTS, "exists")
+            self._check_load_balancer(lb, "CreateLoadBalancer", skip=None)
+            self.load_balancers[lb["ID"]] = lb
+            return copy.deepcopy(lb)
+
+    def modify_load_balancer(self, load_balancer_id: str, load_balancer: Json) -> Json:
+        with self._lock:
+            self._call("ModifyLoadBalancer", load_balancer_id)
+            if not self._version.supports("ModifyLoadbalancer"):
+                raise HcnError("ModifyLoadBalancer", load_balancer_id, E_NOTIMPL, "not supported")
+            self._get(self.load_balancers, load_balancer_id, "ModifyLoadBalancer")
+            lb = copy.deepcopy(load_balancer)
+            lb["ID"] = _guid(load_balancer_id)
+            self._check_load_balancer(lb, "ModifyLoadBalancer", skip=lb["ID"])
+            self.load_balancers[lb["ID"]] = lb
+            return copy.deepcopy(lb)
+
+    def delete_load_balancer(self, load_balancer_id: str) -> None:
+        with self._lock:
+            self._call("DeleteLoadBalancer", load_balancer_id)
+            self._get(self.load_balancers, load_balancer_id, "DeleteLoadBalancer")
+            del self.load_balancers[_guid(load_balancer_id)]
+
+    # --- HNS's rules ----------------------------------------------------------
+
+    def _get(self, store: dict[str, Json], object_id: str, call: str) -> Json:
+        found = store.get(_guid(object_id))
+        if found is None:
+            code = {
+                "ModifyNetwork": HCN_E_NETWORK_NOT_FOUND,
+                "ModifyEndpoint": HCN_E_ENDPOINT_NOT_FOUND,
+                "DeleteEndpoint": HCN_E_ENDPOINT_NOT_FOUND,
+            }.get(call, LB_NOT_FOUND)
+            raise HcnError(call, object_id, code, "not found")
+        return found
+
+    def _new_endpoint(self, call: str, network_id: str, endpoint: Json) -> Json:
+        network = self.networks.get(_guid(network_id))
+        if network is None:
+            raise HcnError(call, network_id, HCN_E_NETWORK_NOT_FOUND, "network not found")
+        ep = copy.deepcopy(endpoint)
+        ep["ID"] = _guid(ep.get("ID") or str(uuid.uuid4()))
+        if ep["ID"] in self.endpoints:
+            raise HcnError(call, ep["ID"], ERROR_ALREADY_EXISTS, "endpoint exists")
+        ep["HostComputeNetwork"] = network["ID"]
+        for policy in ep.get("Policies") or ():
+            self._check_endpoint_policy(policy, network, call, ep["ID"])
+        self.endpoints[ep["ID"]] = ep
+        return ep
+
+    def _check_endpoint_policy(self, policy: Json, network: Json, call: str, target: str) -> None:
+        kind = policy.get("Type")
+        if kind == "ProviderAddress":
+            return
+        if kind != "ACL":
+            raise HcnError(call, target, HCN_E_INVALID_POLICY_TYPE, f"policy type {kind!r}")
+        try:
+            rule = parse_acl(policy.get("Settings") or {})
+        except ValueError as exc:
+            raise HcnError(call, target, HCN_E_INVALID_POLICY, str(exc)) from None
+        set_ids = {
+            str((p.get("Settings") or {}).get("Id"))
+            for p in network.get("Policies") or ()
+            if p.get("Type") == "SetPolicy"
+        }
+        for token in (*rule.local_addresses, *rule.remote_addresses):
+            if token in set_ids:
+                continue
+            try:
+                net = ipaddress.ip_network(token, strict=False)
+            except ValueError:
+                raise HcnError(call, target, HCN_E_INVALID_POLICY, f"address {token!r}") from None
+            if net.version == 6 and not self._version.supports("IPv6DualStack"):
+                raise HcnError(call, target, HCN_E_INVALID_POLICY, f"IPv6 before 11.10: {token}")
+
+    def _check_network_policy(self, policy: Json, target: str) -> None:
+        kind = policy.get("Type")
+        settings = policy.get("Settings") or {}
+        if kind == "RemoteSubnetRoute":
+            for key in ("DestinationPrefix", "ProviderAddress", "DistributedRouterMacAddress"):
+                if not isinstance(settings.get(key), str) or not settings[key]:
+                    raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, f"{key} missing")
+            return
+        if kind != "SetPolicy":
+            raise HcnError(
+                "ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, f"policy type {kind!r}"
+            )
+        if not self._version.supports("SetPolicy"):
+            raise HcnError(
+                "ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, "SetPolicy before 13.0"
+            )
+        set_type = settings.get("PolicyType")
+        if set_type == "NESTEDIPSET" and not self._version.supports("NestedIpSet"):
+            raise HcnError(
+                "ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, "nested sets before 15.0"
+            )
+        if set_type not in ("IPSET", "NESTEDIPSET") or not settings.get("Id"):
+            raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, f"SetPolicy {settings!r}")
+        if set_type == "IPSET":
+            for value in filter(None, str(settings.get("Values", "")).split(",")):
+                try:
+                    ipaddress.ip_network(value, strict=False)
+                except ValueError:
+                    raise HcnError(
+                        "ModifyNetwork", target, HCN_E_INVALID_POLICY, f"member {value!r}"
+                    ) from None
+
+    def _check_load_balancer(self, lb: Json, call: str, skip: str | None) -> None:
+        if not lb.get("PortMappings") or not lb.get("HostComputeEndpoints"):
+            raise HcnError(call, lb["ID"], HCN_E_INVALID_POLICY, "no port mappings or endpoints")
+        for other_id, other in self.load_balancers.items():
+            if other_id != skip and _frontends(other) & _frontends(lb):
+                raise HcnError(call, lb["ID"], ERROR_ALREADY_EXISTS, f"frontend of {other_id}")
+
+
+def _guid(text: str) -> str:
+    """HNS ids compare case-insensitively; keep them in one spelling."""
+    try:
+        return str(uuid.UUID(str(text))).upper()
+    except ValueError:
+        return str(text).upper()
+
+
+def _frontends(lb: Json) -> set[tuple[str, int, int, bool]]:
+    vips = lb.get("FrontendVIPs") or [""]
+    return {
+        (vip, int(m.get("Protocol", 0)), int(m.get("ExternalPort", 0)), bool(m.get("Flags", 0) & 2))
+        for m in lb.get("PortMappings") or ()
+        for vip in vips
+    }
+
+
+def _policy_request(request: Json, call: str, target: str) -> tuple[str, list[Json]]:
+    kind = request.get("RequestType")
+    settings = request.get("Settings") or {}
+    policies = settings.get("Policies") if isinstance(settings, dict) else None
+    if request.get("ResourceType") != "Policy" or kind not in _REQUEST_TYPES:
+        raise HcnError(call, target, HCN_E_INVALID_POLICY, f"request {request!r}"[:200])
+    if not isinstance(policies, list) or not all(isinstance(p, dict) for p in policies):
+        raise HcnError(call, target, HCN_E_INVALID_POLICY, "Settings.Policies is not a list")
+    return str(kind), copy.deepcopy(policies)
+
+
+def _remove(
+    current: list[Json], gone: list[Json], same: Callable[[Json, Json], bool]
+) -> list[Json]:
+    remaining = list(current)
+    for policy in gone:
+        match = next((p for p in remaining if same(p, policy)), None)
+        if match is None:
+            raise HcnError("Modify", "", HCN_E_POLICY_NOT_FOUND, f"no such policy {policy!r}"[:200])
+        remaining.remove(match)
+    return remaining
+
+
+def _merged_endpoint(current: list[Json], kind: str, policies: list[Json]) -> list[Json]:
+    """Update replaces every policy of the types it carries: a whole ACL list at once."""
+    if kind == "Add":
+        return [*current, *policies]
+    if kind == "Update":
+        types = {p.get("Type") for p in policies}
+        return [p for p in current if p.get("Type") not in types] + policies
+    return _remove(current, policies, lambda a, b: a == b)
+
+
+def _set_id(policy: Json) -> str | None:
+    if policy.get("Type") != "SetPolicy":
+        return None
+    return str((policy.get("Settings") or {}).get("Id"))
+
+
+def _merged_network(current: list[Json], kind: str, policies: list[Json]) -> list[Json]:
+    """Sets are known by ``Id`` (Add refuses a taken one, Update replaces one); others by value."""
+
+    def same(a: Json, b: Json) -> bool:
+        return a == b if _set_id(b) is None else _set_id(a) == _set_id(b)
+
+    if kind == "Remove":
+        return _remove(current, policies, same)
+    if kind == "Update":
+        remaining = _remove(current, policies, same)
+        return [*remaining, *policies]
+    for policy in policies:
+        if any(same(p, policy) for p in current):
+            raise HcnError("ModifyNetwork", "", ERROR_ALREADY_EXISTS, f"{policy!r}"[:200])
+    return [*current, *policies]
