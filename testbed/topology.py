@@ -1,6 +1,6 @@
 """Throwaway node/pod topologies in network namespaces, probed with real packets.
 
-Model (docs/architecture.md, "Testing")::
+Model (docs/architecture.md, "How it is tested")::
 
     external (eth0 .200.2) ==veth== (eth0 .200.1) node ==cali*== eth0 pod
 
