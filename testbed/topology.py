@@ -365,9 +365,7 @@ class Topology:
         """Delete one namespace of this topology now, rather than at close()."""
         if netns not in self._netns_names:
             raise TopologyError(f"{netns} is not a namespace of this topology")
-        for pid in _run(["ip", "netns", "pids", netns], check=False).stdout.split():
-            _kill(int(pid))
-        _run(["ip", "netns", "del", netns])
+        _destroy_netns(netns, check=True)
         self._netns_names.remove(netns)
 
     def add_veths(
@@ -450,10 +448,7 @@ class Topology:
         # Also sweep anything with our prefix that the bookkeeping missed.
         for netns in dict.fromkeys([*reversed(self._netns_names), *self.leftovers()]):
             try:
-                pids = _run(["ip", "netns", "pids", netns], check=False).stdout.split()
-                for pid in pids:
-                    _kill(int(pid))
-                _run(["ip", "netns", "del", netns], check=False)
+                _destroy_netns(netns, check=False)
             except (OSError, subprocess.SubprocessError) as exc:
                 errors.append(f"deleting {netns}: {exc}")
         self.nodes.clear()
@@ -462,6 +457,13 @@ class Topology:
         remaining = self.leftovers()
         if errors or remaining:
             raise TopologyError(f"cleanup incomplete: {errors}, still present: {remaining}")
+
+
+def _destroy_netns(netns: str, *, check: bool) -> None:
+    """Kill everything running in ``netns``, then delete it."""
+    for pid in _run(["ip", "netns", "pids", netns], check=False).stdout.split():
+        _kill(int(pid))
+    _run(["ip", "netns", "del", netns], check=check)
 
 
 def _kill(pid: int) -> None:
