@@ -195,8 +195,9 @@ class SimHost:
             endpoint = self._get(self.endpoints, endpoint_id, "ModifyEndpoint")
             kind, policies = _policy_request(request, "ModifyEndpoint", endpoint_id)
             network = self.networks.get(_guid(endpoint.get("HostComputeNetwork", "")), {})
+            set_ids = _set_ids(network)
             for policy in policies:
-                self._check_endpoint_policy(policy, network, "ModifyEndpoint", endpoint_id)
+                self._check_endpoint_policy(policy, set_ids, "ModifyEndpoint", endpoint_id)
             endpoint["Policies"] = _merged_endpoint(endpoint.get("Policies") or [], kind, policies)
 
     def delete_endpoint(self, endpoint_id: str) -> None:
@@ -256,12 +257,15 @@ class SimHost:
         if ep["ID"] in self.endpoints:
             raise HcnError(call, ep["ID"], ERROR_ALREADY_EXISTS, "endpoint exists")
         ep["HostComputeNetwork"] = network["ID"]
+        set_ids = _set_ids(network)
         for policy in ep.get("Policies") or ():
-            self._check_endpoint_policy(policy, network, call, ep["ID"])
+            self._check_endpoint_policy(policy, set_ids, call, ep["ID"])
         self.endpoints[ep["ID"]] = ep
         return ep
 
-    def _check_endpoint_policy(self, policy: Json, network: Json, call: str, target: str) -> None:
+    def _check_endpoint_policy(
+        self, policy: Json, set_ids: frozenset[str], call: str, target: str
+    ) -> None:
         kind = policy.get("Type")
         if kind == "ProviderAddress":
             return
@@ -271,11 +275,6 @@ class SimHost:
             rule = parse_acl(policy.get("Settings") or {})
         except ValueError as exc:
             raise HcnError(call, target, HCN_E_INVALID_POLICY, str(exc)) from None
-        set_ids = {
-            str((p.get("Settings") or {}).get("Id"))
-            for p in network.get("Policies") or ()
-            if p.get("Type") == "SetPolicy"
-        }
         for token in (*rule.local_addresses, *rule.remote_addresses):
             if token in set_ids:
                 continue
@@ -355,13 +354,13 @@ def _policy_request(request: Json, call: str, target: str) -> tuple[str, list[Js
 
 
 def _remove(
-    current: list[Json], gone: list[Json], same: Callable[[Json, Json], bool]
+    current: list[Json], gone: list[Json], same: Callable[[Json, Json], bool], call: str
 ) -> list[Json]:
     remaining = list(current)
     for policy in gone:
         match = next((p for p in remaining if same(p, policy)), None)
         if match is None:
-            raise HcnError("Modify", "", HCN_E_POLICY_NOT_FOUND, f"no such policy {policy!r}"[:200])
+            raise HcnError(call, "", HCN_E_POLICY_NOT_FOUND, f"no such policy {policy!r}"[:200])
         remaining.remove(match)
     return remaining
 
@@ -373,13 +372,18 @@ def _merged_endpoint(current: list[Json], kind: str, policies: list[Json]) -> li
     if kind == "Update":
         types = {p.get("Type") for p in policies}
         return [p for p in current if p.get("Type") not in types] + policies
-    return _remove(current, policies, lambda a, b: a == b)
+    return _remove(current, policies, lambda a, b: a == b, "ModifyEndpoint")
 
 
 def _set_id(policy: Json) -> str | None:
     if policy.get("Type") != "SetPolicy":
         return None
     return str((policy.get("Settings") or {}).get("Id"))
+
+
+def _set_ids(network: Json) -> frozenset[str]:
+    """The ids of the network's sets: what an ACL address may name besides an address."""
+    return frozenset(sid for p in network.get("Policies") or () if (sid := _set_id(p)) is not None)
 
 
 def _merged_network(current: list[Json], kind: str, policies: list[Json]) -> list[Json]:
@@ -389,9 +393,9 @@ def _merged_network(current: list[Json], kind: str, policies: list[Json]) -> lis
         return a == b if _set_id(b) is None else _set_id(a) == _set_id(b)
 
     if kind == "Remove":
-        return _remove(current, policies, same)
+        return _remove(current, policies, same, "ModifyNetwork")
     if kind == "Update":
-        remaining = _remove(current, policies, same)
+        remaining = _remove(current, policies, same, "ModifyNetwork")
         return [*remaining, *policies]
     for policy in policies:
         if any(same(p, policy) for p in current):
