@@ -156,10 +156,14 @@ def kernel_unavailable() -> str | None:
     """Why this machine cannot run the kernel demo, or None if it can."""
     if sys.platform != "linux":
         return f"not Linux ({sys.platform})"
+    # Root first, as before: on a user's machine that is the reason to give.
+    why = netns_unavailable()
+    if why is not None:
+        return why
     missing = [tool for tool in KERNEL_TOOLS if shutil.which(tool) is None]
     if missing:
         return f"{', '.join(missing)} not installed"
-    return netns_unavailable()
+    return None
 
 
 def replay_argv(platform: str) -> list[str]:
