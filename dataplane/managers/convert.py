@@ -18,6 +18,7 @@ from google.protobuf.message import Message
 from dataplane.errors import InputError
 from dataplane.managers.scalars import address, at, cidr, non_empty
 from dataplane.model import (
+    PROTOCOL_NUMBERS,
     Action,
     HostEndpoint,
     HostEndpointKey,
@@ -44,7 +45,7 @@ _ACTIONS = {
     "log": Action.LOG,
 }
 
-_PROTOCOL_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6", 132: "sctp", 136: "udplite"}
+_PROTOCOL_NAMES = {number: name for name, number in PROTOCOL_NUMBERS.items()}
 _KNOWN_PROTOCOLS = frozenset(_PROTOCOL_NAMES.values())
 _PORT_PROTOCOLS = frozenset({"tcp", "udp", "sctp", "udplite"})
 _ICMP_PROTOCOLS = frozenset({"icmp", "icmpv6"})

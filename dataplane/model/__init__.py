@@ -23,6 +23,7 @@ from dataplane.model.endpoints import (
     WorkloadEndpointKey,
 )
 from dataplane.model.policy import (
+    PROTOCOL_NUMBERS,
     Action,
     IcmpMatch,
     IPSet,
@@ -33,9 +34,11 @@ from dataplane.model.policy import (
     Profile,
     Rule,
     TierInfo,
+    protocol_number,
 )
 
 __all__ = [
+    "PROTOCOL_NUMBERS",
     "Action",
     "DirectionPolicy",
     "EffectivePolicy",
@@ -57,4 +60,5 @@ __all__ = [
     "TierPolicies",
     "WorkloadEndpoint",
     "WorkloadEndpointKey",
+    "protocol_number",
 ]

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
+    "PROTOCOL_NUMBERS",
     "Action",
     "IPSet",
     "IPSetType",
@@ -16,7 +17,16 @@ __all__ = [
     "Profile",
     "Rule",
     "TierInfo",
+    "protocol_number",
 ]
+
+# The protocols Felix names (any other travels as its number, as text).
+PROTOCOL_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58, "sctp": 132, "udplite": 136}
+
+
+def protocol_number(protocol: str) -> int:
+    """A :attr:`Rule.protocol` value as its IANA number: ``tcp`` -> 6, ``"47"`` -> 47."""
+    return PROTOCOL_NUMBERS.get(protocol) or int(protocol)
 
 
 class IPSetType(enum.Enum):
