@@ -45,7 +45,7 @@ _EPILOG = """\
 commands:
   replay FILE   run a recorded log (the fd 3 byte stream, e.g. from --record)
                 through the same loop and print the resulting dataplane state;
-                in memory unless --platform linux is given explicitly
+                in memory unless --platform linux (or windows) is given explicitly
   cleanup       remove everything the Linux platform programmed (chains, hook
                 rules, IP sets, routes, interface sysctls), nothing else
   version       print the version and the platforms available
@@ -53,6 +53,7 @@ commands:
 examples:
   driver.py --record /var/log/calico/driver.log   # under Felix, keep a log
   driver.py replay examples/demo-node.log         # what would be programmed
+  driver.py --platform windows --hns-fake host.json replay examples/demo-node.log
 """
 
 
@@ -92,8 +93,8 @@ def _linux_usable() -> str | None:
     return None
 
 
-def _platform(name: str, chain_prefix: str) -> Platform:
-    """The platform to program: Linux unless the sim is asked for by name.
+def _platform(name: str, args: argparse.Namespace) -> Platform:
+    """The platform to program: Linux unless another is asked for by name.
 
     "auto" never falls back to the sim: a driver that programs nothing
     while telling Felix the dataplane is in sync is worse than one that
@@ -101,7 +102,32 @@ def _platform(name: str, chain_prefix: str) -> Platform:
     """
     if name == "sim":
         return SimPlatform()
-    return _linux_platform(chain_prefix)
+    if name == "windows":
+        return _windows_platform(args)
+    return _linux_platform(args.chain_prefix)
+
+
+def _windows_platform(args: argparse.Namespace) -> Platform:
+    from pathlib import Path  # noqa: PLC0415
+
+    from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN  # noqa: PLC0415
+    from dataplane.windows.platform import WindowsPlatform  # noqa: PLC0415
+    from dataplane.windows.simhost import SimHost  # noqa: PLC0415
+
+    if not args.hns_fake:
+        raise PlatformUnavailableError(
+            f"--platform windows on {sys.platform} needs --hns-fake FILE, a simulated HNS host"
+            " (see README, 'Windows'); the computenetwork.dll binding is not in this build yet"
+        )
+    try:
+        host = SimHost.load(Path(args.hns_fake))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PlatformUnavailableError(f"cannot load the HNS host {args.hns_fake}: {exc}") from None
+    return WindowsPlatform(
+        host,
+        network_pattern=os.environ.get("KUBE_NETWORK") or DEFAULT_NETWORK_PATTERN,
+        host_addresses=tuple(args.host_address),
+    )
 
 
 def _linux_platform(chain_prefix: str) -> LinuxPlatform:
@@ -138,10 +164,24 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--platform",
         default="auto",
-        choices=["auto", "linux", "sim"],
-        help="dataplane to program: linux (iptables, ipsets, routes) or sim (in memory,"
-        " programs nothing). auto (default): linux, and a fatal error where it cannot"
-        " run; for replay, auto means sim",
+        choices=["auto", "linux", "windows", "sim"],
+        help="dataplane to program: linux (iptables, ipsets, routes), windows (HNS ACLs;"
+        " with --hns-fake off Windows) or sim (in memory, programs nothing). auto"
+        " (default): linux, and a fatal error where it cannot run; for replay, auto means sim",
+    )
+    parser.add_argument(
+        "--hns-fake",
+        metavar="FILE",
+        help="with --platform windows: program the simulated HNS host kept in FILE (JSON,"
+        " rewritten after every apply) instead of the real Host Network Service",
+    )
+    parser.add_argument(
+        "--host-address",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="with --platform windows: an address of this node, always allowed to reach"
+        " local pods (kubelet probes); repeatable",
     )
     parser.add_argument(
         "--chain-prefix",
@@ -187,7 +227,7 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        platform = _platform(args.platform, args.chain_prefix)
+        platform = _platform(args.platform, args)
     except PlatformUnavailableError as exc:
         print(f"driver.py: {exc}", file=sys.stderr)
         return 1
@@ -229,7 +269,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     # Replaying is for looking: it programs a kernel only when asked to
     # explicitly (--platform linux), never by "auto".
     try:
-        platform = _platform("sim" if args.platform == "auto" else args.platform, args.chain_prefix)
+        platform = _platform("sim" if args.platform == "auto" else args.platform, args)
     except PlatformUnavailableError as exc:
         print(f"driver.py replay: {exc}", file=sys.stderr)
         return 1
@@ -274,7 +314,7 @@ def _run_cleanup(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "version":
-        print(f"dataplane {_version()} (Felix felixbackend.proto; platforms: linux, sim)")
+        print(f"dataplane {_version()} (Felix felixbackend.proto; platforms: linux, windows, sim)")
         return 0
     _setup_logging(args.log_level)
     if args.command == "replay":

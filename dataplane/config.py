@@ -47,6 +47,8 @@ class Config:
     iptables_refresh_interval: float = 90.0
     route_refresh_interval: float = 90.0
     ipsets_refresh_interval: float = 10.0
+    # Windows: re-read HNS and repair endpoints whose ACLs someone changed.
+    endpoint_refresh_interval: float = 90.0
     reporting_interval: float = 30.0
     log_severity: str = "INFO"
     ipv6_support: bool = True
@@ -244,6 +246,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "IptablesRefreshInterval": ("iptables_refresh_interval", _seconds),
     "RouteRefreshInterval": ("route_refresh_interval", _seconds),
     "IpsetsRefreshInterval": ("ipsets_refresh_interval", _seconds),
+    "EndpointRefreshInterval": ("endpoint_refresh_interval", _seconds),
     "ReportingIntervalSecs": ("reporting_interval", _seconds),
     "LogSeverityScreen": ("log_severity", _log_severity),
     "Ipv6Support": ("ipv6_support", _bool),

@@ -94,8 +94,8 @@ def test_auto_never_falls_back_to_the_sim(monkeypatch: pytest.MonkeyPatch) -> No
         "dataplane.cli.shutil.which", lambda name: None if name == "ipset" else real_which(name)
     )
     with pytest.raises(PlatformUnavailableError, match="ipset not installed"):
-        cli._platform("auto", "cali-")
-    assert isinstance(cli._platform("sim", "cali-"), SimPlatform)
+        cli._platform("auto", cli._parser().parse_args([]))
+    assert isinstance(cli._platform("sim", cli._parser().parse_args([])), SimPlatform)
 
 
 @can_drop_capability

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -53,9 +54,10 @@ PORTS = (PortRange(80, 80), PortRange(1000, 2000), PortRange(53, 53), PortRange(
 PROTOCOLS = ("tcp", "udp", "icmp", "icmpv6", "132")
 
 few = st.lists
+T = TypeVar("T")
 
 
-def rarely(values: st.SearchStrategy[tuple[str, ...]]) -> st.SearchStrategy[tuple[str, ...]]:
+def rarely(values: st.SearchStrategy[tuple[T, ...]]) -> st.SearchStrategy[tuple[T, ...]]:
     """Mostly empty: a rule that sets every field matches almost nothing."""
     return st.one_of(st.just(()), st.just(()), st.just(()), values)
 

@@ -1,0 +1,103 @@
+"""What one listing of HNS shows the driver: our networks, local endpoints by IP, their ACLs.
+
+The CNI plugin, not this driver, creates a pod's HNS endpoint; the driver
+finds it by IP address, on the networks whose name matches ``KUBE_NETWORK``
+(Felix's default ``Calico.*``, case-insensitive), and skips remote endpoints
+(``Flags`` bit 1: kube-proxy's endpoints for pods on other nodes). A view is
+built from one ``EnumerateNetworks`` and one ``EnumerateEndpoints``, never
+from a call per workload.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from dataplane.windows.acl import AclRule, parse_acl
+from dataplane.windows.hcn import Json
+
+__all__ = ["DEFAULT_NETWORK_PATTERN", "HnsEndpoint", "HnsView", "acl_key"]
+
+DEFAULT_NETWORK_PATTERN = "Calico.*"
+_REMOTE_ENDPOINT = 1  # EndpointFlags.RemoteEndpoint
+
+
+def acl_key(policies: list[Json]) -> Counter[AclRule]:
+    """The ACL policies among ``policies`` as a comparable multiset.
+
+    HNS decides by priority, not list order, so two lists with the same
+    rules are the same policy however HNS returns them.
+    """
+    rules: Counter[AclRule] = Counter()
+    for policy in policies:
+        if policy.get("Type") == "ACL":
+            try:
+                rules[parse_acl(policy.get("Settings") or {})] += 1
+            except ValueError:
+                rules[AclRule("?", "?", "?", -1, None, (), (), (), ())] += 1
+    return rules
+
+
+@dataclass(slots=True)
+class HnsEndpoint:
+    id: str
+    network_id: str
+    name: str
+    addresses: tuple[str, ...]
+    acls: Counter[AclRule] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class HnsView:
+    """Local endpoints on our networks, by HNS id and by IP address."""
+
+    networks: dict[str, Json] = field(default_factory=dict)  # ours, by ID
+    endpoints: dict[str, HnsEndpoint] = field(default_factory=dict)
+    by_address: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, networks: list[Json], endpoints: list[Json], pattern: str) -> HnsView:
+        regex = re.compile(pattern, re.IGNORECASE)
+        ours = {
+            str(n["ID"]).upper(): n
+            for n in networks
+            if n.get("ID") and regex.fullmatch(str(n.get("Name", "")))
+        }
+        view = cls(ours)
+        for ep in endpoints:
+            network = str(ep.get("HostComputeNetwork", "")).upper()
+            if network not in ours or int(ep.get("Flags") or 0) & _REMOTE_ENDPOINT:
+                continue
+            addresses = tuple(
+                str(ipaddress.ip_address(c["IpAddress"]))
+                for c in ep.get("IpConfigurations") or ()
+                if c.get("IpAddress")
+            )
+            found = HnsEndpoint(
+                str(ep["ID"]).upper(),
+                network,
+                str(ep.get("Name", "")),
+                addresses,
+                acl_key(ep.get("Policies") or []),
+            )
+            view.endpoints[found.id] = found
+            for address in addresses:
+                view.by_address[address] = found.id
+        return view
+
+    def find(self, addresses: tuple[str, ...]) -> HnsEndpoint | None:
+        """The local endpoint holding any of ``addresses`` (a workload's IPs)."""
+        for address in addresses:
+            found = self.by_address.get(address)
+            if found is not None:
+                return self.endpoints[found]
+        return None
+
+    def forget(self, endpoint_id: str) -> None:
+        """HNS said the endpoint is gone (deleted behind our back)."""
+        gone = self.endpoints.pop(endpoint_id, None)
+        if gone is not None:
+            for address in gone.addresses:
+                self.by_address.pop(address, None)
