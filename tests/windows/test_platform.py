@@ -1,16 +1,29 @@
-"""The Windows platform on a simulated host, driven by the real loop and managers."""
+"""The Windows platform on a simulated host, driven by the real loop and managers.
+
+Under trio's MockClock: refresh timers and retry backoff cost no real time,
+and HCN calls run inline so a settled loop has finished every call.
+"""
 
 from __future__ import annotations
 
+import logging
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
 import trio
 import trio.testing
 from google.protobuf.message import Message
 
 from dataplane.core.loop import Dataplane
+from dataplane.model import EndpointStatus
 from dataplane.windows.hcn import HnsVersion
 from dataplane.windows.platform import WindowsPlatform
 from dataplane.windows.simhost import SimHost
-from testbed.hns import calico_host
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.hns import add_pod, calico_host
 from tests.conftest import run_trio
 from tests.kernel import scenario as sc
 from tests.windows.windows_node import Model, disagreements, inline, messages
@@ -18,33 +31,190 @@ from tests.windows.windows_node import Model, disagreements, inline, messages
 OLD, NEW = HnsVersion(12, 0), HnsVersion(15, 4)
 
 
-def drive(host: SimHost, *batches: list[Message], **options: object) -> WindowsPlatform:
-    """Each batch to a fresh loop's platform in turn, settling after each."""
+@asynccontextmanager
+async def node(
+    host: SimHost, **options: object
+) -> AsyncIterator[tuple[Dataplane, WindowsPlatform]]:
+    """A running loop over a Windows platform on ``host``; input closed on exit."""
     platform = WindowsPlatform(host, offload=inline, **options)  # type: ignore[arg-type]
+    dp = Dataplane(platform)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(dp.run)
+        yield dp, platform
+        dp.close_input()
+
+
+async def send(dp: Dataplane, *msgs: Message) -> None:
+    for msg in msgs:
+        dp.send_message(msg)
+    await trio.testing.wait_all_tasks_blocked()
+
+
+def modified(before: Counter[str], host: SimHost) -> int:
+    return host.calls["ModifyEndpoint"] - before["ModifyEndpoint"]
+
+
+@pytest.mark.parametrize("version", [OLD, NEW], ids=str)
+def test_policy_matrix_verdicts_on_an_old_and_a_new_host(version: HnsVersion) -> None:
+    msgs = messages()
+    host = calico_host(sc.PODS, version)
 
     async def main() -> None:
-        dp = Dataplane(platform)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(dp.run)
-            for batch in batches:
-                for msg in batch:
-                    dp.send_message(msg)
-                await trio.testing.wait_all_tasks_blocked()
-            dp.close_input()
+        async with node(host) as (dp, platform):
+            await send(dp, *msgs)
+            assert "fails closed: 1 rule(s)" in platform.dump()
+            assert set(platform.endpoint_statuses().values()) == {EndpointStatus.UP}
 
     run_trio(main)
-    return platform
+    assert disagreements(host.snapshot(), Model.of(msgs)) == [], version
+    # One listing, one ModifyEndpoint per pod, sets only where HNS has them.
+    assert host.calls["EnumerateEndpoints"] == 1
+    assert host.calls["ModifyEndpoint"] == len(sc.PODS)
+    assert host.calls["ModifyNetwork"] == (0 if version == OLD else 1)
 
 
-def test_policy_matrix_verdicts_on_an_old_and_a_new_host() -> None:
+def test_a_policy_update_writes_only_the_endpoints_whose_acls_change() -> None:
+    host = calico_host(sc.PODS)
     msgs = messages()
-    for version in (OLD, NEW):
-        host = calico_host(sc.PODS, version)
-        platform = drive(host, msgs)
-        assert disagreements(host.snapshot(), Model.of(msgs)) == [], version
-        calls = host.calls
-        # One enumerate each, one ModifyEndpoint per pod, sets only where HNS has them.
-        assert calls["ModifyEndpoint"] == len(sc.PODS)
-        assert calls["EnumerateEndpoints"] == 1
-        assert calls["ModifyNetwork"] == (0 if version == OLD else 1)
-        assert "fails closed: 1 rule(s)" in platform.dump()
+    changed = pb.ActivePolicyUpdate(
+        id=sc.API_TO_DB,
+        policy=pb.Policy(
+            tier="default",
+            namespace="backend",
+            inbound_rules=[
+                pb.Rule(
+                    action="allow", protocol=sc.TCP, dst_ports=[pb.PortRange(first=5433, last=5433)]
+                )
+            ],
+        ),
+    )
+
+    async def main() -> None:
+        async with node(host) as (dp, _):
+            await send(dp, *msgs)
+            before = Counter(host.calls)
+            await send(dp, changed)
+            assert modified(before, host) == 1  # db-1 alone uses the policy
+            before = Counter(host.calls)
+            await send(dp, changed)  # the same again: nothing to write
+            assert modified(before, host) == 0
+
+    run_trio(main)
+    assert disagreements(host.snapshot(), Model.of([*msgs, changed])) == []
+
+
+@pytest.mark.parametrize(("version", "endpoint_calls", "network_calls"), [(OLD, 2, 0), (NEW, 0, 1)])
+def test_a_set_member_change_touches_only_what_uses_the_set(
+    version: HnsVersion, endpoint_calls: int, network_calls: int
+) -> None:
+    """s:web is used by the api pods' ingress only: expanded, 2 endpoints; as a SetPolicy, none.
+
+    (s:mon would touch every pod: the security tier's negation of it is on
+    everyone's ingress, and a negation is always expanded.)
+    """
+    host = calico_host(sc.PODS, version)
+    msgs = messages()
+    delta = pb.IPSetDeltaUpdate(id=sc.SET_WEB, added_members=["10.65.0.13"])
+
+    async def main() -> None:
+        async with node(host) as (dp, _):
+            await send(dp, *msgs)
+            before = Counter(host.calls)
+            await send(dp, delta)
+            assert modified(before, host) == endpoint_calls
+            assert host.calls["ModifyNetwork"] - before["ModifyNetwork"] == network_calls
+
+    run_trio(main)
+
+
+def test_random_faults_converge_once_they_stop() -> None:
+    rng = random.Random(7)
+    faulty = True
+    host = calico_host(sc.PODS)
+    host.fault = lambda call, target: faulty and rng.random() < 0.4
+    msgs = messages()
+
+    async def main() -> None:
+        nonlocal faulty
+        async with node(host) as (dp, platform):
+            await send(dp, *msgs)
+            assert dp.last_apply_error is not None
+            faulty = False
+            await trio.sleep(60)  # the loop's backoff retries
+            assert dp.last_apply_error is None
+            assert set(platform.endpoint_statuses().values()) == {EndpointStatus.UP}
+
+    run_trio(main)
+    assert disagreements(host.snapshot(), Model.of(msgs)) == []
+
+
+def test_endpoints_deleted_or_late_are_picked_up() -> None:
+    host = calico_host([p for p in sc.PODS if p.name != "db-1"])
+    msgs = messages()
+    db = sc.pod("db-1")
+
+    async def main() -> None:
+        async with node(host) as (dp, platform):
+            await send(dp, *msgs)
+            statuses = platform.endpoint_statuses()
+            assert [k.workload_id for k, s in statuses.items() if s is EndpointStatus.DOWN] == [
+                db.workload_id
+            ]
+            add_pod(host, db)  # the CNI gets to it
+            await trio.sleep(5)
+            assert set(platform.endpoint_statuses().values()) == {EndpointStatus.UP}
+            # Someone deletes api-1's endpoint and the CNI recreates it bare.
+            api = sc.pod("api-1")
+            (gone,) = [e for e in host.endpoints.values() if e["Name"].endswith("api-1_eth0")]
+            host.delete_endpoint(gone["ID"])
+            add_pod(host, api)
+            await trio.sleep(100)  # EndpointRefreshInterval (90 s) re-reads HNS
+            assert set(platform.endpoint_statuses().values()) == {EndpointStatus.UP}
+
+    run_trio(main)
+    assert disagreements(host.snapshot(), Model.of(msgs)) == []
+
+
+def test_acls_changed_behind_our_back_are_repaired_at_refresh() -> None:
+    host = calico_host(sc.PODS)
+    msgs = messages()
+
+    async def main() -> None:
+        async with node(host) as (dp, _):
+            await send(dp, *msgs)
+            for endpoint in host.endpoints.values():
+                endpoint["Policies"] = []  # wiped: every pod open
+            before = Counter(host.calls)
+            await trio.sleep(100)
+            assert modified(before, host) == len(sc.PODS)
+
+    run_trio(main)
+    assert disagreements(host.snapshot(), Model.of(msgs)) == []
+
+
+def test_bad_input_is_one_line_and_changes_nothing_programmed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    host = calico_host(sc.PODS)
+    msgs = messages()
+    bad = pb.ActivePolicyUpdate(
+        id=sc.API_TO_DB,
+        policy=pb.Policy(
+            tier="default", inbound_rules=[pb.Rule(action="allow", src_net=["10.0.0.300/8"])]
+        ),
+    )
+
+    async def main() -> None:
+        async with node(host) as (dp, _):
+            await send(dp, *msgs)
+            programmed = host.snapshot()["Endpoints"]
+            await send(dp, bad)
+            assert host.snapshot()["Endpoints"] == programmed
+            assert dp.stats.rejected == 1
+
+    with caplog.at_level(logging.ERROR, logger="dataplane"):
+        run_trio(main)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert line.startswith(f"seq={len(msgs) + 1} ActivePolicyUpdate rejected: field ")
+    assert "10.0.0.300/8" in line
+    assert disagreements(host.snapshot(), Model.of(msgs)) == []
