@@ -157,9 +157,8 @@ def test_endpoints_deleted_or_late_are_picked_up() -> None:
         async with node(host) as (dp, platform):
             await send(dp, *msgs)
             statuses = platform.endpoint_statuses()
-            assert [k.workload_id for k, s in statuses.items() if s is EndpointStatus.DOWN] == [
-                db.workload_id
-            ]
+            down = [str(k) for k, s in statuses.items() if s is EndpointStatus.DOWN]
+            assert down == [f"k8s/{db.workload_id}/eth0"]
             add_pod(host, db)  # the CNI gets to it
             await trio.sleep(5)
             assert set(platform.endpoint_statuses().values()) == {EndpointStatus.UP}
