@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from dataplane.model import Action, DirectionPolicy, IPSet, Policy, PolicyKey, Profile, Rule
 from dataplane.windows.acl_policy import Acl, branch_acls
 from dataplane.windows.addresses import AddressSet
-from dataplane.windows.match import ANY, Branch, Side, compile_rule
+from dataplane.windows.match import ANY, Branch, Compiled, Side, compile_rule
 
 __all__ = [
     "BASE_PRIORITY",
@@ -77,7 +77,12 @@ class DirectionAcls:
 
 @dataclass(frozen=True)
 class RenderContext:
-    """Everything rendering depends on besides the endpoint's effective policy."""
+    """Everything rendering depends on besides the endpoint's effective policy.
+
+    One context serves one apply: the rules of a policy used by many
+    endpoints are compiled once (``_compiled``), which only holds because
+    nothing it depends on changes while the context lives.
+    """
 
     policies: Mapping[PolicyKey, Policy]
     profiles: Mapping[str, Profile]
@@ -85,6 +90,14 @@ class RenderContext:
     versions: tuple[int, ...] = (4,)
     # The SetPolicy id standing for a set where the host keeps sets as objects.
     token: Callable[[str], str | None] = field(default=lambda set_id: None)
+    _compiled: dict[tuple[Rule, bool], Compiled] = field(default_factory=dict, compare=False)
+
+    def compile(self, rule: Rule, *, widen: bool = False) -> Compiled:
+        found = self._compiled.get((rule, widen))
+        if found is None:
+            found = compile_rule(rule, self.sets, self.versions, token=self.token, widen=widen)
+            self._compiled[(rule, widen)] = found
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,14 +118,14 @@ def _rule_item(
     if action is Action.LOG:
         notes.append(FailClosed(origin, "log", ("no HNS logging",), "left out"))
         return None
-    exact = compile_rule(rule, context.sets, context.versions, token=context.token)
+    exact = context.compile(rule)
     if not exact.inexact:
         kind = {Action.ALLOW: "Allow", Action.DENY: "Block", Action.PASS: "Pass"}[action]
         return _Item(kind, exact.branches, origin)
     if action is Action.ALLOW:
         notes.append(FailClosed(origin, action.value, exact.inexact, "left out"))
         return None
-    wide = compile_rule(rule, context.sets, context.versions, token=context.token, widen=True)
+    wide = context.compile(rule, widen=True)
     result = "widened" if action is Action.DENY else "widened to deny"
     notes.append(FailClosed(origin, action.value, exact.inexact, result))
     return _Item("Block", wide.branches, origin)

@@ -10,6 +10,7 @@ difference a linear merge, whatever the nesting of the CIDRs involved.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 from collections.abc import Iterable, Iterator
@@ -100,8 +101,14 @@ class AddressSet:
 
     def cidrs(self) -> tuple[str, ...]:
         """The fewest CIDRs that cover exactly this set, in address order."""
-        return tuple(self._cidrs())
+        return _cidrs(self)
 
     def cidr_count_at_most(self, limit: int) -> bool:
         """True if :meth:`cidrs` has at most ``limit`` entries (stops counting past it)."""
         return sum(1 for _ in itertools.islice(self._cidrs(), limit + 1)) <= limit
+
+
+@functools.lru_cache(maxsize=8192)
+def _cidrs(addresses: AddressSet) -> tuple[str, ...]:
+    # The same sets recur in every endpoint that uses a policy: text them once.
+    return tuple(addresses._cidrs())

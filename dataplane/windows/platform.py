@@ -54,11 +54,12 @@ from dataplane.model import (
 )
 from dataplane.model.services import Service, ServiceKey
 from dataplane.windows.acl import AclRule
+from dataplane.windows.acl_policy import acl_rule
 from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContext, render_direction
 from dataplane.windows.desired import Desired
 from dataplane.windows.endpoint_render import EndpointAcls, render_endpoint
 from dataplane.windows.hcn import HCN, HcnError, HnsVersion, Json
-from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsView, acl_key
+from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsView
 from dataplane.windows.set_policy import set_policy, set_policy_changes, set_token
 
 __all__ = ["WindowsPlatform"]
@@ -293,7 +294,7 @@ class WindowsPlatform:
             )
             if self._rendered.get(key) != rendered:
                 self._rendered[key] = rendered
-                self._wanted_keys[key] = acl_key([a.policy() for a in rendered.acls])
+                self._wanted_keys[key] = Counter(acl_rule(a) for a in rendered.acls)
                 self._pending.add(key)
             for note in rendered.fail_closed:
                 if note not in self._reported:

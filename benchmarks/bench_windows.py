@@ -1,0 +1,196 @@
+"""The Windows platform on a simulated HNS host with a realistic per-call latency.
+
+The generated node of ``bench_linux.py`` (``benchmarks/_node.py``: 1,000
+endpoints, 200 policies x 10 rules in 2 tiers with pass and negations, here
+500 IP sets with 50,000 members), on a host whose every HCN call takes
+``--latency`` seconds (20 ms: a loaded real host's order of magnitude). The
+host already holds one local endpoint per workload, as the CNI leaves them.
+For IP sets expanded into ACLs and as ``SetPolicy`` objects:
+
+1. **programmed**: all messages in until the loop reports DataplaneInSync
+   (the first apply done), and the HCN calls that took, by kind;
+2. **one member change**: one ``IPSetDeltaUpdate`` (a member added to the
+   set referenced by the most endpoints) until its apply is done: calls and
+   time, beside the number of endpoints whose rules reference the set;
+3. **one new endpoint**: the CNI's endpoint appears and Felix's
+   ``WorkloadEndpointUpdate`` follows: calls and time until it is applied.
+
+The goal (issue 10): the initial sync makes one ``ModifyEndpoint`` per
+endpoint (plus set objects where used), a member change calls only for the
+endpoints whose rules reference that set.
+
+Usage: python benchmarks/bench_windows.py [--quick] [--endpoints N] [--policies N]
+       [--sets N] [--members N] [--latency SECONDS] [--modes expanded,setpolicy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import trio
+from google.protobuf.message import Message
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import machine, markdown_table
+from benchmarks._node import NodeBuilder, Sizes, add_size_arguments
+from benchmarks._runs import apply_quick
+from dataplane.core.loop import Dataplane
+from dataplane.managers.convert import policy_key
+from dataplane.windows.platform import WindowsPlatform
+from dataplane.windows.simhost import NEWEST, SimHost
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.hns import NETWORK_ID, calico_host
+
+
+def _endpoint(host: SimHost, update: pb.WorkloadEndpointUpdate) -> None:
+    """The CNI's endpoint for ``update``'s workload."""
+    nets = [*update.endpoint.ipv4_nets, *update.endpoint.ipv6_nets]
+    host.add_local_endpoint(
+        NETWORK_ID,
+        {
+            "Name": update.id.workload_id.replace("/", "_"),
+            "IpConfigurations": [{"IpAddress": n.split("/")[0]} for n in nets],
+        },
+    )
+
+
+def _busiest_set(msgs: list[Message]) -> tuple[str, int]:
+    """The address set referenced by the most endpoints' rules, and how many."""
+    sets_of: dict[object, set[str]] = {}
+    for m in msgs:
+        if isinstance(m, pb.ActivePolicyUpdate):
+            rules = [*m.policy.inbound_rules, *m.policy.outbound_rules]
+            sets_of[policy_key(m.id)] = {
+                s
+                for r in rules
+                for s in (
+                    *r.src_ip_set_ids,
+                    *r.dst_ip_set_ids,
+                    *r.not_src_ip_set_ids,
+                    *r.not_dst_ip_set_ids,
+                )
+            }
+    users: Counter[str] = Counter()
+    for m in msgs:
+        if isinstance(m, pb.WorkloadEndpointUpdate):
+            used: set[str] = set()
+            for tier in m.endpoint.tiers:
+                for pid in (*tier.ingress_policies, *tier.egress_policies):
+                    used |= sets_of.get(policy_key(pid), set())
+            users.update(used)
+    ((set_id, count),) = users.most_common(1)
+    return set_id, count
+
+
+async def _applied(dp: Dataplane, before: int) -> None:
+    while dp.stats.applies <= before:
+        await trio.sleep(0.002)
+
+
+def run(builder: NodeBuilder, latency: float, set_policy: bool) -> dict[str, object]:
+    msgs = builder.snapshot()
+    host = calico_host([], NEWEST, latency=latency)
+    for m in msgs:
+        if isinstance(m, pb.WorkloadEndpointUpdate):
+            _endpoint(host, m)
+    busy, users = _busiest_set(msgs)
+    extra = builder.additions()[0]
+    assert isinstance(extra, pb.WorkloadEndpointUpdate)
+    platform = WindowsPlatform(host, use_set_policy=set_policy)
+    out: dict[str, object] = {"users": users}
+
+    async def main() -> None:
+        dp = Dataplane(platform)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            start = time.perf_counter()
+            for m in msgs:
+                dp.send_message(m)
+            while not dp.in_sync:
+                await trio.sleep(0.002)
+            out["programmed"] = time.perf_counter() - start
+            out["calls"] = Counter(host.calls)
+
+            before, applies = Counter(host.calls), dp.stats.applies
+            start = time.perf_counter()
+            dp.send_message(pb.IPSetDeltaUpdate(id=busy, added_members=["10.191.255.254"]))
+            await _applied(dp, applies)
+            out["member_time"] = time.perf_counter() - start
+            out["member_calls"] = Counter(host.calls) - before
+
+            _endpoint(host, extra)
+            before, applies = Counter(host.calls), dp.stats.applies
+            start = time.perf_counter()
+            dp.send_message(extra)
+            await _applied(dp, applies)
+            out["new_time"] = time.perf_counter() - start
+            out["new_calls"] = Counter(host.calls) - before
+            out["fail_closed"] = len(platform.fail_closed())
+            dp.close_input()
+
+    trio.run(main)
+    return out
+
+
+def _calls(calls: object) -> str:
+    assert isinstance(calls, Counter)
+    return ", ".join(f"{k} {v}" for k, v in sorted(calls.items())) or "none"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_size_arguments(parser)
+    parser.set_defaults(members=50_000)
+    parser.add_argument("--latency", type=float, default=0.020)
+    parser.add_argument("--modes", default="expanded,setpolicy")
+    parser.add_argument("--quick", action="store_true", help="a small node, for CI")
+    args = parser.parse_args()
+    apply_quick(args, {"endpoints": 50, "policies": 20, "sets": 40, "members": 2_000})
+    logging.basicConfig(level=logging.ERROR)
+    sizes = Sizes(args.endpoints, args.policies, args.sets, args.members, spare=1)
+    rows = []
+    for mode in args.modes.split(","):
+        result = run(NodeBuilder(sizes, "legacy"), args.latency, set_policy=mode == "setpolicy")
+        calls = result["calls"]
+        assert isinstance(calls, Counter)
+        rows.append(
+            [
+                mode,
+                f"{result['programmed']:.1f} s",
+                _calls(calls),
+                f"{_calls(result['member_calls'])} ({result['users']} endpoints use the set)",
+                f"{result['member_time'] * 1000:.0f} ms",
+                _calls(result["new_calls"]),
+                f"{result['new_time'] * 1000:.0f} ms",
+                str(result["fail_closed"]),
+            ]
+        )
+    print(
+        f"{args.endpoints} endpoints, {args.policies} policies, {args.sets} IP sets /"
+        f" {args.members} members, {args.latency * 1000:.0f} ms per HCN call; {machine()}"
+    )
+    print(
+        markdown_table(
+            [
+                "IP sets",
+                "programmed",
+                "HCN calls",
+                "one member change: calls",
+                "time",
+                "one new endpoint: calls",
+                "time",
+                "rules failing closed",
+            ],
+            rows,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
