@@ -92,7 +92,7 @@ def calico_host(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from examples.demo_node import PODS  # noqa: PLC0415 - the demo's pods
+    from examples.demo_node import PODS, SCALE_UP  # noqa: PLC0415 - the demo's pods
 
     parser = argparse.ArgumentParser(prog="python -m testbed.hns", description=__doc__)
     parser.add_argument("file", type=Path)
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     major, _, minor = args.version.partition(".")
-    host = calico_host(PODS, HnsVersion(int(major), int(minor or 0)))
+    host = calico_host([*PODS, SCALE_UP], HnsVersion(int(major), int(minor or 0)))
     args.file.write_text(json.dumps(host.snapshot(), indent=1, sort_keys=True) + "\n")
     print(
         f"wrote {args.file}: HNS {args.version}, {len(host.endpoints)} endpoints", file=sys.stderr

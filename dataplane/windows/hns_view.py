@@ -10,6 +10,7 @@ from a call per workload.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections import Counter
@@ -24,6 +25,18 @@ DEFAULT_NETWORK_PATTERN = "Calico.*"
 _REMOTE_ENDPOINT = 1  # EndpointFlags.RemoteEndpoint
 
 
+_UNREADABLE = AclRule("?", "?", "?", -1, None, (), (), (), ())
+
+
+@functools.lru_cache(maxsize=65536)
+def _parsed(items: tuple[tuple[str, object], ...]) -> AclRule:
+    # Endpoints that share a policy hold the same ACLs: parse each once.
+    try:
+        return parse_acl(dict(items))
+    except ValueError:
+        return _UNREADABLE  # someone else's odd rule: it differs from ours
+
+
 def acl_key(policies: list[Json]) -> Counter[AclRule]:
     """The ACL policies among ``policies`` as a comparable multiset.
 
@@ -33,10 +46,14 @@ def acl_key(policies: list[Json]) -> Counter[AclRule]:
     rules: Counter[AclRule] = Counter()
     for policy in policies:
         if policy.get("Type") == "ACL":
+            settings = policy.get("Settings") or {}
+            if not isinstance(settings, dict):
+                rules[_UNREADABLE] += 1
+                continue
             try:
-                rules[parse_acl(policy.get("Settings") or {})] += 1
-            except ValueError:
-                rules[AclRule("?", "?", "?", -1, None, (), (), (), ())] += 1
+                rules[_parsed(tuple(sorted(settings.items())))] += 1
+            except TypeError:  # an unhashable value: not an ACL of ours
+                rules[_UNREADABLE] += 1
     return rules
 
 

@@ -392,6 +392,8 @@ class WindowsPlatform:
         notes = self.fail_closed()
         out.append(f"fails closed: {len(notes)} rule(s)")
         out.extend(f"  {note}" for note in notes)
+        calls = ", ".join(f"{name} {n}" for name, n in sorted(self.hcn.calls.items()))
+        out.append(f"HNS calls so far: {calls or 'none'}")
         return "\n".join(out) + "\n"
 
 

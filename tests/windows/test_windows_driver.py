@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from dataplane.windows.hcn import HnsVersion
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import calico_host
-from tests.felix_harness import FelixHarness
+from tests.felix_harness import REPO, FelixHarness
 from tests.kernel import scenario as sc
 from tests.windows.windows_node import Model, disagreements, messages
 
@@ -64,3 +66,29 @@ def test_windows_needs_a_host_file_off_windows_and_says_so() -> None:
     code, err = felix.wait(timeout=60)
     assert code == 1
     assert "--hns-fake FILE" in err
+
+
+def test_the_readme_commands_program_and_print_a_simulated_host(tmp_path: Path) -> None:
+    path = tmp_path / "host.json"
+    subprocess.run([sys.executable, "-m", "testbed.hns", str(path)], cwd=REPO, check=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "driver.py"),
+            "--platform",
+            "windows",
+            "--hns-fake",
+            str(path),
+            "replay",
+            str(REPO / "examples/demo-node.log"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "windows platform, HNS 15.4" in result.stdout
+    assert "no HNS endpoint yet" not in result.stdout
+    assert " In  Allow proto 6 " in result.stdout
+    host = json.loads(path.read_text())
+    assert host["Calls"]["ModifyEndpoint"] == 7  # one per pod of the demo
