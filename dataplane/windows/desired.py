@@ -9,6 +9,7 @@ the managers' reverse index -- and an apply re-renders only those.
 from __future__ import annotations
 
 from dataplane.core.platform import EndpointKey, NoPolicyUsers, PolicyUsers
+from dataplane.errors import ProgrammingError
 from dataplane.model import (
     EffectivePolicy,
     IPSet,
@@ -47,7 +48,9 @@ class Desired:
     def update_ipset_members(
         self, set_id: str, added: frozenset[str], removed: frozenset[str]
     ) -> None:
-        members = self._members[set_id]  # the managers never update an unknown set
+        members = self._members.get(set_id)
+        if members is None:
+            raise ProgrammingError(f"IP set {set_id}: member update for a set never created")
         members -= removed
         members |= added
         self.changed_sets.add(set_id)
