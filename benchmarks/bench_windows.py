@@ -30,6 +30,7 @@ import logging
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -88,12 +89,24 @@ def _busiest_set(msgs: list[Message]) -> tuple[str, int]:
     return set_id, count
 
 
+@dataclass
+class Result:
+    users: int = 0  # endpoints whose rules reference the changed set
+    programmed: float = 0.0
+    calls: Counter[str] = field(default_factory=Counter)
+    member_time: float = 0.0
+    member_calls: Counter[str] = field(default_factory=Counter)
+    new_time: float = 0.0
+    new_calls: Counter[str] = field(default_factory=Counter)
+    fail_closed: int = 0
+
+
 async def _applied(dp: Dataplane, before: int) -> None:
     while dp.stats.applies <= before:
         await trio.sleep(0.002)
 
 
-def run(builder: NodeBuilder, latency: float, set_policy: bool) -> dict[str, object]:
+def run(builder: NodeBuilder, latency: float, set_policy: bool) -> Result:
     msgs = builder.snapshot()
     host = calico_host([], NEWEST, latency=latency)
     for m in msgs:
@@ -103,7 +116,7 @@ def run(builder: NodeBuilder, latency: float, set_policy: bool) -> dict[str, obj
     extra = builder.additions()[0]
     assert isinstance(extra, pb.WorkloadEndpointUpdate)
     platform = WindowsPlatform(host, use_set_policy=set_policy)
-    out: dict[str, object] = {"users": users}
+    out = Result(users)
 
     async def main() -> None:
         dp = Dataplane(platform)
@@ -114,32 +127,31 @@ def run(builder: NodeBuilder, latency: float, set_policy: bool) -> dict[str, obj
                 dp.send_message(m)
             while not dp.in_sync:
                 await trio.sleep(0.002)
-            out["programmed"] = time.perf_counter() - start
-            out["calls"] = Counter(host.calls)
+            out.programmed = time.perf_counter() - start
+            out.calls = Counter(host.calls)
 
             before, applies = Counter(host.calls), dp.stats.applies
             start = time.perf_counter()
             dp.send_message(pb.IPSetDeltaUpdate(id=busy, added_members=["10.191.255.254"]))
             await _applied(dp, applies)
-            out["member_time"] = time.perf_counter() - start
-            out["member_calls"] = Counter(host.calls) - before
+            out.member_time = time.perf_counter() - start
+            out.member_calls = Counter(host.calls) - before
 
             _endpoint(host, extra)
             before, applies = Counter(host.calls), dp.stats.applies
             start = time.perf_counter()
             dp.send_message(extra)
             await _applied(dp, applies)
-            out["new_time"] = time.perf_counter() - start
-            out["new_calls"] = Counter(host.calls) - before
-            out["fail_closed"] = len(platform.fail_closed())
+            out.new_time = time.perf_counter() - start
+            out.new_calls = Counter(host.calls) - before
+            out.fail_closed = len(platform.fail_closed())
             dp.close_input()
 
     trio.run(main)
     return out
 
 
-def _calls(calls: object) -> str:
-    assert isinstance(calls, Counter)
+def _calls(calls: Counter[str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(calls.items())) or "none"
 
 
@@ -157,18 +169,16 @@ def main() -> None:
     rows = []
     for mode in args.modes.split(","):
         result = run(NodeBuilder(sizes, "legacy"), args.latency, set_policy=mode == "setpolicy")
-        calls = result["calls"]
-        assert isinstance(calls, Counter)
         rows.append(
             [
                 mode,
-                f"{result['programmed']:.1f} s",
-                _calls(calls),
-                f"{_calls(result['member_calls'])} ({result['users']} endpoints use the set)",
-                f"{result['member_time'] * 1000:.0f} ms",
-                _calls(result["new_calls"]),
-                f"{result['new_time'] * 1000:.0f} ms",
-                str(result["fail_closed"]),
+                f"{result.programmed:.1f} s",
+                _calls(result.calls),
+                f"{_calls(result.member_calls)} ({result.users} endpoints use the set)",
+                f"{result.member_time * 1000:.0f} ms",
+                _calls(result.new_calls),
+                f"{result.new_time * 1000:.0f} ms",
+                str(result.fail_closed),
             ]
         )
     print(
