@@ -85,8 +85,10 @@ def _busiest_set(msgs: list[Message]) -> tuple[str, int]:
                 for pid in (*tier.ingress_policies, *tier.egress_policies):
                     used |= sets_of.get(policy_key(pid), set())
             users.update(used)
-    ((set_id, count),) = users.most_common(1)
-    return set_id, count
+    # Ties broken by id: users.update() took the sets in hash order, which
+    # changes from run to run, and so would the set measured.
+    set_id = max(users, key=lambda s: (users[s], s))
+    return set_id, users[set_id]
 
 
 @dataclass
