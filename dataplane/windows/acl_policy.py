@@ -10,16 +10,15 @@ protocols becomes one ACL per protocol, the form every HNS version takes.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from dataplane.windows.acl import ANY_PROTOCOL, AclRule, parse_acl
+from dataplane.windows.acl import ANY_PROTOCOL
 from dataplane.windows.hcn import Json
 from dataplane.windows.match import Branch, Side
 
-__all__ = ["CHUNK", "Acl", "acl_rule", "branch_acls"]
+__all__ = ["CHUNK", "Acl", "branch_acls"]
 
 CHUNK = 4_000  # entries per list in one ACL (Microsoft: "a few thousand" at most)
 # More protocols than this in one branch (a negated protocol) go as one list.
@@ -66,12 +65,6 @@ class Acl:
                 shown = value if len(value) <= 80 else f"{value[:77]}..."
                 parts.append(f"{label} {shown}")
         return "  ".join(parts)
-
-
-@functools.lru_cache(maxsize=65536)
-def acl_rule(acl: Acl) -> AclRule:
-    """``acl`` as HNS reads it back: what the platform compares with HNS's copy."""
-    return parse_acl(acl.policy()["Settings"])
 
 
 def _chunks(items: Sequence[str]) -> list[str]:

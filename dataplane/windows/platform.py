@@ -54,12 +54,11 @@ from dataplane.model import (
 )
 from dataplane.model.services import Service, ServiceKey
 from dataplane.windows.acl import AclRule
-from dataplane.windows.acl_policy import acl_rule
 from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContext, render_direction
 from dataplane.windows.desired import Desired
 from dataplane.windows.endpoint_render import EndpointAcls, render_endpoint
 from dataplane.windows.hcn import HCN, HcnError, HnsVersion, Json
-from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsView
+from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsView, acl_key
 from dataplane.windows.set_policy import set_policy, set_policy_changes, set_token
 
 __all__ = ["WindowsPlatform"]
@@ -222,10 +221,14 @@ class WindowsPlatform:
             log.info("HNS version %s", self._version)
         dirty, changed_sets = self._desired.take_changes()
         self._render(dirty)
-        if self._must_list or self._view is None or self._clock() >= self._next_refresh:
+        # A workload still without its HNS endpoint: the CNI may have made it since.
+        if (
+            self._must_list
+            or self._view is None
+            or self._clock() >= self._next_refresh
+            or self._unmapped()
+        ):
             await self._list()
-        elif self._unmapped():
-            await self._list()  # the CNI may have created it since: look once
         view = self._view
         assert view is not None
         failures: list[str] = []
@@ -294,7 +297,8 @@ class WindowsPlatform:
             )
             if self._rendered.get(key) != rendered:
                 self._rendered[key] = rendered
-                self._wanted_keys[key] = Counter(acl_rule(a) for a in rendered.acls)
+                # Read as HNS's copy is read, so the two compare like for like.
+                self._wanted_keys[key] = acl_key([a.policy() for a in rendered.acls])
                 self._pending.add(key)
             for note in rendered.fail_closed:
                 if note not in self._reported:
