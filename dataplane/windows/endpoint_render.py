@@ -28,7 +28,7 @@ from dataplane.windows.acl_render import (
 from dataplane.windows.addresses import AddressSet
 from dataplane.windows.match import ANY, Branch, Side
 
-__all__ = ["EndpointAcls", "render_endpoint"]
+__all__ = ["EndpointAcls", "render_endpoint", "render_fail_closed"]
 
 _SPOOF_PRIORITY = BASE_PRIORITY - 1
 
@@ -76,3 +76,16 @@ def render_endpoint(
         *egress.acls,
     )
     return EndpointAcls(acls, ingress.fail_closed + egress.fail_closed)
+
+
+def render_fail_closed(host_addresses: tuple[str, ...], versions: tuple[int, ...]) -> EndpointAcls:
+    """What an endpoint gets when HNS refuses its list and it holds no ACL (so is open).
+
+    Everything blocked but the host's own traffic: the pod is cut off, not
+    exposed, and kubelet's probes still tell the operator it is alive.
+    """
+    blocked = (
+        *branch_acls(ANY, "Block", True, BASE_PRIORITY),
+        *branch_acls(ANY, "Block", False, BASE_PRIORITY),
+    )
+    return EndpointAcls((*render_host_rule(host_addresses, versions), *blocked))

@@ -18,8 +18,10 @@ HNS, in one fixed order:
 A restart adopts what it finds: HNS already holding the rendered lists
 means zero modify calls. A refresh re-reads HNS and repairs any endpoint
 whose ACLs someone else changed. A failed call leaves that endpoint (or
-set) pending and the apply fails after trying the rest, so the loop's
-backoff retries only what is still different.
+set) pending; what HNS refuses is quarantined by the programmers
+(:mod:`dataplane.windows.programmers`) and retried alone with backoff, its
+workloads report ``error``, and the apply still succeeds. Only a failure to
+read HNS at all fails the apply (the loop's backoff retries it).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, TypeVar
 
@@ -35,7 +36,7 @@ import trio
 
 from dataplane.config import Config
 from dataplane.core.platform import EndpointKey, PolicyUsers
-from dataplane.errors import ProgrammingError
+from dataplane.core.quarantine import Rejection
 from dataplane.model import (
     DirectionPolicy,
     EffectivePolicy,
@@ -53,13 +54,13 @@ from dataplane.model import (
     WorkloadEndpointKey,
 )
 from dataplane.model.services import Service, ServiceKey
-from dataplane.windows.acl import AclRule
 from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContext, render_direction
 from dataplane.windows.desired import Desired
-from dataplane.windows.endpoint_render import EndpointAcls, render_endpoint
-from dataplane.windows.hcn import HCN, HcnError, HnsVersion, Json
-from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsView, acl_key
-from dataplane.windows.set_policy import set_policy, set_policy_changes, set_token
+from dataplane.windows.endpoint_render import render_endpoint, render_fail_closed
+from dataplane.windows.hcn import HCN, HnsVersion
+from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView
+from dataplane.windows.programmers import EndpointProgrammer, Refusal, SetProgrammer
+from dataplane.windows.set_policy import set_token
 
 __all__ = ["WindowsPlatform"]
 
@@ -107,9 +108,10 @@ class WindowsPlatform:
         self._version: HnsVersion | None = None
         self._view: HnsView | None = None
         self._must_list = True
-        self._rendered: dict[WorkloadEndpointKey, EndpointAcls] = {}
-        self._wanted_keys: dict[WorkloadEndpointKey, Counter[AclRule]] = {}
-        self._pending: set[WorkloadEndpointKey] = set()  # rendered, not yet in HNS
+        self._endpoints: EndpointProgrammer[WorkloadEndpointKey] = EndpointProgrammer(
+            hcn, self._call, clock
+        )
+        self._sets = SetProgrammer(hcn, self._call, clock)
         self._sets_pending = True
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._reported: set[FailClosed] = set()
@@ -152,9 +154,7 @@ class WindowsPlatform:
     def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
         # HNS drops an endpoint's ACLs with the endpoint; the CNI deletes it.
         self._desired.remove_endpoint(key)
-        self._rendered.pop(key, None)
-        self._wanted_keys.pop(key, None)
-        self._pending.discard(key)
+        self._endpoints.forget(key)
 
     def _unsupported(self, what: str) -> None:
         if what not in self._unsupported_logged:
@@ -221,6 +221,8 @@ class WindowsPlatform:
             log.info("HNS version %s", self._version)
         dirty, changed_sets = self._desired.take_changes()
         self._render(dirty)
+        if changed_sets:
+            self._sets.release_all()  # new set contents get a fresh chance
         # A workload still without its HNS endpoint: the CNI may have made it since.
         if (
             self._must_list
@@ -231,32 +233,62 @@ class WindowsPlatform:
             await self._list()
         view = self._view
         assert view is not None
-        failures: list[str] = []
         sets = self._sets_as_objects() and bool(changed_sets or self._sets_pending)
         if sets:
-            failures += await self._program_sets(view, removals=False)
-        failures += await self._program_endpoints(view)
+            await self._sets.apply(view, self._desired.sets.values(), removals=False)
+        fail_closed = render_fail_closed(self._host_addresses, self._versions())
+        if await self._endpoints.apply(view, self._find, fail_closed):
+            self._must_list = True
         if sets:
-            failures += await self._program_sets(view, removals=True)
-            self._sets_pending = bool(failures)
+            await self._sets.apply(view, self._desired.sets.values(), removals=True)
+            self._sets_pending = bool(self._sets.held)
         await self._call(self.hcn.flush)
-        self._statuses = {
+        self._report(self._endpoints.take_refusals(), self._sets.take_refusals())
+        self._statuses = self._endpoint_statuses(view)
+        self._last_apply = self._clock()
+
+    def _find(self, key: WorkloadEndpointKey) -> HnsEndpoint | None:
+        assert self._view is not None
+        return self._view.find(_addresses(self._desired.endpoints[key]))
+
+    def _report(
+        self, endpoints: list[Refusal[WorkloadEndpointKey]], networks: list[Refusal[str]]
+    ) -> None:
+        for refusal in endpoints:
+            log.error(
+                "workload %s: HNS refused its ACLs: %s; quarantined, %s",
+                refusal.key,
+                refusal.message,
+                refusal.kept,
+            )
+        for refused in networks:
+            log.error(
+                "network %s: HNS refused its IP sets: %s; quarantined, %s",
+                refused.key,
+                refused.message,
+                refused.kept,
+            )
+
+    def _endpoint_statuses(self, view: HnsView) -> dict[EndpointKey, EndpointStatus]:
+        statuses: dict[EndpointKey, EndpointStatus] = {
             key: EndpointStatus.UP
-            if view.find(_addresses(ep)) is not None and key not in self._pending
+            if view.find(_addresses(ep)) is not None and key not in self._endpoints.pending
             else EndpointStatus.DOWN
             for key, ep in self._desired.endpoints.items()
         }
-        self._last_apply = self._clock()
-        if failures:
-            raise ProgrammingError(
-                f"{len(failures)} HNS call(s) failed, retried at the next apply: {failures[0]}"
-            )
+        # Not as asked: HNS refused the endpoint's ACLs, or sets its rules name.
+        failing: set[EndpointKey] = set(self._endpoints.held)
+        stale = {s for ids in self._sets.failed_sets.values() for s in ids}
+        if stale:
+            failing |= self._desired.users.endpoints_using_sets(stale)
+        for key in failing & statuses.keys():
+            statuses[key] = EndpointStatus.ERROR
+        return statuses
 
     def _unmapped(self) -> bool:
         """Is an endpoint waiting for its HNS endpoint?"""
-        view = self._view
-        return view is not None and any(
-            view.find(_addresses(self._desired.endpoints[k])) is None for k in self._pending
+        return self._view is not None and any(
+            self._find(k) is None for k in self._endpoints.pending
         )
 
     async def _list(self) -> None:
@@ -267,8 +299,7 @@ class WindowsPlatform:
         self._sets_pending = True
         interval = self.config.endpoint_refresh_interval
         self._next_refresh = self._clock() + interval if interval > 0 else math.inf
-        # What HNS holds now decides which endpoints need a write.
-        self._pending = set(self._rendered)
+        self._endpoints.recheck_all()
 
     def _render(self, dirty: set[WorkloadEndpointKey]) -> None:
         desired = self._desired
@@ -295,71 +326,11 @@ class WindowsPlatform:
                 self._host_addresses,
                 direction,
             )
-            if self._rendered.get(key) != rendered:
-                self._rendered[key] = rendered
-                # Read as HNS's copy is read, so the two compare like for like.
-                self._wanted_keys[key] = acl_key([a.policy() for a in rendered.acls])
-                self._pending.add(key)
+            self._endpoints.want(key, rendered)
             for note in rendered.fail_closed:
                 if note not in self._reported:
                     self._reported.add(note)
                     log.warning("fails closed: %s", note)
-
-    async def _program_endpoints(self, view: HnsView) -> list[str]:
-        failures: list[str] = []
-        for key in sorted(self._pending):
-            endpoint = view.find(_addresses(self._desired.endpoints[key]))
-            if endpoint is None:
-                continue  # not created by the CNI yet; looked for again later
-            wanted = self._wanted_keys[key]
-            if endpoint.acls == wanted:
-                self._pending.discard(key)  # HNS already holds it: adopt, no call
-                continue
-            policies = [a.policy() for a in self._rendered[key].acls]
-            request: Json = {
-                "ResourceType": "Policy",
-                "RequestType": "Update",
-                "Settings": {"Policies": policies},
-            }
-            try:
-                await self._call(self.hcn.modify_endpoint, endpoint.id, request)
-            except HcnError as exc:
-                if exc.not_found:
-                    view.forget(endpoint.id)
-                    self._must_list = True
-                    continue
-                failures.append(f"{key}: {exc}")
-                continue
-            endpoint.acls = Counter(wanted)
-            self._pending.discard(key)
-        return failures
-
-    async def _program_sets(self, view: HnsView, *, removals: bool) -> list[str]:
-        wanted = {
-            set_token(s.id): set_policy(s)
-            for s in self._desired.sets.values()
-            if s.type is not IPSetType.IP_AND_PORT
-        }
-        failures: list[str] = []
-        for network_id, network in view.networks.items():
-            changes = set_policy_changes(network, wanted)
-            for kind in ("Remove",) if removals else ("Add", "Update"):
-                policies = changes.get(kind)
-                if not policies:
-                    continue
-                request = {
-                    "ResourceType": "Policy",
-                    "RequestType": kind,
-                    "Settings": {"Policies": policies},
-                }
-                try:
-                    await self._call(self.hcn.modify_network, network_id, request)
-                except HcnError as exc:
-                    failures.append(f"network {network_id} sets: {exc}")
-                    self._must_list = True  # re-read what the network holds
-                    continue
-                network["Policies"] = _merged_sets(network.get("Policies") or [], kind, policies)
-        return failures
 
     # --- status, timers, dump --------------------------------------------------------------
 
@@ -369,13 +340,26 @@ class WindowsPlatform:
     def wants_apply_at(self) -> float:
         if self._view is None:
             return math.inf
+        # Refused endpoints and networks are retried alone when their backoff ends.
+        due = min(
+            self._next_refresh,
+            self._endpoints.held.next_retry(),
+            self._sets.held.next_retry(),
+        )
         if self._must_list or self._unmapped():
-            return min(self._next_refresh, self._last_apply + _PENDING_RETRY_SECONDS)
-        return self._next_refresh
+            return min(due, self._last_apply + _PENDING_RETRY_SECONDS)
+        return due
+
+    def quarantined(self) -> list[tuple[str, Rejection]]:
+        """What HNS refused, retried alone with backoff: ("workload K" or "network ID", why)."""
+        return [
+            *((f"workload {key}", why) for key, why in self._endpoints.held.items()),
+            *((f"network {network_id}", why) for network_id, why in self._sets.held.items()),
+        ]
 
     def fail_closed(self) -> list[FailClosed]:
         """Every rule in force now that HNS could not express exactly."""
-        notes = {n for r in self._rendered.values() for n in r.fail_closed}
+        notes = {n for r in self._endpoints.all_rendered() for n in r.fail_closed}
         return sorted(notes, key=str)
 
     async def serve(self) -> None:
@@ -386,11 +370,16 @@ class WindowsPlatform:
         view = self._view or HnsView()
         for network_id, network in sorted(view.networks.items()):
             sets = [p for p in network.get("Policies") or () if p.get("Type") == "SetPolicy"]
-            out.append(f"network {network.get('Name')} {network_id}: {len(sets)} set(s)")
+            held_sets = self._sets.held.get(network_id)
+            refused = f"; set writes refused: {held_sets.reason}" if held_sets else ""
+            out.append(f"network {network.get('Name')} {network_id}: {len(sets)} set(s){refused}")
         for key in sorted(self._desired.endpoints):
             found = view.find(_addresses(self._desired.endpoints[key]))
             where = f"HNS endpoint {found.id}" if found else "no HNS endpoint yet"
-            rendered = self._rendered.get(key)
+            rendered = self._endpoints.rendered(key)
+            held = self._endpoints.held.get(key)
+            if held is not None:
+                where += f"; refused {held.failures} time(s), retried with backoff: {held.reason}"
             out.append(f"workload {key}: {where}")
             out.extend(f"  {acl}" for acl in (rendered.acls if rendered else ()))
         notes = self.fail_closed()
@@ -403,14 +392,3 @@ class WindowsPlatform:
 
 def _addresses(endpoint: WorkloadEndpoint) -> tuple[str, ...]:
     return tuple(net.split("/")[0] for net in (*endpoint.ipv4_nets, *endpoint.ipv6_nets))
-
-
-def _merged_sets(current: list[Json], kind: str, policies: list[Json]) -> list[Json]:
-    """The network's policies after a successful set request (as HNS merges them)."""
-    ids = {p["Settings"]["Id"] for p in policies}
-    kept = [
-        p
-        for p in current
-        if p.get("Type") != "SetPolicy" or (p.get("Settings") or {}).get("Id") not in ids
-    ]
-    return kept if kind == "Remove" else [*kept, *policies]

@@ -7,16 +7,22 @@ managers build, and the Windows verdicts from the simulated host's ACLs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
+import trio
+import trio.testing
 from google.protobuf.message import Message
 
+from dataplane.core.loop import Dataplane
 from dataplane.managers import convert
 from dataplane.model import IPSet, IPSetType, WorkloadEndpoint
 from dataplane.windows import acl
 from dataplane.windows.hcn import Json
+from dataplane.windows.platform import WindowsPlatform
+from dataplane.windows.simhost import SimHost
 from dataplane.windows.verdict import packet_verdict
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests import reference_eval as ref
@@ -33,6 +39,25 @@ _TYPES = {
 async def inline(fn: Callable[[], T]) -> T:
     """Run an HCN call on the loop's thread: tests see every call finish before settling."""
     return fn()
+
+
+@asynccontextmanager
+async def node(
+    host: SimHost, **options: object
+) -> AsyncIterator[tuple[Dataplane, WindowsPlatform]]:
+    """A running loop over a Windows platform on ``host``; input closed on exit."""
+    platform = WindowsPlatform(host, offload=inline, **options)  # type: ignore[arg-type]
+    dp = Dataplane(platform)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(dp.run)
+        yield dp, platform
+        dp.close_input()
+
+
+async def send(dp: Dataplane, *msgs: Message) -> None:
+    for msg in msgs:
+        dp.send_message(msg)
+    await trio.testing.wait_all_tasks_blocked()
 
 
 def messages() -> list[Message]:
@@ -83,12 +108,14 @@ def probes() -> Iterator[tuple[ref.Packet, acl.Packet]]:
                 )
 
 
-def disagreements(host: Json, model: Model) -> list[str]:
+def disagreements(host: Json, model: Model, *, openings_only: bool = False) -> list[str]:
     """Packets whose HNS verdict is not the reference's, except where HNS must fail closed.
 
     The scenario's only rule HNS cannot say is "ICMPv4 echo from web to
     api" (an ICMP type): the allow is left out, so those packets may drop
-    (and nothing else may differ).
+    (and nothing else may differ). With ``openings_only``, only packets HNS
+    allows that the reference denies: what must never happen, even while
+    HNS refuses writes.
     """
     pods = {p.ipv4: p for p in sc.PODS} | {p.ipv6: p for p in sc.PODS}
     out = []
@@ -103,6 +130,8 @@ def disagreements(host: Json, model: Model) -> list[str]:
         got = packet_verdict(host, hns_packet)
         fails_closed = ref_packet.protocol == "icmp" and src.app == "web" and dst.app == "api"
         if got.allowed == expected.allowed or (fails_closed and not got.allowed):
+            continue
+        if openings_only and not got.allowed:
             continue
         out.append(f"{ref_packet}: HNS {got}, reference {expected}")
     return out
