@@ -110,19 +110,27 @@ def _platform(name: str, args: argparse.Namespace) -> Platform:
 def _windows_platform(args: argparse.Namespace) -> Platform:
     from pathlib import Path  # noqa: PLC0415
 
+    from dataplane.windows.hcn import HCN  # noqa: PLC0415
+    from dataplane.windows.hcn_ctypes import HcnBinding  # noqa: PLC0415
     from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN  # noqa: PLC0415
     from dataplane.windows.platform import WindowsPlatform  # noqa: PLC0415
     from dataplane.windows.simhost import SimHost  # noqa: PLC0415
 
-    if not args.hns_fake:
+    host: HCN
+    if args.hns_fake:
+        try:
+            host = SimHost.load(Path(args.hns_fake))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise PlatformUnavailableError(
+                f"cannot load the HNS host {args.hns_fake}: {exc}"
+            ) from None
+    elif sys.platform == "win32":
+        host = HcnBinding.load()
+    else:
         raise PlatformUnavailableError(
             f"--platform windows on {sys.platform} needs --hns-fake FILE, a simulated HNS host"
-            " (see README, 'Windows'); the computenetwork.dll binding is not in this build yet"
+            " (see README, 'Windows'); the real HNS is reached only on Windows"
         )
-    try:
-        host = SimHost.load(Path(args.hns_fake))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PlatformUnavailableError(f"cannot load the HNS host {args.hns_fake}: {exc}") from None
     return WindowsPlatform(
         host,
         network_pattern=os.environ.get("KUBE_NETWORK") or DEFAULT_NETWORK_PATTERN,

@@ -8,8 +8,8 @@ lists, ports and protocols are comma-separated strings; ``Priority`` and
 the ``Flags`` fields are numbers.
 
 Two implementations: :mod:`dataplane.windows.simhost` (a simulated host
-that enforces HNS's rules, for Linux) and the ``ctypes`` binding to
-``computenetwork.dll`` (Windows only). Both raise :class:`HcnError` with
+that enforces HNS's rules, for Linux) and :mod:`dataplane.windows.hcn_ctypes`,
+the ``ctypes`` binding to ``computenetwork.dll`` (Windows only). Both raise :class:`HcnError` with
 the HRESULT HNS returns, so callers can tell "not found" from "refused".
 
 Each method is one logical HNS operation; :attr:`HCN.calls` counts them by
