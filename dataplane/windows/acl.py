@@ -74,7 +74,12 @@ class SideVerdict:
     rule: AclRule | None
 
 
-def _split(value: object, key: str) -> tuple[str, ...]:
+def comma_list(value: object, key: str) -> tuple[str, ...]:
+    """A list as hcsshim marshals it (``"a,b"``); absent or empty is no item.
+
+    The one parser of HNS's comma-separated fields (ACL addresses and ports,
+    SetPolicy ``Values``); ValueError names ``key`` for anything else.
+    """
     if value is None or value == "":
         return ()
     if not isinstance(value, str):
@@ -87,7 +92,7 @@ def _split(value: object, key: str) -> tuple[str, ...]:
 
 def _ports(value: object, key: str) -> tuple[PortRange, ...]:
     out = []
-    for item in _split(value, key):
+    for item in comma_list(value, key):
         first, dash, last = item.partition("-")
         if not first.isdigit() or (dash and not last.isdigit()):
             raise ValueError(f"{key}: {item!r} is not a port or a port range")
@@ -127,7 +132,7 @@ def parse_acl(settings: Json) -> AclRule:
     if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 65535:
         raise ValueError(f"Priority must be a number 0-65535, not {priority!r}")
     protocols: set[int] = set()
-    for item in _split(settings.get("Protocols"), "Protocols"):
+    for item in comma_list(settings.get("Protocols"), "Protocols"):
         if not item.isdigit() or int(item) > ANY_PROTOCOL:
             raise ValueError(f"Protocols: {item!r} is not a protocol number")
         protocols.add(int(item))
@@ -137,8 +142,8 @@ def parse_acl(settings: Json) -> AclRule:
         rule_type=_choice(settings, "RuleType", ("Switch", "Host"), "Switch"),
         priority=priority,
         protocols=None if not protocols or ANY_PROTOCOL in protocols else frozenset(protocols),
-        local_addresses=_split(settings.get("LocalAddresses"), "LocalAddresses"),
-        remote_addresses=_split(settings.get("RemoteAddresses"), "RemoteAddresses"),
+        local_addresses=comma_list(settings.get("LocalAddresses"), "LocalAddresses"),
+        remote_addresses=comma_list(settings.get("RemoteAddresses"), "RemoteAddresses"),
         local_ports=_ports(settings.get("LocalPorts"), "LocalPorts"),
         remote_ports=_ports(settings.get("RemotePorts"), "RemotePorts"),
     )
@@ -150,7 +155,8 @@ def set_members(network: Json) -> dict[str, tuple[IpNet, ...]]:
     for policy in network.get("Policies") or ():
         if policy.get("Type") == "SetPolicy":
             s = policy.get("Settings") or {}
-            raw[str(s.get("Id"))] = (str(s.get("PolicyType")), _split(s.get("Values"), "Values"))
+            members = comma_list(s.get("Values"), "Values")
+            raw[str(s.get("Id"))] = (str(s.get("PolicyType")), members)
     out: dict[str, tuple[IpNet, ...]] = {}
 
     def expand(set_id: str, seen: frozenset[str]) -> tuple[IpNet, ...]:

@@ -29,13 +29,14 @@ is widened, a pass that cannot be expressed becomes a widened deny. The
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from dataplane.model import Action, DirectionPolicy, IPSet, Policy, PolicyKey, Profile, Rule
 from dataplane.windows.acl_policy import Acl, branch_acls
 from dataplane.windows.addresses import AddressSet
-from dataplane.windows.match import ANY, Branch, Compiled, Side, compile_rule
+from dataplane.windows.match import ANY, Branch, Compiled, SetView, Side, compile_rule
 
 __all__ = [
     "BASE_PRIORITY",
@@ -80,7 +81,8 @@ class RenderContext:
     """Everything rendering depends on besides the endpoint's effective policy.
 
     One context serves one apply: the rules of a policy used by many
-    endpoints are compiled once (``_compiled``), which only holds because
+    endpoints are compiled once (``_compiled``) and each set is parsed once
+    (``_set_view``), which only holds because
     nothing it depends on changes while the context lives.
     """
 
@@ -92,10 +94,14 @@ class RenderContext:
     token: Callable[[str], str | None] = field(default=lambda set_id: None)
     _compiled: dict[tuple[Rule, bool], Compiled] = field(default_factory=dict, compare=False)
 
+    @functools.cached_property
+    def _set_view(self) -> SetView:
+        return SetView(self.sets, self.token)
+
     def compile(self, rule: Rule, *, widen: bool = False) -> Compiled:
         found = self._compiled.get((rule, widen))
         if found is None:
-            found = compile_rule(rule, self.sets, self.versions, token=self.token, widen=widen)
+            found = compile_rule(rule, self._set_view, self.versions, widen=widen)
             self._compiled[(rule, widen)] = found
         return found
 

@@ -34,6 +34,7 @@ __all__ = [
     "PORT_PROTOCOLS",
     "Branch",
     "Compiled",
+    "SetView",
     "Side",
     "compile_rule",
 ]
@@ -157,20 +158,34 @@ class Compiled:
     inexact: tuple[str, ...] = ()  # what HNS could not say exactly, for the report
 
 
-@dataclass(frozen=True, slots=True)
-class _SetView:
-    """The IP sets a rule may name, and the SetPolicy id of each where sets are objects."""
+class SetView:
+    """The IP sets rules may name, each parsed once per render pass.
 
-    sets: Mapping[str, IPSet]
-    token: Callable[[str], str | None]
+    A set named by many rules (or by one rule on many endpoints) is turned
+    into address sets once; the view must not outlive the sets it reads.
+    """
+
+    def __init__(
+        self, sets: Mapping[str, IPSet], token: Callable[[str], str | None] = lambda _: None
+    ) -> None:
+        self.sets = sets
+        self.token = token  # the SetPolicy id standing for a set, where sets are objects
+        self._addresses: dict[tuple[str, int], AddressSet] = {}
+        self._named: dict[tuple[str, int], dict[tuple[int, int], AddressSet]] = {}
 
     def addresses(self, set_id: str, version: int) -> AddressSet:
-        ipset = self.sets.get(set_id)  # a set we never got is empty, as in Felix
-        members = () if ipset is None else (m for m in ipset.members if "," not in m)
-        return AddressSet.of(version, members)
+        found = self._addresses.get((set_id, version))
+        if found is None:
+            ipset = self.sets.get(set_id)  # a set we never got is empty, as in Felix
+            members = () if ipset is None else (m for m in ipset.members if "," not in m)
+            found = self._addresses[(set_id, version)] = AddressSet.of(version, members)
+        return found
 
     def named_ports(self, set_id: str, version: int) -> dict[tuple[int, int], AddressSet]:
         """Members ``ip,proto:port`` grouped by (protocol, port)."""
+        found = self._named.get((set_id, version))
+        if found is not None:
+            return found
         ipset = self.sets.get(set_id)
         groups: dict[tuple[int, int], list[str]] = {}
         for member in () if ipset is None else ipset.members:
@@ -178,12 +193,12 @@ class _SetView:
             if comma:
                 proto, _, port = proto_port.partition(":")
                 groups.setdefault((protocol_number(proto), int(port)), []).append(address)
-        out = {}
+        found = self._named[(set_id, version)] = {}
         for key, addresses in groups.items():
-            found = AddressSet.of(version, addresses)
-            if found:
-                out[key] = found
-        return out
+            group = AddressSet.of(version, addresses)
+            if group:
+                found[key] = group
+        return found
 
 
 def _on(side: str, match: Side, protocols: frozenset[int] | None = None) -> Branch:
@@ -202,7 +217,7 @@ def _and_all(groups: Iterable[list[Branch]]) -> list[Branch]:
 
 
 class _Compiler:
-    def __init__(self, rule: Rule, view: _SetView, widen: bool) -> None:
+    def __init__(self, rule: Rule, view: SetView, widen: bool) -> None:
         self.rule = rule
         self.view = view
         self.widen = widen
@@ -341,21 +356,20 @@ def _needs_family(rule: Rule) -> bool:
 
 def compile_rule(
     rule: Rule,
-    sets: Mapping[str, IPSet],
+    sets: SetView,
     versions: tuple[int, ...],
     *,
-    token: Callable[[str], str | None] = lambda set_id: None,
     widen: bool = False,
 ) -> Compiled:
     """``rule``'s match as branches over the host's IP ``versions``.
 
-    ``token`` gives the ``SetPolicy`` id standing for a set where the host
-    keeps sets as objects (None: expand its members). With ``widen``,
+    ``sets.token`` gives the ``SetPolicy`` id standing for a set where the
+    host keeps sets as objects (None: expand its members). With ``widen``,
     inexact constraints are dropped (a superset of the rule's packets);
     without, a rule with one matches only what the exact part of it can say
     and the caller must not render it as an allow.
     """
-    compiler = _Compiler(rule, _SetView(sets, token), widen)
+    compiler = _Compiler(rule, sets, widen)
     if rule.ip_version is not None:
         versions = tuple(v for v in versions if v == rule.ip_version)
     families = versions if _needs_family(rule) else versions[:1]

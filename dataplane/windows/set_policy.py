@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping
 
 from dataplane.model import IPSet, IPSetType
+from dataplane.windows.acl import comma_list
 from dataplane.windows.hcn import Json
 
 __all__ = ["NAME_PREFIX", "SetPolicyChanges", "set_policy", "set_policy_changes", "set_token"]
@@ -60,8 +61,11 @@ SetPolicyChanges = dict[str, list[Json]]  # request type -> policies
 def _value(policy: Json) -> tuple[str, frozenset[str]]:
     """What a set holds, however HNS orders or spaces its members."""
     settings = policy.get("Settings") or {}
-    values = str(settings.get("Values") or "")
-    return str(settings.get("PolicyType")), frozenset(v.strip() for v in values.split(",") if v)
+    try:
+        members = frozenset(comma_list(settings.get("Values"), "Values"))
+    except ValueError:
+        members = frozenset({repr(settings.get("Values"))})  # unreadable: differs from ours
+    return str(settings.get("PolicyType")), members
 
 
 def set_policy_changes(network: Json, wanted: Mapping[str, Json]) -> SetPolicyChanges:

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dataplane.windows.acl import parse_acl
+from dataplane.windows.acl import comma_list, parse_acl
 from dataplane.windows.hcn import (
     E_FAIL,
     E_NOTIMPL,
@@ -308,14 +308,12 @@ class SimHost:
             )
         if set_type not in ("IPSET", "NESTEDIPSET") or not settings.get("Id"):
             raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, f"SetPolicy {settings!r}")
-        if set_type == "IPSET":
-            for value in filter(None, str(settings.get("Values", "")).split(",")):
-                try:
-                    ipaddress.ip_network(value, strict=False)
-                except ValueError:
-                    raise HcnError(
-                        "ModifyNetwork", target, HCN_E_INVALID_POLICY, f"member {value!r}"
-                    ) from None
+        try:
+            members = comma_list(settings.get("Values"), "Values")
+            for value in members if set_type == "IPSET" else ():
+                ipaddress.ip_network(value, strict=False)
+        except ValueError as exc:
+            raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, str(exc)) from None
 
     def _check_load_balancer(self, lb: Json, call: str, skip: str | None) -> None:
         if not lb.get("PortMappings") or not lb.get("HostComputeEndpoints"):
