@@ -53,6 +53,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContext, render_direction
 from dataplane.windows.desired import Desired
@@ -119,6 +120,8 @@ class WindowsPlatform:
         self._last_apply = -math.inf
         self._unsupported_logged: set[str] = set()
         self.services: dict[ServiceKey, Service] = {}
+        self.vteps: dict[str, Vtep] = {}
+        self.routes: dict[str, Route] = {}
 
     # --- sinks ----------------------------------------------------------------
 
@@ -174,6 +177,18 @@ class WindowsPlatform:
 
     def remove_ip_pool(self, pool_id: str) -> None:
         pass
+
+    def set_vtep(self, vtep: Vtep) -> None:
+        self.vteps[vtep.node] = vtep
+
+    def remove_vtep(self, node: str) -> None:
+        self.vteps.pop(node, None)
+
+    def set_route(self, route: Route) -> None:
+        self.routes[route.dst] = route
+
+    def remove_route(self, dst: str) -> None:
+        self.routes.pop(dst, None)
 
     def set_service(self, service: Service) -> None:
         self.services[service.key] = service
