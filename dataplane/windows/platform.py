@@ -63,7 +63,7 @@ from dataplane.windows.desired import Desired
 from dataplane.windows.endpoint_render import render_endpoint, render_fail_closed
 from dataplane.windows.hcn import HCN, HnsVersion
 from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView
-from dataplane.windows.programmers import EndpointProgrammer, Refusal, SetProgrammer
+from dataplane.windows.programmers import EndpointProgrammer, SetProgrammer, log_refusals
 from dataplane.windows.set_policy import set_token
 from dataplane.windows.vxlan_programmer import VxlanProgrammer
 
@@ -265,31 +265,13 @@ class WindowsPlatform:
             await self._sets.apply(view, self._desired.sets.values(), removals=True)
             self._sets_pending = bool(self._sets.held)
         await self._call(self.hcn.flush)
-        self._report(self._endpoints.take_refusals(), self._sets.take_refusals())
+        log_refusals(self._endpoints.take_refusals(), self._sets.take_refusals())
         self._statuses = self._endpoint_statuses(view)
         self._last_apply = self._clock()
 
     def _find(self, key: WorkloadEndpointKey) -> HnsEndpoint | None:
         assert self._view is not None
         return self._view.find(_addresses(self._desired.endpoints[key]))
-
-    def _report(
-        self, endpoints: list[Refusal[WorkloadEndpointKey]], networks: list[Refusal[str]]
-    ) -> None:
-        for refusal in endpoints:
-            log.error(
-                "workload %s: HNS refused its ACLs: %s; quarantined, %s",
-                refusal.key,
-                refusal.message,
-                refusal.kept,
-            )
-        for refused in networks:
-            log.error(
-                "network %s: HNS refused its IP sets: %s; quarantined, %s",
-                refused.key,
-                refused.message,
-                refused.kept,
-            )
 
     def _endpoint_statuses(self, view: HnsView) -> dict[EndpointKey, EndpointStatus]:
         statuses: dict[EndpointKey, EndpointStatus] = {
