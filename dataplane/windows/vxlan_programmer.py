@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from dataplane.core.quarantine import Quarantine, Rejection
 from dataplane.model.routes import Route, Vtep
-from dataplane.windows.hcn import HCN, HcnError, Json
+from dataplane.windows.hcn import HCN, HCN_E_POLICY_NOT_FOUND, HcnError, Json
 from dataplane.windows.hns_view import HnsView
 from dataplane.windows.programmers import CallHcn
 from dataplane.windows.vxlan_render import (
@@ -160,6 +160,9 @@ class VxlanProgrammer:
         except HcnError as exc:
             if exc.not_found:
                 raise
+            if kind == "Remove" and exc.hresult == HCN_E_POLICY_NOT_FOUND:
+                self.held.release(key)
+                return True  # someone removed it first: as good as done
             if self.held.reject(key, str(exc)):
                 found = parse_route(policy)
                 what = str(found) if found is not None else repr(policy.get("Settings"))

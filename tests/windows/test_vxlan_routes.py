@@ -236,6 +236,25 @@ def test_routes_changed_behind_our_back_are_repaired_at_refresh() -> None:
     assert routes_on(host) == expected()
 
 
+def test_removing_a_route_someone_already_removed_is_done_not_refused() -> None:
+    host = overlay_host()
+
+    async def main() -> None:
+        async with node(host) as (dp, platform):
+            await send(dp, *cluster())
+            # Gone from HNS after our last listing; our copy still shows it.
+            policies = host.networks[OVERLAY_ID]["Policies"]
+            (gone,) = [
+                p for p in policies if p["Settings"].get("DestinationPrefix") == "10.65.3.0/26"
+            ]
+            policies.remove(gone)
+            await send(dp, pb.VXLANTunnelEndpointRemove(node="node-3"))
+            assert not platform.quarantined()
+
+    run_trio(main)
+    assert routes_on(host) == {k: v for k, v in expected().items() if k != "10.65.3.0/26"}
+
+
 class RefusingHost(SimHost):
     """HNS refusing one destination's route (a policy it will not take)."""
 
