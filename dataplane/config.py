@@ -67,6 +67,9 @@ class Config:
     device_route_protocol: int = 3
     max_ipset_size: int = 1048576
     felix_hostname: str = ""
+    # The VXLAN network identifier of the overlay (on Windows, the
+    # RemoteSubnetRoutes' IsolationId).
+    vxlan_vni: int = 4096
 
 
 # ---------------------------------------------------------------------------
@@ -200,6 +203,13 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _vni(raw: str) -> int:
+    value = _int(raw)
+    if not 0 <= value < 1 << 24:
+        raise ValueError("a VXLAN VNI is 24 bits: 0..16777215")
+    return value
+
+
 def _route_protocol(raw: str) -> int:
     value = _int(raw)
     if not 0 < value < 256:
@@ -277,6 +287,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DeviceRouteProtocol": ("device_route_protocol", _route_protocol),
     "MaxIpsetSize": ("max_ipset_size", _positive_int),
     "FelixHostname": ("felix_hostname", _text),
+    "VXLANVNI": ("vxlan_vni", _vni),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 assert {a for a, _ in _KEYS.values()} <= {f.name for f in fields(Config)}

@@ -76,6 +76,9 @@ def test_absent_keys_keep_the_base_value() -> None:
         ("NATPortRange", "2000:1000"),
         ("InterfacePrefix", ""),
         ("DeviceRouteProtocol", "300"),
+        ("VXLANVNI", "16777216"),
+        ("VXLANVNI", "-1"),
+        ("VXLANVNI", "many"),
     ],
 )
 def test_invalid_values_name_key_and_value(key: str, value: str) -> None:
@@ -96,3 +99,10 @@ def test_a_mark_mask_too_narrow_for_our_marks_is_refused_at_the_edge() -> None:
     with pytest.raises(ConfigError, match=r"IptablesMarkMask.*at least 10 bits"):
         parse_config({"IptablesMarkMask": "0xff000000"})
     assert parse_config({"IptablesMarkMask": "0x000ffc00"}).iptables_mark_mask == 0xFFC00
+
+
+def test_vxlan_vni_is_felixs_default_and_24_bits() -> None:
+    assert Config().vxlan_vni == 4096
+    assert parse_config({"VXLANVNI": "4097"}).vxlan_vni == 4097
+    assert parse_config({"vxlanvni": "0x1000"}).vxlan_vni == 4096
+    assert parse_config({"VXLANVNI": "16777215"}).vxlan_vni == 16777215

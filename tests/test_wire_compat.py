@@ -149,10 +149,10 @@ ROUTES: dict[str, tuple[str, str | None]] = {
     "service_account_remove": _IGNORED,
     "namespace_update": _IGNORED,
     "namespace_remove": _IGNORED,
-    "route_update": _IGNORED,
-    "route_remove": _IGNORED,
-    "vtep_update": _IGNORED,
-    "vtep_remove": _IGNORED,
+    "route_update": ("RoutesManager", "routes"),
+    "route_remove": ("RoutesManager", "routes"),
+    "vtep_update": ("RoutesManager", "vteps"),
+    "vtep_remove": ("RoutesManager", "vteps"),
     "wireguard_endpoint_update": _IGNORED,
     "wireguard_endpoint_remove": _IGNORED,
     "wireguard_endpoint_v6_update": _IGNORED,
@@ -195,6 +195,10 @@ BASELINE: list[Message] = [
     pb.IPAMPoolUpdate(id="pool", pool=pb.IPAMPool(cidr="10.0.0.0/16")),
     _service("web"),
     _backends("10.65.0.20"),
+    pb.RouteUpdate(types=pb.REMOTE_WORKLOAD, dst="10.0.1.0/26", dst_node_name="n2"),
+    pb.VXLANTunnelEndpointUpdate(
+        node="n2", mac="66:1a:2b:3c:4d:5e", ipv4_addr="10.0.1.0", parent_device_ip="192.0.2.2"
+    ),
 ]
 # A minimal valid message per kind that has a destination other than
 # "ignored"; ignored kinds are sent empty (nothing reads them).
@@ -223,6 +227,12 @@ MESSAGES: dict[str, Message] = {
     "service_update": _service("api"),
     "service_remove": pb.ServiceRemove(name="web", namespace="prod"),
     "service_backends_update": _backends("10.65.0.20", "10.65.0.21"),
+    "route_update": pb.RouteUpdate(types=pb.REMOTE_WORKLOAD, dst="10.0.2.0/26", dst_node_name="n3"),
+    "route_remove": pb.RouteRemove(dst="10.0.1.0/26"),
+    "vtep_update": pb.VXLANTunnelEndpointUpdate(
+        node="n3", mac="66:1a:2b:3c:4d:5f", ipv4_addr="10.0.2.0", parent_device_ip="192.0.2.3"
+    ),
+    "vtep_remove": pb.VXLANTunnelEndpointRemove(node="n2"),
 }
 # What the loop logs at INFO and above for the message under test; a kind a
 # manager handles logs nothing there.

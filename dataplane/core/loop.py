@@ -43,6 +43,7 @@ from dataplane.managers import (
     Manager,
     PolicyManager,
     PoolsManager,
+    RoutesManager,
     ServicesManager,
 )
 from dataplane.managers.index import PolicyIndex
@@ -116,6 +117,7 @@ class Dataplane:
             PolicyManager(platform, self.policy_index),
             EndpointManager(platform, self.policy_index),
             PoolsManager(platform),
+            RoutesManager(platform),
             self.services,
         ]
         self._configure_managers()

@@ -33,6 +33,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "Platform",
     "PolicyUsers",
     "PoolsSink",
+    "RoutesSink",
     "RulesSink",
     "ServicesSink",
 ]
@@ -91,6 +93,18 @@ class PoolsSink(Protocol):
     def remove_ip_pool(self, pool_id: str) -> None: ...
 
 
+class RoutesSink(Protocol):
+    def set_vtep(self, vtep: Vtep) -> None:
+        """A node's VXLAN tunnel endpoint, new or changed (this node's own included)."""
+
+    def remove_vtep(self, node: str) -> None: ...
+
+    def set_route(self, route: Route) -> None:
+        """What Felix knows of one destination CIDR, new or changed (keyed by ``dst``)."""
+
+    def remove_route(self, dst: str) -> None: ...
+
+
 class ServicesSink(Protocol):
     def set_service(self, service: Service) -> None:
         """The full desired state of one service (frontends and backends)."""
@@ -121,7 +135,7 @@ class NoPolicyUsers:
         return frozenset()
 
 
-class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, ServicesSink, Protocol):
+class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, RoutesSink, ServicesSink, Protocol):
     """A complete dataplane backend (Linux, Windows, or the in-memory sim)."""
 
     name: str

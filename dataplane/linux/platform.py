@@ -61,6 +61,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["LinuxPlatform"]
@@ -180,6 +181,18 @@ class LinuxPlatform:
 
     def remove_ip_pool(self, pool_id: str) -> None:
         self._nat.remove_pool(pool_id)
+
+    def set_vtep(self, vtep: Vtep) -> None:
+        self._routes_writer.set_vtep(vtep)
+
+    def remove_vtep(self, node: str) -> None:
+        self._routes_writer.remove_vtep(node)
+
+    def set_route(self, route: Route) -> None:
+        self._routes_writer.set_node_route(route)
+
+    def remove_route(self, dst: str) -> None:
+        self._routes_writer.remove_node_route(dst)
 
     def set_service(self, service: Service) -> None:
         self._services.set(service)

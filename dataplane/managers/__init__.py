@@ -25,6 +25,7 @@ from dataplane.managers.endpoints import EndpointManager
 from dataplane.managers.ipsets import IPSetsManager
 from dataplane.managers.policy import PolicyManager
 from dataplane.managers.pools import PoolsManager
+from dataplane.managers.routes import RoutesManager
 from dataplane.managers.services import ServicesManager
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Manager",
     "PolicyManager",
     "PoolsManager",
+    "RoutesManager",
     "ServicesManager",
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataplane.model import Rule, TierInfo
+from dataplane.model.routes import RoutePriority
 
 if TYPE_CHECKING:
     from dataplane.sim.platform import SimState
@@ -64,6 +65,43 @@ def _describe_tiers(label: str, tiers: tuple[TierInfo, ...]) -> list[str]:
     ]
 
 
+def _describe_routes(state: SimState) -> list[str]:
+    out = [f"vxlan tunnel endpoints ({len(state.vteps)}):"]
+    for node in sorted(state.vteps):
+        vtep = state.vteps[node]
+        out.append(f"  {node}")
+        out.extend(
+            f"    ipv{version} {family.address} mac {family.mac} via {family.parent_address}"
+            for version, family in ((4, vtep.v4), (6, vtep.v6))
+            if family is not None
+        )
+    out.append(f"routes ({len(state.routes)}):")
+    for dst in sorted(state.routes):
+        route = state.routes[dst]
+        types = "|".join(t.name or "" for t in route.types) or "CIDR_INFO"
+        parts = [f"  {dst} {types} pool={route.pool_type.value}"]
+        if route.dst_node_name:
+            parts.append(f"node={route.dst_node_name}")
+        if route.dst_node_ip:
+            parts.append(f"node_ip={route.dst_node_ip}")
+        parts.extend(
+            flag
+            for flag, on in (
+                ("same-subnet", route.same_subnet),
+                ("nat-outgoing", route.nat_outgoing),
+                ("local-workload", route.local_workload),
+                ("borrowed", route.borrowed),
+                ("tunnel-ipip", route.tunnel.ipip),
+                ("tunnel-vxlan", route.tunnel.vxlan),
+                ("tunnel-wireguard", route.tunnel.wireguard),
+                ("elevated", route.priority is RoutePriority.ELEVATED),
+            )
+            if on
+        )
+        out.append(" ".join(parts))
+    return out
+
+
 def dump_state(state: SimState) -> str:
     """Render a state as stable, sorted text (used by replay and golden tests)."""
     out = [f"ip sets ({len(state.ipsets)}):"]
@@ -113,6 +151,7 @@ def dump_state(state: SimState) -> str:
             f"    backend {b.address} {b.state.value}{' local' if b.local else ''}"
             for b in svc.backends
         )
+    out.extend(_describe_routes(state))
     out.append(f"host endpoints ({len(state.host_endpoints)}):")
     for hkey in sorted(state.host_endpoints):
         hep = state.host_endpoints[hkey]

@@ -33,6 +33,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 from dataplane.sim.dump import dump_state
 
@@ -50,6 +51,8 @@ class SimState:
     host_endpoints: dict[HostEndpointKey, HostEndpoint] = field(default_factory=dict)
     ip_pools: dict[str, IPPool] = field(default_factory=dict)
     services: dict[ServiceKey, Service] = field(default_factory=dict)
+    vteps: dict[str, Vtep] = field(default_factory=dict)
+    routes: dict[str, Route] = field(default_factory=dict)
     # Each endpoint's effective policy, as the managers resolved it.
     effective: dict[EndpointKey, EffectivePolicy | HostEffectivePolicy] = field(
         default_factory=dict
@@ -65,6 +68,8 @@ class SimState:
             dict(self.host_endpoints),
             dict(self.ip_pools),
             dict(self.services),
+            dict(self.vteps),
+            dict(self.routes),
             dict(self.effective),
         )
 
@@ -157,6 +162,20 @@ class SimPlatform:
 
     def remove_ip_pool(self, pool_id: str) -> None:
         self.desired.ip_pools.pop(pool_id, None)
+
+    # --- RoutesSink ---------------------------------------------------------
+
+    def set_vtep(self, vtep: Vtep) -> None:
+        self.desired.vteps[vtep.node] = vtep
+
+    def remove_vtep(self, node: str) -> None:
+        self.desired.vteps.pop(node, None)
+
+    def set_route(self, route: Route) -> None:
+        self.desired.routes[route.dst] = route
+
+    def remove_route(self, dst: str) -> None:
+        self.desired.routes.pop(dst, None)
 
     # --- ServicesSink -------------------------------------------------------
 

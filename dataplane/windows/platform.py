@@ -13,7 +13,10 @@ HNS, in one fixed order:
 3. Endpoints: for each whose rendered ACL list differs from what HNS holds,
    one ``ModifyEndpoint`` replacing the whole list. Identical lists are never
    re-sent: re-applying ACLs resets connections on a real host.
-4. Sets no longer wanted, once no ACL names them.
+4. VXLAN routes (:mod:`dataplane.windows.vxlan_programmer`): one
+   ``ModifyNetwork`` per ``RemoteSubnetRoute`` that differs, after the ACLs
+   so that no pod is reachable from other nodes before its policy is in.
+5. Sets no longer wanted, once no ACL names them.
 
 A restart adopts what it finds: HNS already holding the rendered lists
 means zero modify calls. A refresh re-reads HNS and repairs any endpoint
@@ -53,14 +56,16 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContext, render_direction
 from dataplane.windows.desired import Desired
 from dataplane.windows.endpoint_render import render_endpoint, render_fail_closed
 from dataplane.windows.hcn import HCN, HnsVersion
 from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView
-from dataplane.windows.programmers import EndpointProgrammer, Refusal, SetProgrammer
+from dataplane.windows.programmers import EndpointProgrammer, SetProgrammer, log_refusals
 from dataplane.windows.set_policy import set_token
+from dataplane.windows.vxlan_programmer import VxlanProgrammer
 
 __all__ = ["WindowsPlatform"]
 
@@ -113,6 +118,7 @@ class WindowsPlatform:
         )
         self._sets = SetProgrammer(hcn, self._call, clock)
         self._sets_pending = True
+        self._vxlan = VxlanProgrammer(hcn, self._call, clock)
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._reported: set[FailClosed] = set()
         self._next_refresh = math.inf
@@ -175,6 +181,18 @@ class WindowsPlatform:
     def remove_ip_pool(self, pool_id: str) -> None:
         pass
 
+    def set_vtep(self, vtep: Vtep) -> None:
+        self._vxlan.set_vtep(vtep)
+
+    def remove_vtep(self, node: str) -> None:
+        self._vxlan.remove_vtep(node)
+
+    def set_route(self, route: Route) -> None:
+        self._vxlan.set_route(route)
+
+    def remove_route(self, dst: str) -> None:
+        self._vxlan.remove_route(dst)
+
     def set_service(self, service: Service) -> None:
         self.services[service.key] = service
 
@@ -184,6 +202,7 @@ class WindowsPlatform:
     def configure(self, config: Config) -> None:
         self.config = config
         self._desired.touch_all()
+        self._vxlan.touch()  # the VNI or this node's name may have changed
 
     # --- helpers ----------------------------------------------------------------
 
@@ -239,35 +258,20 @@ class WindowsPlatform:
         fail_closed = render_fail_closed(self._host_addresses, self._versions())
         if await self._endpoints.apply(view, self._find, fail_closed):
             self._must_list = True
+        vni, node = self.config.vxlan_vni, self.config.felix_hostname
+        if await self._vxlan.apply(view, vni, node):
+            self._must_list = True
         if sets:
             await self._sets.apply(view, self._desired.sets.values(), removals=True)
             self._sets_pending = bool(self._sets.held)
         await self._call(self.hcn.flush)
-        self._report(self._endpoints.take_refusals(), self._sets.take_refusals())
+        log_refusals(self._endpoints.take_refusals(), self._sets.take_refusals())
         self._statuses = self._endpoint_statuses(view)
         self._last_apply = self._clock()
 
     def _find(self, key: WorkloadEndpointKey) -> HnsEndpoint | None:
         assert self._view is not None
         return self._view.find(_addresses(self._desired.endpoints[key]))
-
-    def _report(
-        self, endpoints: list[Refusal[WorkloadEndpointKey]], networks: list[Refusal[str]]
-    ) -> None:
-        for refusal in endpoints:
-            log.error(
-                "workload %s: HNS refused its ACLs: %s; quarantined, %s",
-                refusal.key,
-                refusal.message,
-                refusal.kept,
-            )
-        for refused in networks:
-            log.error(
-                "network %s: HNS refused its IP sets: %s; quarantined, %s",
-                refused.key,
-                refused.message,
-                refused.kept,
-            )
 
     def _endpoint_statuses(self, view: HnsView) -> dict[EndpointKey, EndpointStatus]:
         statuses: dict[EndpointKey, EndpointStatus] = {
@@ -300,6 +304,7 @@ class WindowsPlatform:
         interval = self.config.endpoint_refresh_interval
         self._next_refresh = self._clock() + interval if interval > 0 else math.inf
         self._endpoints.recheck_all()
+        self._vxlan.touch()
 
     def _render(self, dirty: set[WorkloadEndpointKey]) -> None:
         desired = self._desired
@@ -345,6 +350,7 @@ class WindowsPlatform:
             self._next_refresh,
             self._endpoints.held.next_retry(),
             self._sets.held.next_retry(),
+            self._vxlan.held.next_retry(),
         )
         if self._must_list or self._unmapped():
             return min(due, self._last_apply + _PENDING_RETRY_SECONDS)
@@ -355,6 +361,7 @@ class WindowsPlatform:
         return [
             *((f"workload {key}", why) for key, why in self._endpoints.held.items()),
             *((f"network {network_id}", why) for network_id, why in self._sets.held.items()),
+            *self._vxlan.quarantined(),
         ]
 
     def fail_closed(self) -> list[FailClosed]:
@@ -373,6 +380,7 @@ class WindowsPlatform:
             held_sets = self._sets.held.get(network_id)
             refused = f"; set writes refused: {held_sets.reason}" if held_sets else ""
             out.append(f"network {network.get('Name')} {network_id}: {len(sets)} set(s){refused}")
+        out.extend(self._vxlan.dump(view))
         for key in sorted(self._desired.endpoints):
             found = view.find(_addresses(self._desired.endpoints[key]))
             where = f"HNS endpoint {found.id}" if found else "no HNS endpoint yet"

@@ -17,6 +17,7 @@ everything blocked but the host's own traffic.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ from dataplane.windows.hcn import HCN, HcnError, Json
 from dataplane.windows.hns_view import HnsEndpoint, HnsView, acl_key
 from dataplane.windows.set_policy import set_policy, set_policy_changes, set_token
 
-__all__ = ["EndpointProgrammer", "Refusal", "SetProgrammer"]
+__all__ = ["EndpointProgrammer", "Refusal", "SetProgrammer", "log_refusals"]
+
+log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 
@@ -46,6 +49,24 @@ class Refusal(Generic[K]):
     key: K
     message: str
     kept: str
+
+
+def log_refusals(endpoints: Iterable[Refusal[Any]], networks: Iterable[Refusal[str]]) -> None:
+    """One line per object newly quarantined, saying what is in force instead."""
+    for refusal in endpoints:
+        log.error(
+            "workload %s: HNS refused its ACLs: %s; quarantined, %s",
+            refusal.key,
+            refusal.message,
+            refusal.kept,
+        )
+    for refused in networks:
+        log.error(
+            "network %s: HNS refused its IP sets: %s; quarantined, %s",
+            refused.key,
+            refused.message,
+            refused.kept,
+        )
 
 
 def _policy_request(kind: str, policies: list[Json]) -> Json:

@@ -2,14 +2,21 @@
 
 Only now that policy is in force (the platform writes these after the
 tables) do new pods become routable.
+
+It also keeps Felix's routes to other nodes' blocks and the nodes' VXLAN
+tunnel endpoints as the managers hand them over. They are not programmed
+yet (routes via the VXLAN device and its neighbours are issue 12's); they
+are held so that nothing handed over is lost, ready for that work.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 from dataplane.linux.links import LinkState
 from dataplane.model import WorkloadEndpoint, WorkloadEndpointKey
+from dataplane.model.routes import Route, Vtep
 
 __all__ = ["RoutesWriter"]
 
@@ -17,12 +24,36 @@ __all__ = ["RoutesWriter"]
 class RoutesWriter:
     def __init__(self) -> None:
         self._endpoints: dict[WorkloadEndpointKey, WorkloadEndpoint] = {}
+        self._vteps: dict[str, Vtep] = {}
+        self._node_routes: dict[str, Route] = {}
 
     def set(self, endpoint: WorkloadEndpoint) -> None:
         self._endpoints[endpoint.key] = endpoint
 
     def remove(self, key: WorkloadEndpointKey) -> None:
         self._endpoints.pop(key, None)
+
+    def set_vtep(self, vtep: Vtep) -> None:
+        self._vteps[vtep.node] = vtep
+
+    def remove_vtep(self, node: str) -> None:
+        self._vteps.pop(node, None)
+
+    def set_node_route(self, route: Route) -> None:
+        self._node_routes[route.dst] = route
+
+    def remove_node_route(self, dst: str) -> None:
+        self._node_routes.pop(dst, None)
+
+    @property
+    def vteps(self) -> Mapping[str, Vtep]:
+        """Every node's VXLAN tunnel endpoint, by node name (held, not programmed)."""
+        return MappingProxyType(self._vteps)
+
+    @property
+    def node_routes(self) -> Mapping[str, Route]:
+        """Felix's routes by destination CIDR (held, not programmed)."""
+        return MappingProxyType(self._node_routes)
 
     def routes(self) -> dict[str, str]:
         """Destination CIDR -> interface, for every workload address."""
