@@ -33,6 +33,7 @@ import copy
 import ipaddress
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -182,6 +183,10 @@ class SimHost:
             kind, policies = _policy_request(request, "ModifyNetwork", network_id)
             for policy in policies:
                 self._check_network_policy(policy, network_id)
+                if policy.get("Type") == "RemoteSubnetRoute" and kind != "Remove":
+                    why = _route_problem(network, policy.get("Settings") or {}, self._version)
+                    if why:
+                        raise HcnError("ModifyNetwork", network_id, HCN_E_INVALID_POLICY, why)
             network["Policies"] = _merged_network(network.get("Policies") or [], kind, policies)
 
     def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
@@ -321,6 +326,28 @@ class SimHost:
         for other_id, other in self.load_balancers.items():
             if other_id != skip and _frontends(other) & _frontends(lb):
                 raise HcnError(call, lb["ID"], ERROR_ALREADY_EXISTS, f"frontend of {other_id}")
+
+
+_MAC = re.compile(r"[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}")
+
+
+def _route_problem(network: Json, settings: Json, version: HnsVersion) -> str | None:
+    """Why HNS refuses this ``RemoteSubnetRoute`` on ``network`` (None: it takes it)."""
+    if not version.supports("RemoteSubnet"):
+        return "RemoteSubnetRoute before 9.2"
+    if str(network.get("Type", "")).lower() != "overlay":
+        return f"RemoteSubnetRoute on a {network.get('Type')} network"
+    vni = settings.get("IsolationId")
+    if not isinstance(vni, int) or isinstance(vni, bool) or not 0 < vni <= 0xFFFF:
+        return f"IsolationId {vni!r} is not a 16-bit VSID"  # uint16 in hcsshim's schema
+    try:
+        ipaddress.ip_network(settings["DestinationPrefix"], strict=False)
+        ipaddress.ip_address(settings["ProviderAddress"])
+    except (ValueError, TypeError, KeyError) as exc:
+        return f"RemoteSubnetRoute address: {exc}"
+    if not _MAC.fullmatch(str(settings.get("DistributedRouterMacAddress"))):
+        return f"DistributedRouterMacAddress {settings.get('DistributedRouterMacAddress')!r}"
+    return None
 
 
 def _guid(text: str) -> str:

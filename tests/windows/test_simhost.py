@@ -177,3 +177,38 @@ def test_a_bad_host_file_is_refused_with_its_name(tmp_path: Path) -> None:
     path.write_text(json.dumps({"Endpoints": [{"Name": "no id"}]}))
     with pytest.raises(ValueError, match=r"host\.json: an object in Endpoints has no ID"):
         SimHost.load(path)
+
+
+def test_remote_subnet_routes_only_on_overlay_networks_with_valid_settings() -> None:
+    route = {
+        "DestinationPrefix": "10.65.1.0/26",
+        "IsolationId": 4096,
+        "ProviderAddress": "192.168.0.2",
+        "DistributedRouterMacAddress": "00-15-5d-01-02-03",
+    }
+
+    def add(settings: Json) -> Json:
+        return update({"Type": "RemoteSubnetRoute", "Settings": settings}, kind="Add")
+
+    sim = SimHost()
+    overlay = sim.add_network({"Name": "Calico", "Type": "Overlay"})["ID"]
+    sim.modify_network(overlay, add(route))
+    bad = [
+        {**route, "IsolationId": 70000},
+        {**route, "IsolationId": "4096"},
+        {**route, "DestinationPrefix": "10.65.1.0/33"},
+        {**route, "ProviderAddress": "node-2"},
+        {**route, "DistributedRouterMacAddress": "00:15:5d:01:02:03"},
+    ]
+    for settings in bad:
+        with pytest.raises(HcnError) as caught:
+            sim.modify_network(overlay, add(settings))
+        assert caught.value.hresult == HCN_E_INVALID_POLICY
+    bridge = sim.add_network({"Name": "Calico2", "Type": "L2Bridge"})["ID"]
+    with pytest.raises(HcnError, match="L2Bridge"):
+        sim.modify_network(bridge, add(route))
+    old = SimHost(HnsVersion(9, 1))
+    network = old.add_network({"Name": "Calico", "Type": "Overlay"})["ID"]
+    with pytest.raises(HcnError, match=r"before 9\.2"):
+        old.modify_network(network, add(route))
+    assert len(sim.networks[overlay.upper()]["Policies"]) == 1
