@@ -32,7 +32,7 @@ from dataplane.windows.hcn import HCN, HcnError, Json
 from dataplane.windows.hns_view import HnsEndpoint, HnsView, acl_key
 from dataplane.windows.set_policy import set_policy, set_policy_changes, set_token
 
-__all__ = ["EndpointProgrammer", "Refusal", "SetProgrammer", "log_refusals"]
+__all__ = ["EndpointProgrammer", "Refusal", "SetProgrammer", "log_refusals", "policy_request"]
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +69,14 @@ def log_refusals(endpoints: Iterable[Refusal[Any]], networks: Iterable[Refusal[s
         )
 
 
-def _policy_request(kind: str, policies: list[Json]) -> Json:
+def policy_request(kind: str, policies: list[Json]) -> Json:
     """A ``ModifySettingRequest`` as hcsshim nests it: ResourceType Policy, its policies."""
     return {"ResourceType": "Policy", "RequestType": kind, "Settings": {"Policies": policies}}
 
 
 def _acl_request(acls: tuple[Acl, ...]) -> Json:
     # Update replaces the endpoint's whole list: one call whatever changed.
-    return _policy_request("Update", [a.policy() for a in acls])
+    return policy_request("Update", [a.policy() for a in acls])
 
 
 class EndpointProgrammer(Generic[K]):
@@ -224,7 +224,7 @@ class SetProgrammer:
                 continue
             try:
                 await self._call(
-                    self._hcn.modify_network, network_id, _policy_request(kind, policies)
+                    self._hcn.modify_network, network_id, policy_request(kind, policies)
                 )
             except HcnError as exc:
                 tokens = {p["Settings"]["Id"] for p in policies}

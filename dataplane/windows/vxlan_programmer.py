@@ -25,7 +25,7 @@ from dataplane.core.quarantine import Quarantine, Rejection
 from dataplane.model.routes import Route, Vtep
 from dataplane.windows.hcn import HCN, HCN_E_POLICY_NOT_FOUND, HcnError, Json
 from dataplane.windows.hns_view import HnsView
-from dataplane.windows.programmers import CallHcn
+from dataplane.windows.programmers import CallHcn, policy_request
 from dataplane.windows.vxlan_render import (
     SubnetRoute,
     parse_route,
@@ -40,10 +40,6 @@ __all__ = ["VxlanProgrammer"]
 log = logging.getLogger(__name__)
 
 RouteKey = tuple[str, str]  # (network id, destination prefix)
-
-
-def _request(kind: str, policy: Json) -> Json:
-    return {"ResourceType": "Policy", "RequestType": kind, "Settings": {"Policies": [policy]}}
 
 
 def overlay_networks(view: HnsView) -> dict[str, Json]:
@@ -156,7 +152,7 @@ class VxlanProgrammer:
         if key in self.held and key not in due:
             return False
         try:
-            await self._call(self._hcn.modify_network, network_id, _request(kind, policy))
+            await self._call(self._hcn.modify_network, network_id, policy_request(kind, [policy]))
         except HcnError as exc:
             if exc.not_found:
                 raise
