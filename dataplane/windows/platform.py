@@ -64,7 +64,7 @@ from dataplane.windows.endpoint_render import render_endpoint, render_fail_close
 from dataplane.windows.hcn import HCN, HnsVersion
 from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView
 from dataplane.windows.programmers import EndpointProgrammer, SetProgrammer, log_refusals
-from dataplane.windows.set_policy import set_token
+from dataplane.windows.set_policy import set_token, wanted_sets
 from dataplane.windows.vxlan_programmer import VxlanProgrammer
 
 __all__ = ["WindowsPlatform"]
@@ -254,7 +254,8 @@ class WindowsPlatform:
         assert view is not None
         sets = self._sets_as_objects() and bool(changed_sets or self._sets_pending)
         if sets:
-            await self._sets.apply(view, self._desired.sets.values(), removals=False)
+            wanted = wanted_sets(self._desired.sets.values())  # rendered once per apply
+            await self._sets.apply(view, wanted, removals=False)
         fail_closed = render_fail_closed(self._host_addresses, self._versions())
         if await self._endpoints.apply(view, self._find, fail_closed):
             self._must_list = True
@@ -262,7 +263,7 @@ class WindowsPlatform:
         if await self._vxlan.apply(view, vni, node):
             self._must_list = True
         if sets:
-            await self._sets.apply(view, self._desired.sets.values(), removals=True)
+            await self._sets.apply(view, wanted, removals=True)
             self._sets_pending = bool(self._sets.held)
         await self._call(self.hcn.flush)
         log_refusals(self._endpoints.take_refusals(), self._sets.take_refusals())

@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from dataplane.core.quarantine import Quarantine
-from dataplane.model import IPSet, IPSetType
 from dataplane.windows.acl import AclRule
 from dataplane.windows.acl_policy import Acl
 from dataplane.windows.endpoint_render import EndpointAcls
 from dataplane.windows.hcn import HCN, HcnError, Json
 from dataplane.windows.hns_view import HnsEndpoint, HnsView, acl_key
-from dataplane.windows.set_policy import set_policy, set_policy_changes, set_token
+from dataplane.windows.set_policy import WantedSets, set_policy_changes
 
 __all__ = ["EndpointProgrammer", "Refusal", "SetProgrammer", "log_refusals", "policy_request"]
 
@@ -194,32 +193,21 @@ class SetProgrammer:
         refusals, self._refusals = self._refusals, []
         return refusals
 
-    async def apply(self, view: HnsView, sets: Iterable[IPSet], *, removals: bool) -> None:
-        """Add and update the desired sets on every network or, with ``removals``, remove ours
-        no longer desired (once no ACL names them)."""
-        wanted: dict[str, Json] = {}
-        owners: dict[str, str] = {}
-        for ipset in sets:
-            if ipset.type is not IPSetType.IP_AND_PORT:
-                token = set_token(ipset.id)
-                wanted[token], owners[token] = set_policy(ipset), ipset.id
+    async def apply(self, view: HnsView, wanted: WantedSets, *, removals: bool) -> None:
+        """Add and update the wanted sets on every network or, with ``removals``, remove ours
+        no longer wanted (once no ACL names them)."""
         due = set(self.held.due())
         for network_id, network in view.networks.items():
             if network_id in self.held and network_id not in due:
                 continue
-            if await self._write(network_id, network, wanted, owners, removals) and removals:
+            if await self._write(network_id, network, wanted, removals) and removals:
                 self.failed_sets.pop(network_id, None)
                 self.held.release(network_id)
 
     async def _write(
-        self,
-        network_id: str,
-        network: Json,
-        wanted: Mapping[str, Json],
-        owners: Mapping[str, str],
-        removals: bool,
+        self, network_id: str, network: Json, wanted: WantedSets, removals: bool
     ) -> bool:
-        for kind, policies in set_policy_changes(network, wanted).items():
+        for kind, policies in set_policy_changes(network, wanted.policies).items():
             if (kind == "Remove") != removals:
                 continue
             try:
@@ -228,6 +216,7 @@ class SetProgrammer:
                 )
             except HcnError as exc:
                 tokens = {p["Settings"]["Id"] for p in policies}
+                owners = wanted.owners
                 self.failed_sets[network_id] = frozenset(owners[t] for t in tokens if t in owners)
                 if self.held.reject(network_id, str(exc)):
                     kept = "it keeps the sets it holds"

@@ -17,13 +17,22 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from dataplane.model import IPSet, IPSetType
 from dataplane.windows.acl import comma_list
 from dataplane.windows.hcn import Json
 
-__all__ = ["NAME_PREFIX", "SetPolicyChanges", "set_policy", "set_policy_changes", "set_token"]
+__all__ = [
+    "NAME_PREFIX",
+    "SetPolicyChanges",
+    "WantedSets",
+    "set_policy",
+    "set_policy_changes",
+    "set_token",
+    "wanted_sets",
+]
 
 NAME_PREFIX = "dataplane-"
 _NAMESPACE = uuid.UUID("6f1b0f4e-61f6-4b1c-9a55-3c1f3b0d2f7e")
@@ -53,6 +62,25 @@ def set_policy(ipset: IPSet) -> Json:
             "Values": ",".join(sorted(ipset.members)),
         },
     }
+
+
+@dataclass(frozen=True, slots=True)
+class WantedSets:
+    """The ``SetPolicy`` objects the desired sets render to, by ``Id``, and whose each is."""
+
+    policies: dict[str, Json]
+    owners: dict[str, str]  # Id -> Felix set id
+
+
+def wanted_sets(sets: Iterable[IPSet]) -> WantedSets:
+    """Every address or network set as its policy (named-port sets have none)."""
+    policies: dict[str, Json] = {}
+    owners: dict[str, str] = {}
+    for ipset in sets:
+        if ipset.type is not IPSetType.IP_AND_PORT:
+            token = set_token(ipset.id)
+            policies[token], owners[token] = set_policy(ipset), ipset.id
+    return WantedSets(policies, owners)
 
 
 SetPolicyChanges = dict[str, list[Json]]  # request type -> policies
