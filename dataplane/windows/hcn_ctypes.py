@@ -234,6 +234,25 @@ class HcnBinding:
                 self._close(kind, handle)
         return out
 
+    def _create(self, kind: str, target: str, settings: Json, *handles: c_void_p) -> Json:
+        """``HcnCreate<kind>(*handles, zero GUID, settings, &new)``: the object as created.
+
+        The zero GUID lets HNS assign the id (or take it from ``settings``).
+        """
+        new, zero = c_void_p(), GUID.of(uuid.UUID(int=0))
+        self._hcn(
+            f"Create{kind}",
+            target,
+            *handles,
+            ctypes.byref(zero),
+            json.dumps(settings),
+            ctypes.byref(new),
+        )
+        try:
+            return self._query(kind, "", new)
+        finally:
+            self._close(kind, new)
+
     def _modify(self, kind: str, object_id: str, settings: Json, *, query: bool) -> Json:
         handle = self._open(kind, object_id)
         try:
@@ -277,20 +296,7 @@ class HcnBinding:
     def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
         network = self._open("Network", network_id)
         try:
-            handle = c_void_p()
-            zero = GUID.of(uuid.UUID(int=0))
-            self._hcn(
-                "CreateEndpoint",
-                network_id,
-                network,
-                ctypes.byref(zero),
-                json.dumps(endpoint),
-                ctypes.byref(handle),
-            )
-            try:
-                return self._query("Endpoint", "", handle)
-            finally:
-                self._close("Endpoint", handle)
+            return self._create("Endpoint", network_id, endpoint, network)
         finally:
             self._close("Network", network)
 
@@ -301,19 +307,7 @@ class HcnBinding:
         self._hcn("DeleteEndpoint", endpoint_id, ctypes.byref(_guid("DeleteEndpoint", endpoint_id)))
 
     def create_load_balancer(self, load_balancer: Json) -> Json:
-        handle = c_void_p()
-        zero = GUID.of(uuid.UUID(int=0))
-        self._hcn(
-            "CreateLoadBalancer",
-            "",
-            ctypes.byref(zero),
-            json.dumps(load_balancer),
-            ctypes.byref(handle),
-        )
-        try:
-            return self._query("LoadBalancer", "", handle)
-        finally:
-            self._close("LoadBalancer", handle)
+        return self._create("LoadBalancer", "", load_balancer)
 
     def modify_load_balancer(self, load_balancer_id: str, load_balancer: Json) -> Json:
         return self._modify("LoadBalancer", load_balancer_id, load_balancer, query=True)
