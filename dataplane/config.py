@@ -70,6 +70,11 @@ class Config:
     # The VXLAN network identifier of the overlay (on Windows, the
     # RemoteSubnetRoutes' IsolationId).
     vxlan_vni: int = 4096
+    # Windows services: the source VIP of the HNS load balancers, one per
+    # family (kube-proxy winkernel's --source-vip; required on Overlay
+    # networks), and Direct Server Return for cluster IPs (--enable-dsr).
+    windows_source_vips: tuple[str, ...] = ()
+    windows_dsr: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -241,6 +246,14 @@ def _text(raw: str) -> str:
     return raw.strip()
 
 
+def _source_vips(raw: str) -> tuple[str, ...]:
+    """At most one address per family, comma-separated: they go into HNS load balancers."""
+    vips = tuple(str(ipaddress.ip_address(part.strip())) for part in raw.split(",") if part.strip())
+    if len({":" in v for v in vips}) != len(vips):
+        raise ValueError("at most one IPv4 and one IPv6 address")
+    return vips
+
+
 def _log_prefix(raw: str) -> str:
     # It goes into --log-prefix "<prefix>: ", which the kernel caps at 29
     # bytes; Felix's own validation allows this alphabet.
@@ -288,6 +301,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MaxIpsetSize": ("max_ipset_size", _positive_int),
     "FelixHostname": ("felix_hostname", _text),
     "VXLANVNI": ("vxlan_vni", _vni),
+    "WindowsServiceSourceVIP": ("windows_source_vips", _source_vips),
+    "WindowsServiceDSR": ("windows_dsr", _bool),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 assert {a for a, _ in _KEYS.values()} <= {f.name for f in fields(Config)}

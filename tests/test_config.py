@@ -79,6 +79,9 @@ def test_absent_keys_keep_the_base_value() -> None:
         ("VXLANVNI", "16777216"),
         ("VXLANVNI", "-1"),
         ("VXLANVNI", "many"),
+        ("WindowsServiceSourceVIP", "10.0.0.2,10.0.0.3"),
+        ("WindowsServiceSourceVIP", "10.0.0.2;rm -rf"),
+        ("WindowsServiceDSR", "maybe"),
     ],
 )
 def test_invalid_values_name_key_and_value(key: str, value: str) -> None:
@@ -106,3 +109,13 @@ def test_vxlan_vni_is_felixs_default_and_24_bits() -> None:
     assert parse_config({"VXLANVNI": "4097"}).vxlan_vni == 4097
     assert parse_config({"vxlanvni": "0x1000"}).vxlan_vni == 4096
     assert parse_config({"VXLANVNI": "16777215"}).vxlan_vni == 16777215
+
+
+def test_windows_service_keys() -> None:
+    assert Config().windows_source_vips == ()
+    assert Config().windows_dsr is False
+    config = parse_config(
+        {"WindowsServiceSourceVIP": " 10.0.0.2, fd00::0:2", "WindowsServiceDSR": "true"}
+    )
+    assert config.windows_source_vips == ("10.0.0.2", "fd00::2")
+    assert config.windows_dsr is True
