@@ -113,6 +113,7 @@ def _windows_platform(args: argparse.Namespace) -> Platform:
     from dataplane.windows.hcn import HCN  # noqa: PLC0415
     from dataplane.windows.hcn_ctypes import HcnBinding  # noqa: PLC0415
     from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN  # noqa: PLC0415
+    from dataplane.windows.lb_state import OwnedIds  # noqa: PLC0415
     from dataplane.windows.platform import WindowsPlatform  # noqa: PLC0415
     from dataplane.windows.simhost import SimHost  # noqa: PLC0415
 
@@ -131,10 +132,20 @@ def _windows_platform(args: argparse.Namespace) -> Platform:
             f"--platform windows on {sys.platform} needs --hns-fake FILE, a simulated HNS host"
             " (see README, 'Windows'); the real HNS is reached only on Windows"
         )
+    if args.lb_state:
+        state = Path(args.lb_state)
+    elif args.hns_fake:
+        state = Path(f"{args.hns_fake}.load-balancers.json")  # beside the host it describes
+    else:
+        state = Path(
+            os.environ.get("PROGRAMDATA", "C:/ProgramData"), "dataplane", "load-balancers.json"
+        )
+        state.parent.mkdir(parents=True, exist_ok=True)
     return WindowsPlatform(
         host,
         network_pattern=os.environ.get("KUBE_NETWORK") or DEFAULT_NETWORK_PATTERN,
         host_addresses=tuple(args.host_address),
+        owned_load_balancers=OwnedIds(state),
     )
 
 
@@ -182,6 +193,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="with --platform windows: program the simulated HNS host kept in FILE (JSON,"
         " rewritten after every apply) instead of the real Host Network Service",
+    )
+    parser.add_argument(
+        "--lb-state",
+        metavar="FILE",
+        help="with --platform windows: where the ids of the HNS load balancers this driver"
+        " created are kept (HNS cannot tag them); default FILE.load-balancers.json beside"
+        " --hns-fake FILE, else %%ProgramData%%/dataplane/load-balancers.json",
     )
     parser.add_argument(
         "--host-address",

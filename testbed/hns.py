@@ -58,14 +58,19 @@ def calico_host(
     *,
     path: Path | None = None,
     latency: float = 0.0,
+    network_type: str = "L2Bridge",
 ) -> SimHost:
-    """A host with the Calico network, one local endpoint per pod, and decoys."""
+    """A host with the Calico network, one local endpoint per pod, and decoys.
+
+    ``network_type`` "Overlay" makes the Calico network a VXLAN one (remote
+    pods reached through their node's address).
+    """
     host = SimHost(version, path=path, latency=latency)
     host.add_network(
         {
             "ID": NETWORK_ID,
             "Name": NETWORK_NAME,
-            "Type": "L2Bridge",
+            "Type": network_type,
             "Ipams": [{"Type": "Static", "Subnets": [{"IpAddressPrefix": "10.65.0.0/16"}]}],
             "SchemaVersion": {"Major": 2, "Minor": 0},
         }

@@ -2,8 +2,9 @@
 
 The CNI plugin, not this driver, creates a pod's HNS endpoint; the driver
 finds it by IP address, on the networks whose name matches ``KUBE_NETWORK``
-(Felix's default ``Calico.*``, case-insensitive), and skips remote endpoints
-(``Flags`` bit 1: kube-proxy's endpoints for pods on other nodes). A view is
+(Felix's default ``Calico.*``, case-insensitive), and keeps remote endpoints
+(``Flags`` bit 1: a load balancer's way to pods on other nodes) apart, for
+the service programmer; they have no ACLs of ours. A view is
 built from one ``EnumerateNetworks`` and one ``EnumerateEndpoints``, never
 from a call per workload.
 """
@@ -68,11 +69,12 @@ class HnsEndpoint:
 
 @dataclass(slots=True)
 class HnsView:
-    """Local endpoints on our networks, by HNS id and by IP address."""
+    """Local endpoints on our networks, by HNS id and by IP address; remote ones apart."""
 
     networks: dict[str, Json] = field(default_factory=dict)  # ours, by ID
     endpoints: dict[str, HnsEndpoint] = field(default_factory=dict)
     by_address: dict[str, str] = field(default_factory=dict)
+    remotes: dict[str, Json] = field(default_factory=dict)  # remote endpoints, by ID
 
     @classmethod
     def build(cls, networks: list[Json], endpoints: list[Json], pattern: str) -> HnsView:
@@ -85,7 +87,10 @@ class HnsView:
         view = cls(ours)
         for ep in endpoints:
             network = str(ep.get("HostComputeNetwork", "")).upper()
-            if network not in ours or int(ep.get("Flags") or 0) & _REMOTE_ENDPOINT:
+            if network not in ours:
+                continue
+            if int(ep.get("Flags") or 0) & _REMOTE_ENDPOINT:
+                view.remotes[str(ep["ID"]).upper()] = ep
                 continue
             addresses = tuple(
                 str(ipaddress.ip_address(c["IpAddress"]))

@@ -16,7 +16,10 @@ HNS, in one fixed order:
 4. VXLAN routes (:mod:`dataplane.windows.vxlan_programmer`): one
    ``ModifyNetwork`` per ``RemoteSubnetRoute`` that differs, after the ACLs
    so that no pod is reachable from other nodes before its policy is in.
-5. Sets no longer wanted, once no ACL names them.
+5. Service load balancers and their remote endpoints
+   (:mod:`dataplane.windows.lb_programmer`): only the differences, after
+   the routes that reach remote backends.
+6. Sets no longer wanted, once no ACL names them.
 
 A restart adopts what it finds: HNS already holding the rendered lists
 means zero modify calls. A refresh re-reads HNS and repairs any endpoint
@@ -63,6 +66,8 @@ from dataplane.windows.desired import Desired
 from dataplane.windows.endpoint_render import render_endpoint, render_fail_closed
 from dataplane.windows.hcn import HCN, HnsVersion
 from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView
+from dataplane.windows.lb_programmer import LbProgrammer, lb_options
+from dataplane.windows.lb_state import OwnedIds
 from dataplane.windows.programmers import EndpointProgrammer, SetProgrammer, log_refusals
 from dataplane.windows.set_policy import set_token, wanted_sets
 from dataplane.windows.vxlan_programmer import VxlanProgrammer
@@ -101,6 +106,7 @@ class WindowsPlatform:
         use_set_policy: bool | None = None,
         clock: Callable[[], float] = trio.current_time,
         offload: Offload = _in_thread,
+        owned_load_balancers: OwnedIds | None = None,
     ) -> None:
         self.hcn = hcn
         self._offload = offload
@@ -124,7 +130,8 @@ class WindowsPlatform:
         self._next_refresh = math.inf
         self._last_apply = -math.inf
         self._unsupported_logged: set[str] = set()
-        self.services: dict[ServiceKey, Service] = {}
+        owned = OwnedIds() if owned_load_balancers is None else owned_load_balancers
+        self._lbs = LbProgrammer(hcn, self._call, clock, owned)
 
     # --- sinks ----------------------------------------------------------------
 
@@ -183,21 +190,25 @@ class WindowsPlatform:
 
     def set_vtep(self, vtep: Vtep) -> None:
         self._vxlan.set_vtep(vtep)
+        self._lbs.touch()  # remote backends' provider addresses
 
     def remove_vtep(self, node: str) -> None:
         self._vxlan.remove_vtep(node)
+        self._lbs.touch()
 
     def set_route(self, route: Route) -> None:
         self._vxlan.set_route(route)
+        self._lbs.touch()
 
     def remove_route(self, dst: str) -> None:
         self._vxlan.remove_route(dst)
+        self._lbs.touch()
 
     def set_service(self, service: Service) -> None:
-        self.services[service.key] = service
+        self._lbs.wanted.set_service(service)
 
     def remove_service(self, key: ServiceKey) -> None:
-        self.services.pop(key, None)
+        self._lbs.wanted.remove_service(key)
 
     def configure(self, config: Config) -> None:
         self.config = config
@@ -242,13 +253,10 @@ class WindowsPlatform:
         self._render(dirty)
         if changed_sets:
             self._sets.release_all()  # new set contents get a fresh chance
+        if self._clock() >= self._next_refresh:
+            self._must_list = self._lbs.must_list = True  # repair what changed behind our back
         # A workload still without its HNS endpoint: the CNI may have made it since.
-        if (
-            self._must_list
-            or self._view is None
-            or self._clock() >= self._next_refresh
-            or self._unmapped()
-        ):
+        if self._must_list or self._view is None or self._unmapped():
             await self._list()
         view = self._view
         assert view is not None
@@ -261,6 +269,9 @@ class WindowsPlatform:
             self._must_list = True
         vni, node = self.config.vxlan_vni, self.config.felix_hostname
         if await self._vxlan.apply(view, vni, node):
+            self._must_list = True
+        options = lb_options(self.config, self._version, self._versions(), view)
+        if await self._lbs.apply(view, options, self._version, self._vxlan.provider):
             self._must_list = True
         if sets:
             await self._sets.apply(view, wanted, removals=True)
@@ -306,6 +317,7 @@ class WindowsPlatform:
         self._next_refresh = self._clock() + interval if interval > 0 else math.inf
         self._endpoints.recheck_all()
         self._vxlan.touch()
+        self._lbs.observe(self._view)
 
     def _render(self, dirty: set[WorkloadEndpointKey]) -> None:
         desired = self._desired
@@ -352,6 +364,9 @@ class WindowsPlatform:
             self._endpoints.held.next_retry(),
             self._sets.held.next_retry(),
             self._vxlan.held.next_retry(),
+            self._lbs.held.next_retry(),
+            self._lbs.remotes_held.next_retry(),
+            self._last_apply if self._lbs.again else math.inf,
         )
         if self._must_list or self._unmapped():
             return min(due, self._last_apply + _PENDING_RETRY_SECONDS)
@@ -363,6 +378,7 @@ class WindowsPlatform:
             *((f"workload {key}", why) for key, why in self._endpoints.held.items()),
             *((f"network {network_id}", why) for network_id, why in self._sets.held.items()),
             *self._vxlan.quarantined(),
+            *self._lbs.quarantined(),
         ]
 
     def fail_closed(self) -> list[FailClosed]:
@@ -376,21 +392,13 @@ class WindowsPlatform:
     def dump(self) -> str:
         out = [f"windows platform, HNS {self._version}"]
         view = self._view or HnsView()
-        for network_id, network in sorted(view.networks.items()):
-            sets = [p for p in network.get("Policies") or () if p.get("Type") == "SetPolicy"]
-            held_sets = self._sets.held.get(network_id)
-            refused = f"; set writes refused: {held_sets.reason}" if held_sets else ""
-            out.append(f"network {network.get('Name')} {network_id}: {len(sets)} set(s){refused}")
+        out.extend(self._sets.dump(view))
         out.extend(self._vxlan.dump(view))
-        for key in sorted(self._desired.endpoints):
-            found = view.find(_addresses(self._desired.endpoints[key]))
-            where = f"HNS endpoint {found.id}" if found else "no HNS endpoint yet"
-            rendered = self._endpoints.rendered(key)
-            held = self._endpoints.held.get(key)
-            if held is not None:
-                where += f"; refused {held.failures} time(s), retried with backoff: {held.reason}"
-            out.append(f"workload {key}: {where}")
-            out.extend(f"  {acl}" for acl in (rendered.acls if rendered else ()))
+        out.extend(self._lbs.dump())
+        endpoints = self._desired.endpoints
+        out.extend(
+            self._endpoints.dump(sorted(endpoints), lambda k: view.find(_addresses(endpoints[k])))
+        )
         notes = self.fail_closed()
         out.append(f"fails closed: {len(notes)} rule(s)")
         out.extend(f"  {note}" for note in notes)

@@ -155,6 +155,20 @@ class EndpointProgrammer(Generic[K]):
             self.held.release(key)
         return relist
 
+    def dump(self, keys: Iterable[K], find: Callable[[K], HnsEndpoint | None]) -> list[str]:
+        """Per workload: its HNS endpoint, refusals, and the ACLs rendered for it."""
+        out = []
+        for key in keys:
+            found = find(key)
+            where = f"HNS endpoint {found.id}" if found else "no HNS endpoint yet"
+            held = self.held.get(key)
+            if held is not None:
+                where += f"; refused {held.failures} time(s), retried with backoff: {held.reason}"
+            out.append(f"workload {key}: {where}")
+            rendered = self._rendered.get(key)
+            out.extend(f"  {acl}" for acl in (rendered.acls if rendered else ()))
+        return out
+
     async def _refused(
         self, key: K, endpoint: HnsEndpoint, exc: HcnError, fail_closed: EndpointAcls
     ) -> None:
@@ -203,6 +217,15 @@ class SetProgrammer:
             if await self._write(network_id, network, wanted, removals) and removals:
                 self.failed_sets.pop(network_id, None)
                 self.held.release(network_id)
+
+    def dump(self, view: HnsView) -> list[str]:
+        out = []
+        for network_id, network in sorted(view.networks.items()):
+            sets = [p for p in network.get("Policies") or () if p.get("Type") == "SetPolicy"]
+            held = self.held.get(network_id)
+            refused = f"; set writes refused: {held.reason}" if held else ""
+            out.append(f"network {network.get('Name')} {network_id}: {len(sets)} set(s){refused}")
+        return out
 
     async def _write(
         self, network_id: str, network: Json, wanted: WantedSets, removals: bool

@@ -18,6 +18,7 @@ chance.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable
 
@@ -79,6 +80,28 @@ class VxlanProgrammer:
     def remove_route(self, dst: str) -> None:
         self._routes.pop(dst, None)
         self._changed({dst})
+
+    def provider(self, address: str, node: str) -> str:
+        """The address VXLAN packets for ``address`` (a pod on ``node``) go to; "" if unknown.
+
+        The node's VTEP gives it; without a node name, the route whose
+        block holds the address names the node.
+        """
+        if not node:
+            ip = ipaddress.ip_address(address)
+            holding = [
+                r
+                for r in self._routes.values()
+                if r.dst_node_name and ip in ipaddress.ip_network(r.dst)
+            ]
+            if not holding:
+                return ""
+            node = max(holding, key=lambda r: ipaddress.ip_network(r.dst).prefixlen).dst_node_name
+        vtep = self._vteps.get(node)
+        if vtep is None:
+            return ""
+        family = vtep.v6 if ":" in address and vtep.v6 is not None else vtep.v4
+        return family.parent_address if family is not None else ""
 
     def _via(self, node: str) -> set[str]:
         return {r.dst for r in self._routes.values() if r.dst_node_name == node}

@@ -1,0 +1,389 @@
+"""LbProgrammer: the only code that writes HNS load balancers and remote endpoints.
+
+Per apply, after the ACLs and VXLAN routes:
+
+1. List load balancers (one ``EnumerateLoadBalancers``) when it must: the
+   first apply, the refresh timer, or after a call failed. Remote
+   endpoints come from the platform's endpoint listing. Ours are the load
+   balancers whose id is in the state file (:mod:`dataplane.windows.lb_state`)
+   and the remote endpoints named with our prefix; nothing else is touched.
+2. Resolve each wanted load balancer's backends to HNS endpoint ids: the
+   CNI's endpoint for an address on this node, else our remote endpoint
+   for it (on an Overlay network with its node's address as
+   ``ProviderAddress``). A backend that cannot be resolved yet (its pod's
+   endpoint not created, its node's VTEP not known) is left out and shown
+   in the dump.
+3. Create the remote endpoints that are missing, before any load balancer
+   names them.
+4. Delete our load balancers no longer wanted (freeing their frontends),
+   then update changed ones (``ModifyLoadBalancer`` in place from HNS 15.4,
+   else delete and create), then create new ones. Equal shapes
+   (:mod:`dataplane.windows.lb_shape`) mean no call: a restart against the
+   same host makes none.
+5. Delete our remote endpoints that no load balancer names any more.
+
+A failed call sets the object aside with backoff (:class:`Quarantine`),
+marks HNS for listing again (the call may have happened: a listing shows
+it, so a retry never duplicates it) and the rest of the apply goes on. HNS
+saying "not found" means the object went behind our back (an HNS
+restart): it is created again from the next listing.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dataplane.config import Config
+from dataplane.core.quarantine import Quarantine, Rejection
+from dataplane.windows.hcn import HCN, HcnError, HnsVersion, Json
+from dataplane.windows.hns_view import HnsView
+from dataplane.windows.lb_desired import WantedLbs
+from dataplane.windows.lb_render import LbKey, LbOptions, WantedLb, load_balancer_json
+from dataplane.windows.lb_shape import Shape, key_of, shape_of
+from dataplane.windows.lb_state import OwnedIds
+from dataplane.windows.programmers import CallHcn
+from dataplane.windows.remote_endpoints import RemoteEndpoint, parse_remote
+
+__all__ = ["LbProgrammer", "lb_options"]
+
+log = logging.getLogger(__name__)
+
+# (backend address, its node) -> the address its VXLAN packets go to ("" if unknown).
+Provider = Callable[[str, str], str]
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4()).upper()
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One load balancer's wanted JSON (None: none wanted) and why backends are missing."""
+
+    json: Json | None
+    waiting: tuple[str, ...]
+
+
+class LbProgrammer:
+    def __init__(
+        self,
+        hcn: HCN,
+        call: CallHcn,
+        clock: Callable[[], float],
+        owned: OwnedIds,
+        new_id: Callable[[], str] = _new_id,
+    ) -> None:
+        self._hcn = hcn
+        self._call = call
+        self.owned = owned
+        self._new_id = new_id
+        self.wanted = WantedLbs()
+        self.must_list = True
+        self._actual: dict[LbKey, tuple[str, Shape]] = {}  # ours, as HNS holds them
+        self._extras: set[str] = set()  # ours HNS holds twice or in a shape we never make
+        self._remotes: dict[str, tuple[str, RemoteEndpoint]] = {}  # ours, by address
+        self._check: set[LbKey] = set()
+        self._check_all = True
+        self.held: Quarantine[LbKey] = Quarantine(clock)
+        self.remotes_held: Quarantine[str] = Quarantine(clock)
+        self.waiting: dict[LbKey, tuple[str, ...]] = {}
+        self.again = False  # a stale remote endpoint was removed: recreate it at once
+        self._wanted_remotes: dict[str, RemoteEndpoint] = {}  # what this apply's plans name
+
+    # --- what changed -----------------------------------------------------------
+
+    def touch(self) -> None:
+        """Backends may resolve differently (endpoints listed, VTEPs changed)."""
+        self._check_all = True
+
+    def observe(self, view: HnsView) -> None:
+        """A fresh endpoint listing: our remote endpoints as HNS holds them."""
+        self._remotes = {}
+        for endpoint_id, endpoint in sorted(view.remotes.items()):
+            remote = parse_remote(endpoint)
+            if remote is not None:
+                if remote.address in self._remotes:
+                    self._remotes[f"{remote.address}#{endpoint_id}"] = (endpoint_id, remote)
+                else:
+                    self._remotes[remote.address] = (endpoint_id, remote)
+        self._check_all = True
+
+    def active(self) -> bool:
+        return bool(self.wanted) or bool(self.owned) or bool(self._actual)
+
+    # --- apply -------------------------------------------------------------------------
+
+    async def apply(
+        self, view: HnsView, options: LbOptions, version: HnsVersion, provider: Provider
+    ) -> bool:
+        """Make HNS hold the wanted load balancers; True if endpoints must be listed again."""
+        self.again = False
+        changes = self.wanted.take_changes(options)
+        for key in changes.upserts.keys() | changes.deletes:
+            self.held.release(key)  # a new value gets a fresh chance
+            self._check.add(key)
+        if not self.active():
+            return False
+        if self.must_list:
+            self._adopt(await self._call(self._hcn.list_load_balancers))
+            self._check_all = True
+        if self._check_all:
+            self._check |= set(self.wanted.keys()) | set(self._actual)
+            self._check_all = False
+        self._check |= set(self.held.due())
+        self._wanted_remotes = {}
+        plans = self._plans(_service_network(view), view, provider)
+        relist = await self._create_remotes(plans)
+        await self._write_load_balancers(plans, version)
+        relist = await self._delete_remotes() or relist
+        self.owned.save()
+        self._check = {k for k in self._check if k in self.held}
+        return relist or self.must_list
+
+    def _adopt(self, listed: list[Json]) -> None:
+        """What HNS holds of ours: by frontend; anything else of ours is an extra to delete."""
+        self._actual, self._extras = {}, set()
+        for lb in listed:
+            lb_id = str(lb.get("ID", "")).upper()
+            if lb_id not in self.owned:
+                continue  # kube-proxy's, an operator's: never touched
+            shape = shape_of(lb)
+            key = key_of(shape)
+            if key is None or key in self._actual:
+                self._extras.add(lb_id)
+            else:
+                self._actual[key] = (lb_id, shape)
+        self.owned.keep_only({i for i, _ in self._actual.values()} | self._extras)
+        self.must_list = False
+
+    def _plans(
+        self, network: tuple[str, bool] | None, view: HnsView, provider: Provider
+    ) -> dict[LbKey, _Plan]:
+        plans: dict[LbKey, _Plan] = {}
+        due = set(self.held.due())
+        for key in sorted(self._check):
+            if key in self.held and key not in due:
+                continue
+            lb = self.wanted.get(key)
+            plans[key] = self._plan(lb, network, view, provider) if lb else _Plan(None, ())
+            self.waiting.pop(key, None)
+            if plans[key].waiting:
+                self.waiting[key] = plans[key].waiting
+        return plans
+
+    def _plan(
+        self, lb: WantedLb, network: tuple[str, bool] | None, view: HnsView, provider: Provider
+    ) -> _Plan:
+        ids: list[str] = []
+        remotes: list[RemoteEndpoint] = []
+        waiting: list[str] = []
+        for backend in lb.backends:
+            local = view.by_address.get(backend.address)
+            if local is not None:
+                ids.append(local)
+            elif backend.local:
+                waiting.append(f"{backend.address} (its pod's HNS endpoint not found yet)")
+            elif network is None:
+                waiting.append(f"{backend.address} (no network of ours for remote endpoints)")
+            else:
+                network_id, overlay = network
+                where = provider(backend.address, backend.node) if overlay else ""
+                if overlay and not where:
+                    waiting.append(f"{backend.address} (node {backend.node or '?'}: no VTEP yet)")
+                    continue
+                remotes.append(RemoteEndpoint(network_id, backend.address, where))
+        due = set(self.remotes_held.due())
+        for remote in remotes:
+            have = self._remotes.get(remote.address)
+            self._wanted_remotes[remote.address] = remote
+            if have is not None and have[1] == remote:
+                ids.append(have[0])
+            elif have is not None:
+                waiting.append(f"{remote.address} (its remote endpoint is being replaced)")
+            elif remote.address in self.remotes_held and remote.address not in due:
+                waiting.append(f"{remote.address} (its remote endpoint was refused)")
+            else:
+                ids.append(remote.id)  # created before any load balancer names it
+        if not ids:
+            return _Plan(None, tuple(waiting))
+        lb_id = self._actual[lb.key][0] if lb.key in self._actual else ""
+        return _Plan(load_balancer_json(lb, lb_id, ids), tuple(waiting))
+
+    async def _create_remotes(self, plans: dict[LbKey, _Plan]) -> bool:
+        relist = False
+        due = set(self.remotes_held.due())
+        for address, remote in sorted(self._wanted_remotes.items()):
+            if address in self._remotes:
+                continue
+            if address in self.remotes_held and address not in due:
+                continue
+            try:
+                await self._call(self._hcn.create_endpoint, remote.network_id, remote.json())
+            except HcnError as exc:
+                relist = True
+                if self.remotes_held.reject(address, str(exc)):
+                    log.error(
+                        "remote endpoint %s: HNS refused it: %s; retried with backoff", address, exc
+                    )
+                _drop_endpoint(plans, remote.id)
+                continue
+            self.remotes_held.release(address)
+            self._remotes[address] = (remote.id, remote)
+        return relist
+
+    async def _write_load_balancers(self, plans: dict[LbKey, _Plan], version: HnsVersion) -> None:
+        deletes = [
+            (k, i)
+            for k, (i, _) in sorted(self._actual.items())
+            if k in plans and plans[k].json is None
+        ]
+        updates, creates = [], []
+        for key, plan in sorted(plans.items()):
+            if plan.json is None:
+                continue
+            have = self._actual.get(key)
+            if have is None:
+                creates.append(key)
+            elif have[1] != shape_of(plan.json):
+                updates.append(key)
+            else:
+                self.held.release(key)  # HNS holds it as wanted (adopted, or the call landed)
+        in_place = version.supports("ModifyLoadbalancer")
+        fresh = creates if in_place else [*updates, *creates]
+        ids = {key: self._new_id() for key in fresh}
+        self.owned.add(ids.values())
+        self.owned.save()  # before the creates: a crash cannot leave one untracked
+        for lb_id in sorted(self._extras):
+            if await self._delete(None, lb_id):
+                self._extras.discard(lb_id)
+        for key, lb_id in deletes:
+            await self._delete(key, lb_id)
+        for key in updates:
+            if in_place:
+                await self._modify(key, plans[key].json or {})
+            elif await self._delete(key, self._actual[key][0]):
+                await self._create(key, ids[key], plans[key].json or {})
+        for key in creates:
+            await self._create(key, ids[key], plans[key].json or {})
+
+    async def _delete(self, key: LbKey | None, lb_id: str) -> bool:
+        try:
+            await self._call(self._hcn.delete_load_balancer, lb_id)
+        except HcnError as exc:
+            if not exc.not_found:
+                self._failed(key, lb_id, exc)
+                return False
+        self.owned.discard([lb_id])
+        if key is not None:
+            self._actual.pop(key, None)
+            self.held.release(key)
+        return True
+
+    async def _modify(self, key: LbKey, json: Json) -> None:
+        lb_id = self._actual[key][0]
+        try:
+            await self._call(self._hcn.modify_load_balancer, lb_id, {**json, "ID": lb_id})
+        except HcnError as exc:
+            if exc.not_found:
+                self._actual.pop(key, None)  # gone behind our back: created again
+                self._check.add(key)
+                self.must_list = True
+            else:
+                self._failed(key, lb_id, exc)
+            return
+        self._actual[key] = (lb_id, shape_of(json))
+        self.held.release(key)
+
+    async def _create(self, key: LbKey, lb_id: str, json: Json) -> None:
+        try:
+            await self._call(self._hcn.create_load_balancer, {**json, "ID": lb_id})
+        except HcnError as exc:
+            # Its id stays ours: HNS may have made it after all; the next listing says.
+            self._failed(key, lb_id, exc)
+            return
+        self._actual[key] = (lb_id, shape_of(json))
+        self.held.release(key)
+
+    def _failed(self, key: LbKey | None, lb_id: str, exc: HcnError) -> None:
+        self.must_list = True  # the call may have happened: learn what HNS holds
+        if key is not None and self.held.reject(key, str(exc)):
+            log.error("load balancer %s: HNS refused it: %s; retried with backoff", key, exc)
+        elif key is None:
+            log.error("load balancer %s: could not delete it: %s", lb_id, exc)
+
+    async def _delete_remotes(self) -> bool:
+        named = {e for _, shape in self._actual.values() for e in shape[2]}
+        relist = False
+        for address, (endpoint_id, remote) in sorted(self._remotes.items()):
+            if self._wanted_remotes.get(address) == remote or endpoint_id in named:
+                continue
+            try:
+                await self._call(self._hcn.delete_endpoint, endpoint_id)
+            except HcnError as exc:
+                if not exc.not_found:
+                    relist = True
+                    log.error("remote endpoint %s: could not delete it: %s", address, exc)
+                    continue
+            del self._remotes[address]
+            if address in self._wanted_remotes:
+                self.again = self._check_all = True  # replaced: the new one is made next
+        return relist
+
+    # --- reporting -----------------------------------------------------------------------
+
+    def quarantined(self) -> list[tuple[str, Rejection]]:
+        return [
+            *((f"load balancer {key}", why) for key, why in self.held.items()),
+            *((f"remote endpoint {address}", why) for address, why in self.remotes_held.items()),
+        ]
+
+    def dump(self) -> list[str]:
+        out = []
+        for name, rendered in sorted(self.wanted.by_service().items()):
+            out.append(f"service {name}: {len(rendered.balancers)} load balancer(s)")
+            for lb in rendered.balancers:
+                have = self._actual.get(lb.key)
+                where = f"HNS {have[0]}, {len(have[1][2])} endpoint(s)" if have else "not in HNS"
+                held = self.held.get(lb.key)
+                if held is not None:
+                    where += f"; refused {held.failures} time(s): {held.reason}"
+                out.append(f"  {lb.key} -> port {lb.internal_port}: {where}")
+                out.extend(f"    waiting: {w}" for w in self.waiting.get(lb.key, ()))
+        out.extend(f"  {note}" for note in self.wanted.notes())
+        out.append(f"remote endpoints of ours: {len(self._remotes)}")
+        return out
+
+
+def _drop_endpoint(plans: dict[LbKey, _Plan], endpoint_id: str) -> None:
+    """A remote endpoint could not be created: no load balancer may name it."""
+    for plan in plans.values():
+        if plan.json is not None and endpoint_id in plan.json["HostComputeEndpoints"]:
+            remaining = [e for e in plan.json["HostComputeEndpoints"] if e != endpoint_id]
+            plan.json = {**plan.json, "HostComputeEndpoints": remaining} if remaining else None
+
+
+def lb_options(
+    config: Config, version: HnsVersion, families: tuple[int, ...], view: HnsView
+) -> LbOptions:
+    """What this node's configuration and HNS allow its load balancers."""
+    network = _service_network(view)
+    return LbOptions(
+        source_vips=config.windows_source_vips,
+        dsr=config.windows_dsr,
+        dsr_supported=version.supports("DSR"),
+        affinity_supported=version.supports("SessionAffinity"),
+        families=families,
+        source_vip_required=network is not None and network[1],  # an Overlay network
+    )
+
+
+def _service_network(view: HnsView) -> tuple[str, bool] | None:
+    """The network remote endpoints go on: our Overlay network if any, else our first."""
+    networks = sorted(view.networks.items())
+    for network_id, network in networks:
+        if str(network.get("Type", "")).lower() == "overlay":
+            return network_id, True
+    return (networks[0][0], False) if networks else None
