@@ -130,6 +130,8 @@ class LbProgrammer:
         if self.must_list:
             self._adopt(await self._call(self._hcn.list_load_balancers))
             self._check_all = True
+        if self.remotes_held.due():
+            self._check_all = True  # to learn which load balancers still name them
         if self._check_all:
             self._check |= set(self.wanted.keys()) | set(self._actual)
             self._check_all = False
@@ -139,6 +141,9 @@ class LbProgrammer:
         relist = await self._create_remotes(plans)
         await self._write_load_balancers(plans, version)
         relist = await self._delete_remotes() or relist
+        for address in self.remotes_held.due():
+            if address not in self._wanted_remotes:
+                self.remotes_held.release(address)  # no longer wanted: nothing to retry
         self.owned.save()
         self._check = {k for k in self._check if k in self.held}
         return relist or self.must_list
@@ -217,6 +222,8 @@ class LbProgrammer:
         due = set(self.remotes_held.due())
         for address, remote in sorted(self._wanted_remotes.items()):
             if address in self._remotes:
+                if self._remotes[address][1] == remote:
+                    self.remotes_held.release(address)  # HNS holds it (the call landed after all)
                 continue
             if address in self.remotes_held and address not in due:
                 continue
@@ -226,7 +233,7 @@ class LbProgrammer:
                 relist = True
                 if self.remotes_held.reject(address, str(exc)):
                     log.error(
-                        "remote endpoint %s: HNS refused it: %s; retried with backoff", address, exc
+                        "remote endpoint %s: HNS failed it: %s; retried with backoff", address, exc
                     )
                 _drop_endpoint(plans, remote.id)
                 continue
@@ -243,6 +250,8 @@ class LbProgrammer:
         updates, creates = [], []
         for key, plan in sorted(plans.items()):
             if plan.json is None:
+                if key not in self._actual:
+                    self.held.release(key)  # nothing wanted, nothing held: nothing to retry
                 continue
             have = self._actual.get(key)
             if have is None:
@@ -310,7 +319,7 @@ class LbProgrammer:
     def _failed(self, key: LbKey | None, lb_id: str, exc: HcnError) -> None:
         self.must_list = True  # the call may have happened: learn what HNS holds
         if key is not None and self.held.reject(key, str(exc)):
-            log.error("load balancer %s: HNS refused it: %s; retried with backoff", key, exc)
+            log.error("load balancer %s: HNS failed it: %s; retried with backoff", key, exc)
         elif key is None:
             log.error("load balancer %s: could not delete it: %s", lb_id, exc)
 
