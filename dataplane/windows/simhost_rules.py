@@ -1,0 +1,185 @@
+"""What HNS refuses: the simulated host's checks, as pure functions over HCN V2 JSON.
+
+:mod:`dataplane.windows.simhost` holds the objects and performs the calls;
+before it changes anything it asks these functions whether HNS would take
+the call. Each takes the objects involved and the host's
+:class:`~dataplane.windows.hcn.HnsVersion` and raises
+:class:`~dataplane.windows.hcn.HcnError` with the HRESULT HNS returns, so a
+refused call changes nothing. None of them mutates its arguments.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import re
+import uuid
+from collections.abc import Mapping
+
+from dataplane.windows.acl import comma_list, parse_acl
+from dataplane.windows.hcn import (
+    ERROR_ALREADY_EXISTS,
+    HCN_E_INVALID_POLICY,
+    HCN_E_INVALID_POLICY_TYPE,
+    HcnError,
+    HnsVersion,
+    Json,
+)
+
+__all__ = [
+    "check_endpoint_policies",
+    "check_load_balancer",
+    "check_network_policies",
+    "frontends",
+    "guid",
+    "policy_request",
+    "route_problem",
+    "set_id",
+]
+
+_REQUEST_TYPES = ("Add", "Remove", "Update")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}")
+
+
+def guid(text: str) -> str:
+    """HNS ids compare case-insensitively; keep them in one spelling."""
+    try:
+        return str(uuid.UUID(str(text))).upper()
+    except ValueError:
+        return str(text).upper()
+
+
+def policy_request(request: Json, call: str, target: str) -> tuple[str, list[Json]]:
+    """A ``ModifySettingRequest``'s kind and (copied) policies, if HNS can read it."""
+    kind = request.get("RequestType")
+    settings = request.get("Settings") or {}
+    policies = settings.get("Policies") if isinstance(settings, dict) else None
+    if request.get("ResourceType") != "Policy" or kind not in _REQUEST_TYPES:
+        raise HcnError(call, target, HCN_E_INVALID_POLICY, f"request {request!r}"[:200])
+    if not isinstance(policies, list) or not all(isinstance(p, dict) for p in policies):
+        raise HcnError(call, target, HCN_E_INVALID_POLICY, "Settings.Policies is not a list")
+    return str(kind), copy.deepcopy(policies)
+
+
+def set_id(policy: Json) -> str | None:
+    """The ``Id`` of a ``SetPolicy``; None for any other policy."""
+    if policy.get("Type") != "SetPolicy":
+        return None
+    return str((policy.get("Settings") or {}).get("Id"))
+
+
+def _set_ids(network: Json) -> frozenset[str]:
+    """The ids of the network's sets: what an ACL address may name besides an address."""
+    return frozenset(sid for p in network.get("Policies") or () if (sid := set_id(p)) is not None)
+
+
+def check_endpoint_policies(
+    network: Json, policies: list[Json], version: HnsVersion, call: str, target: str
+) -> None:
+    """Endpoint policies HNS takes: ACLs it can parse, naming the network's sets or addresses."""
+    set_ids = _set_ids(network)
+    for policy in policies:
+        _check_endpoint_policy(policy, set_ids, version, call, target)
+
+
+def _check_endpoint_policy(
+    policy: Json, set_ids: frozenset[str], version: HnsVersion, call: str, target: str
+) -> None:
+    kind = policy.get("Type")
+    if kind == "ProviderAddress":
+        return
+    if kind != "ACL":
+        raise HcnError(call, target, HCN_E_INVALID_POLICY_TYPE, f"policy type {kind!r}")
+    try:
+        rule = parse_acl(policy.get("Settings") or {})
+    except ValueError as exc:
+        raise HcnError(call, target, HCN_E_INVALID_POLICY, str(exc)) from None
+    for token in (*rule.local_addresses, *rule.remote_addresses):
+        if token in set_ids:
+            continue
+        try:
+            net = ipaddress.ip_network(token, strict=False)
+        except ValueError:
+            raise HcnError(call, target, HCN_E_INVALID_POLICY, f"address {token!r}") from None
+        if net.version == 6 and not version.supports("IPv6DualStack"):
+            raise HcnError(call, target, HCN_E_INVALID_POLICY, f"IPv6 before 11.10: {token}")
+
+
+def check_network_policies(
+    network: Json, kind: str, policies: list[Json], version: HnsVersion
+) -> None:
+    """Network policies HNS takes: sets its version knows, routes it can program here."""
+    target = str(network.get("ID", ""))
+    for policy in policies:
+        _check_network_policy(policy, version, target)
+        if policy.get("Type") == "RemoteSubnetRoute" and kind != "Remove":
+            why = route_problem(network, policy.get("Settings") or {}, version)
+            if why:
+                raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, why)
+
+
+def _check_network_policy(policy: Json, version: HnsVersion, target: str) -> None:
+    kind = policy.get("Type")
+    settings = policy.get("Settings") or {}
+    if kind == "RemoteSubnetRoute":
+        for key in ("DestinationPrefix", "ProviderAddress", "DistributedRouterMacAddress"):
+            if not isinstance(settings.get(key), str) or not settings[key]:
+                raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, f"{key} missing")
+        return
+    if kind != "SetPolicy":
+        raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, f"policy type {kind!r}")
+    if not version.supports("SetPolicy"):
+        raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, "SetPolicy before 13.0")
+    set_type = settings.get("PolicyType")
+    if set_type == "NESTEDIPSET" and not version.supports("NestedIpSet"):
+        raise HcnError(
+            "ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, "nested sets before 15.0"
+        )
+    if set_type not in ("IPSET", "NESTEDIPSET") or not settings.get("Id"):
+        raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, f"SetPolicy {settings!r}")
+    try:
+        members = comma_list(settings.get("Values"), "Values")
+        for value in members if set_type == "IPSET" else ():
+            ipaddress.ip_network(value, strict=False)
+    except ValueError as exc:
+        raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, str(exc)) from None
+
+
+def route_problem(network: Json, settings: Json, version: HnsVersion) -> str | None:
+    """Why HNS refuses this ``RemoteSubnetRoute`` on ``network`` (None: it takes it)."""
+    if not version.supports("RemoteSubnet"):
+        return "RemoteSubnetRoute before 9.2"
+    if str(network.get("Type", "")).lower() != "overlay":
+        return f"RemoteSubnetRoute on a {network.get('Type')} network"
+    vni = settings.get("IsolationId")
+    if not isinstance(vni, int) or isinstance(vni, bool) or not 0 < vni <= 0xFFFF:
+        return f"IsolationId {vni!r} is not a 16-bit VSID"  # uint16 in hcsshim's schema
+    try:
+        ipaddress.ip_network(settings["DestinationPrefix"], strict=False)
+        ipaddress.ip_address(settings["ProviderAddress"])
+    except (ValueError, TypeError, KeyError) as exc:
+        return f"RemoteSubnetRoute address: {exc}"
+    if not _MAC.fullmatch(str(settings.get("DistributedRouterMacAddress"))):
+        return f"DistributedRouterMacAddress {settings.get('DistributedRouterMacAddress')!r}"
+    return None
+
+
+def frontends(lb: Json) -> set[tuple[str, int, int, bool]]:
+    """What a load balancer listens on: (VIP or "" for node ports, protocol, port, local-routed)."""
+    vips = lb.get("FrontendVIPs") or [""]
+    return {
+        (vip, int(m.get("Protocol", 0)), int(m.get("ExternalPort", 0)), bool(m.get("Flags", 0) & 2))
+        for m in lb.get("PortMappings") or ()
+        for vip in vips
+    }
+
+
+def check_load_balancer(
+    lb: Json, call: str, *, load_balancers: Mapping[str, Json], skip: str | None
+) -> None:
+    """A load balancer HNS takes; ``skip`` is the id of the one it replaces (modify)."""
+    if not lb.get("PortMappings") or not lb.get("HostComputeEndpoints"):
+        raise HcnError(call, lb["ID"], HCN_E_INVALID_POLICY, "no port mappings or endpoints")
+    for other_id, other in load_balancers.items():
+        if other_id != skip and frontends(other) & frontends(lb):
+            raise HcnError(call, lb["ID"], ERROR_ALREADY_EXISTS, f"frontend of {other_id}")
