@@ -2,22 +2,29 @@
 
 It stands in for a Windows node's Host Network Service wherever Windows
 cannot run (tests, the benchmark, ``--platform windows --hns-fake FILE``).
-What it enforces, as HNS does:
+What it enforces, as HNS does (the checks are in
+:mod:`dataplane.windows.simhost_rules`; a refused call raises
+:class:`~dataplane.windows.hcn.HcnError` and changes nothing):
 
 * objects are HCN V2 JSON (:mod:`dataplane.windows.hcn`); ids are GUIDs it
   assigns, unless the caller gives one;
 * an endpoint belongs to an existing network; ids are unique; deleting or
   modifying what is not there fails with HNS's "not found" HRESULT;
+* an address is held by at most one endpoint of a network; a remote
+  endpoint (``Flags`` 1, kube-proxy's for a pod on another node) has one
+  valid ``IpConfigurations`` address and a dashed ``MacAddress``, and on an
+  Overlay network a ``ProviderAddress`` policy with a valid address;
 * ``ModifyEndpoint`` with ``RequestType`` ``Update`` replaces all of the
   endpoint's policies of the types it carries (the whole ACL list at once),
   ``Add`` appends, ``Remove`` removes equal ones;
 * every ACL is validated (:func:`dataplane.windows.acl.parse_acl`); an
   address naming a set must name a ``SetPolicy`` of the endpoint's network;
   IPv6 in ACLs needs dual stack (11.10), ``SetPolicy`` 13.0, nested sets
-  15.0, ``ModifyLoadBalancer`` 15.4; otherwise the call is refused and
-  changes nothing;
+  15.0, ``ModifyLoadBalancer`` 15.4;
 * two load balancers may not share a frontend (VIPs, protocol, external
-  port, and for node ports the ``LocalRoutedVIP`` flag).
+  port, and for node ports the ``LocalRoutedVIP`` flag);
+* this model's own choice: an endpoint a load balancer still lists cannot
+  be deleted (HNS keeps load balancers' endpoint lists consistent).
 
 It counts calls by HCN function name, can add a per-call latency, and fails
 calls on demand (``fault``), so a test can see what a sync costs and that
@@ -53,7 +60,9 @@ from dataplane.windows.hcn import (
     Json,
 )
 from dataplane.windows.simhost_rules import (
+    check_endpoint,
     check_endpoint_policies,
+    check_endpoint_unused,
     check_load_balancer,
     check_network_policies,
     guid,
@@ -204,6 +213,7 @@ class SimHost:
         with self._lock:
             self._call("DeleteEndpoint", endpoint_id)
             self._get(self.endpoints, endpoint_id, "DeleteEndpoint")
+            check_endpoint_unused(endpoint_id, self.load_balancers)
             del self.endpoints[guid(endpoint_id)]
 
     def create_load_balancer(self, load_balancer: Json) -> Json:
@@ -262,6 +272,7 @@ class SimHost:
             raise HcnError(call, ep["ID"], ERROR_ALREADY_EXISTS, "endpoint exists")
         ep["HostComputeNetwork"] = network["ID"]
         check_endpoint_policies(network, ep.get("Policies") or [], self._version, call, ep["ID"])
+        check_endpoint(network, ep, self.endpoints, call)
         self.endpoints[ep["ID"]] = ep
         return ep
 

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 
 from dataplane.windows.acl import comma_list, parse_acl
 from dataplane.windows.hcn import (
+    E_FAIL,
+    E_INVALIDARG,
     ERROR_ALREADY_EXISTS,
     HCN_E_INVALID_POLICY,
     HCN_E_INVALID_POLICY_TYPE,
@@ -27,18 +29,19 @@ from dataplane.windows.hcn import (
 )
 
 __all__ = [
+    "check_endpoint",
     "check_endpoint_policies",
+    "check_endpoint_unused",
     "check_load_balancer",
     "check_network_policies",
-    "frontends",
     "guid",
     "policy_request",
-    "route_problem",
     "set_id",
 ]
 
 _REQUEST_TYPES = ("Add", "Remove", "Update")
-_MAC = re.compile(r"[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}")  # HNS spells MACs dashed
+_REMOTE_ENDPOINT = 1  # EndpointFlagsRemoteEndpoint
 
 
 def guid(text: str) -> str:
@@ -87,6 +90,9 @@ def _check_endpoint_policy(
 ) -> None:
     kind = policy.get("Type")
     if kind == "ProviderAddress":
+        address = (policy.get("Settings") or {}).get("ProviderAddress")
+        if _address(address) is None:
+            raise HcnError(call, target, HCN_E_INVALID_POLICY, f"ProviderAddress {address!r}")
         return
     if kind != "ACL":
         raise HcnError(call, target, HCN_E_INVALID_POLICY_TYPE, f"policy type {kind!r}")
@@ -113,7 +119,7 @@ def check_network_policies(
     for policy in policies:
         _check_network_policy(policy, version, target)
         if policy.get("Type") == "RemoteSubnetRoute" and kind != "Remove":
-            why = route_problem(network, policy.get("Settings") or {}, version)
+            why = _route_problem(network, policy.get("Settings") or {}, version)
             if why:
                 raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, why)
 
@@ -145,7 +151,7 @@ def _check_network_policy(policy: Json, version: HnsVersion, target: str) -> Non
         raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, str(exc)) from None
 
 
-def route_problem(network: Json, settings: Json, version: HnsVersion) -> str | None:
+def _route_problem(network: Json, settings: Json, version: HnsVersion) -> str | None:
     """Why HNS refuses this ``RemoteSubnetRoute`` on ``network`` (None: it takes it)."""
     if not version.supports("RemoteSubnet"):
         return "RemoteSubnetRoute before 9.2"
@@ -164,14 +170,59 @@ def route_problem(network: Json, settings: Json, version: HnsVersion) -> str | N
     return None
 
 
-def frontends(lb: Json) -> set[tuple[str, int, int, bool]]:
-    """What a load balancer listens on: (VIP or "" for node ports, protocol, port, local-routed)."""
-    vips = lb.get("FrontendVIPs") or [""]
-    return {
-        (vip, int(m.get("Protocol", 0)), int(m.get("ExternalPort", 0)), bool(m.get("Flags", 0) & 2))
-        for m in lb.get("PortMappings") or ()
-        for vip in vips
+def check_endpoint(network: Json, endpoint: Json, endpoints: Mapping[str, Json], call: str) -> None:
+    """An endpoint HNS creates on ``network`` among the host's ``endpoints``.
+
+    A remote endpoint (``Flags`` bit 1: kube-proxy's stand-in for a pod on
+    another node) has exactly one valid address and a dashed MAC, and on an
+    Overlay network a ``ProviderAddress`` policy naming the node that hosts
+    it. Any endpoint's addresses are its own within the network.
+    """
+    target = str(endpoint["ID"])
+    flags = _number(endpoint, "Flags")
+    if flags is None:
+        raise HcnError(call, target, E_INVALIDARG, f"Flags {endpoint.get('Flags')!r}")
+    if flags & _REMOTE_ENDPOINT:
+        _check_remote(network, endpoint, call)
+    held = {
+        address: other_id
+        for other_id, other in endpoints.items()
+        if guid(other.get("HostComputeNetwork", "")) == guid(network.get("ID", ""))
+        for address in _addresses(other)
     }
+    for address in _addresses(endpoint):
+        if address in held:
+            why = f"{address} is held by endpoint {held[address]}"
+            raise HcnError(call, target, ERROR_ALREADY_EXISTS, why)
+
+
+def _check_remote(network: Json, endpoint: Json, call: str) -> None:
+    target = str(endpoint["ID"])
+    configs = endpoint.get("IpConfigurations") or []
+    if len(configs) != 1 or not isinstance(configs[0], dict):
+        why = f"a remote endpoint has one IpConfigurations entry, not {len(configs)}"
+        raise HcnError(call, target, E_INVALIDARG, why)
+    if _address(configs[0].get("IpAddress")) is None:
+        raise HcnError(call, target, E_INVALIDARG, f"IpAddress {configs[0].get('IpAddress')!r}")
+    if not _MAC.fullmatch(str(endpoint.get("MacAddress", ""))):
+        raise HcnError(call, target, E_INVALIDARG, f"MacAddress {endpoint.get('MacAddress')!r}")
+    kinds = {p.get("Type") for p in endpoint.get("Policies") or ()}
+    if str(network.get("Type", "")).lower() == "overlay" and "ProviderAddress" not in kinds:
+        why = "a remote endpoint on an Overlay network needs a ProviderAddress policy"
+        raise HcnError(call, target, HCN_E_INVALID_POLICY, why)
+
+
+def check_endpoint_unused(endpoint_id: str, load_balancers: Mapping[str, Json]) -> None:
+    """The simulated host's model: an endpoint a load balancer still lists cannot be deleted.
+
+    HNS keeps each load balancer's endpoint list consistent; here that
+    means ``DeleteEndpoint`` fails (``E_FAIL``, the record naming the load
+    balancer) until the load balancer is modified or deleted.
+    """
+    for lb_id, lb in load_balancers.items():
+        if guid(endpoint_id) in {guid(m) for m in lb.get("HostComputeEndpoints") or ()}:
+            why = f"in use by load balancer {lb_id}"
+            raise HcnError("DeleteEndpoint", endpoint_id, E_FAIL, why)
 
 
 def check_load_balancer(
@@ -181,5 +232,42 @@ def check_load_balancer(
     if not lb.get("PortMappings") or not lb.get("HostComputeEndpoints"):
         raise HcnError(call, lb["ID"], HCN_E_INVALID_POLICY, "no port mappings or endpoints")
     for other_id, other in load_balancers.items():
-        if other_id != skip and frontends(other) & frontends(lb):
+        if other_id != skip and _frontends(other) & _frontends(lb):
             raise HcnError(call, lb["ID"], ERROR_ALREADY_EXISTS, f"frontend of {other_id}")
+
+
+def _frontends(lb: Json) -> set[tuple[str, int, int, bool]]:
+    """What a load balancer listens on: (VIP or "" for node ports, protocol, port, local-routed)."""
+    vips = lb.get("FrontendVIPs") or [""]
+    return {
+        (vip, int(m.get("Protocol", 0)), int(m.get("ExternalPort", 0)), bool(m.get("Flags", 0) & 2))
+        for m in lb.get("PortMappings") or ()
+        for vip in vips
+    }
+
+
+def _number(obj: Json, key: str) -> int | None:
+    """A numeric field hcsshim marshals with omitempty: absent is 0; None if not a number."""
+    value = obj.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def _address(text: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _addresses(endpoint: Json) -> list[str]:
+    return [
+        str(_address(config.get("IpAddress")) or config.get("IpAddress"))
+        for config in endpoint.get("IpConfigurations") or ()
+        if isinstance(config, dict) and config.get("IpAddress")
+    ]
