@@ -20,9 +20,13 @@ What it enforces, as HNS does (the checks are in
 * every ACL is validated (:func:`dataplane.windows.acl.parse_acl`); an
   address naming a set must name a ``SetPolicy`` of the endpoint's network;
   IPv6 in ACLs needs dual stack (11.10), ``SetPolicy`` 13.0, nested sets
-  15.0, ``ModifyLoadBalancer`` 15.4;
+  15.0;
+* a load balancer lists existing endpoints and at least one port mapping
+  of TCP, UDP or SCTP with ports 1-65535; session affinity needs 12.0, DSR
+  9.3/10.2, the IPv6 flag 11.10, and its VIPs are valid addresses of the
+  family that flag says; ``ModifyLoadBalancer`` needs 15.4;
 * two load balancers may not share a frontend (VIPs, protocol, external
-  port, and for node ports the ``LocalRoutedVIP`` flag);
+  port, and for node ports the family and the ``LocalRoutedVIP`` flag);
 * this model's own choice: an endpoint a load balancer still lists cannot
   be deleted (HNS keeps load balancers' endpoint lists consistent).
 
@@ -224,7 +228,12 @@ class SimHost:
             if lb["ID"] in self.load_balancers:
                 raise HcnError("CreateLoadBalancer", lb["ID"], ERROR_ALREADY_EXISTS, "exists")
             check_load_balancer(
-                lb, "CreateLoadBalancer", load_balancers=self.load_balancers, skip=None
+                lb,
+                "CreateLoadBalancer",
+                endpoints=self.endpoints,
+                load_balancers=self.load_balancers,
+                version=self._version,
+                skip=None,
             )
             self.load_balancers[lb["ID"]] = lb
             return copy.deepcopy(lb)
@@ -238,7 +247,12 @@ class SimHost:
             lb = copy.deepcopy(load_balancer)
             lb["ID"] = guid(load_balancer_id)
             check_load_balancer(
-                lb, "ModifyLoadBalancer", load_balancers=self.load_balancers, skip=lb["ID"]
+                lb,
+                "ModifyLoadBalancer",
+                endpoints=self.endpoints,
+                load_balancers=self.load_balancers,
+                version=self._version,
+                skip=lb["ID"],
             )
             self.load_balancers[lb["ID"]] = lb
             return copy.deepcopy(lb)

@@ -20,7 +20,9 @@ from dataplane.windows.acl import comma_list, parse_acl
 from dataplane.windows.hcn import (
     E_FAIL,
     E_INVALIDARG,
+    E_NOTIMPL,
     ERROR_ALREADY_EXISTS,
+    HCN_E_ENDPOINT_NOT_FOUND,
     HCN_E_INVALID_POLICY,
     HCN_E_INVALID_POLICY_TYPE,
     HcnError,
@@ -41,7 +43,10 @@ __all__ = [
 
 _REQUEST_TYPES = ("Add", "Remove", "Update")
 _MAC = re.compile(r"[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}")  # HNS spells MACs dashed
+_PROTOCOLS = frozenset({6, 17, 132})  # TCP, UDP, SCTP: what an HNS load balancer maps
 _REMOTE_ENDPOINT = 1  # EndpointFlagsRemoteEndpoint
+_LB_DSR, _LB_IPV6 = 1, 2  # LoadBalancerFlagsDSR, LoadBalancerFlagsIPv6
+_LOCAL_ROUTED_VIP = 2  # LoadBalancerPortMappingFlagsLocalRoutedVIP
 
 
 def guid(text: str) -> str:
@@ -226,21 +231,102 @@ def check_endpoint_unused(endpoint_id: str, load_balancers: Mapping[str, Json]) 
 
 
 def check_load_balancer(
-    lb: Json, call: str, *, load_balancers: Mapping[str, Json], skip: str | None
+    lb: Json,
+    call: str,
+    *,
+    endpoints: Mapping[str, Json],
+    load_balancers: Mapping[str, Json],
+    version: HnsVersion,
+    skip: str | None,
 ) -> None:
     """A load balancer HNS takes; ``skip`` is the id of the one it replaces (modify)."""
-    if not lb.get("PortMappings") or not lb.get("HostComputeEndpoints"):
-        raise HcnError(call, lb["ID"], HCN_E_INVALID_POLICY, "no port mappings or endpoints")
+    target = str(lb["ID"])
+    mappings, members = lb.get("PortMappings"), lb.get("HostComputeEndpoints")
+    if not (isinstance(mappings, list) and mappings and isinstance(members, list) and members):
+        raise HcnError(call, target, HCN_E_INVALID_POLICY, "no port mappings or endpoints")
+    for member in members:
+        if guid(str(member)) not in endpoints:
+            raise HcnError(call, target, HCN_E_ENDPOINT_NOT_FOUND, f"endpoint {member} not found")
+    for mapping in mappings:
+        problem = _mapping_problem(mapping, version)
+        if problem:
+            raise HcnError(call, target, *problem)
+    problem = _flags_problem(lb, version)
+    if problem:
+        raise HcnError(call, target, *problem)
+    mine = _frontends(lb)
     for other_id, other in load_balancers.items():
-        if other_id != skip and _frontends(other) & _frontends(lb):
-            raise HcnError(call, lb["ID"], ERROR_ALREADY_EXISTS, f"frontend of {other_id}")
+        if other_id != skip and _frontends(other) & mine:
+            raise HcnError(call, target, ERROR_ALREADY_EXISTS, f"frontend of {other_id}")
+
+
+def _mapping_problem(mapping: object, version: HnsVersion) -> tuple[int, str] | None:
+    """Why HNS refuses one ``PortMappings`` entry: (HRESULT, record), or None."""
+    if not isinstance(mapping, dict):
+        return HCN_E_INVALID_POLICY, f"port mapping {mapping!r}"
+    if _number(mapping, "Protocol") not in _PROTOCOLS:
+        return HCN_E_INVALID_POLICY, f"Protocol {mapping.get('Protocol')!r}"
+    for key in ("InternalPort", "ExternalPort"):
+        port = _number(mapping, key)
+        if port is None or not 0 < port <= 0xFFFF:
+            return HCN_E_INVALID_POLICY, f"{key} {mapping.get(key)!r}"
+    if _number(mapping, "Flags") is None:
+        return HCN_E_INVALID_POLICY, f"port mapping Flags {mapping.get('Flags')!r}"
+    distribution = _number(mapping, "DistributionType")
+    if distribution not in (0, 1, 2):
+        return HCN_E_INVALID_POLICY, f"DistributionType {mapping.get('DistributionType')!r}"
+    if distribution and not version.supports("SessionAffinity"):
+        return E_NOTIMPL, f"session affinity before 12.0 (HNS {version})"
+    return None
+
+
+def _flags_problem(lb: Json, version: HnsVersion) -> tuple[int, str] | None:
+    """Why HNS refuses the LB's ``Flags`` and addresses: (HRESULT, record), or None."""
+    flags = _number(lb, "Flags")
+    if flags is None:
+        return HCN_E_INVALID_POLICY, f"Flags {lb.get('Flags')!r}"
+    if flags & _LB_DSR and not version.supports("DSR"):
+        return E_NOTIMPL, f"DSR not supported by HNS {version}"
+    ipv6 = bool(flags & _LB_IPV6)
+    if ipv6 and not version.supports("IPv6DualStack"):
+        return E_NOTIMPL, f"IPv6 load balancing before 11.10 (HNS {version})"
+    vips = lb.get("FrontendVIPs") or []
+    if not isinstance(vips, list):
+        return HCN_E_INVALID_POLICY, f"FrontendVIPs {vips!r}"
+    for vip in vips:
+        address = _address(vip)
+        if address is None:
+            return HCN_E_INVALID_POLICY, f"FrontendVIP {vip!r}"
+        if (address.version == 6) != ipv6:
+            return (
+                HCN_E_INVALID_POLICY,
+                f"FrontendVIP {vip} with the IPv6 flag {'set' if ipv6 else 'clear'}",
+            )
+    source = lb.get("SourceVIP")
+    if source not in (None, "") and _address(source) is None:
+        return HCN_E_INVALID_POLICY, f"SourceVIP {source!r}"
+    return None
 
 
 def _frontends(lb: Json) -> set[tuple[str, int, int, bool]]:
-    """What a load balancer listens on: (VIP or "" for node ports, protocol, port, local-routed)."""
-    vips = lb.get("FrontendVIPs") or [""]
+    """What a load balancer listens on: (address, protocol, port, local-routed node port).
+
+    A node-port LB (no ``FrontendVIPs``) listens on every address of its
+    family, spelled as the unspecified address; only there does the
+    ``LocalRoutedVIP`` flag make a second frontend on the same port.
+    """
+    flags = int(lb.get("Flags") or 0)
+    vips = [_canonical(v) for v in lb.get("FrontendVIPs") or ()]
+    node_port = not vips
+    if node_port:
+        vips = ["::" if flags & _LB_IPV6 else "0.0.0.0"]
     return {
-        (vip, int(m.get("Protocol", 0)), int(m.get("ExternalPort", 0)), bool(m.get("Flags", 0) & 2))
+        (
+            vip,
+            int(m.get("Protocol") or 0),
+            int(m.get("ExternalPort") or 0),
+            node_port and bool(int(m.get("Flags") or 0) & _LOCAL_ROUTED_VIP),
+        )
         for m in lb.get("PortMappings") or ()
         for vip in vips
     }
@@ -265,9 +351,15 @@ def _address(text: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
         return None
 
 
+def _canonical(text: object) -> str:
+    """One spelling per address, so ``fd00::1`` and ``FD00:0::1`` are the same frontend."""
+    address = _address(text)
+    return str(address) if address is not None else str(text)
+
+
 def _addresses(endpoint: Json) -> list[str]:
     return [
-        str(_address(config.get("IpAddress")) or config.get("IpAddress"))
+        _canonical(config.get("IpAddress"))
         for config in endpoint.get("IpConfigurations") or ()
         if isinstance(config, dict) and config.get("IpAddress")
     ]
