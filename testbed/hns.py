@@ -90,6 +90,7 @@ def calico_host(
         {
             "Name": "remote-10.65.9.9",
             "IpConfigurations": [{"IpAddress": "10.65.9.9"}],
+            "MacAddress": "02-11-0a-41-09-09",  # kube-proxy's: 02-11 then the address
             "Flags": 1,  # RemoteEndpoint: a pod on another node
         },
     )

@@ -29,6 +29,7 @@ from dataplane.errors import ProgrammingError
 __all__ = [
     "ERROR_ALREADY_EXISTS",
     "E_FAIL",
+    "E_INVALIDARG",
     "E_NOTIMPL",
     "FEATURES",
     "HCN",
@@ -55,6 +56,7 @@ ERROR_ALREADY_EXISTS = 0x800700B7  # HRESULT_FROM_WIN32(ERROR_ALREADY_EXISTS)
 LB_NOT_FOUND = 0x80070490  # HRESULT_FROM_WIN32(ERROR_NOT_FOUND): HNS's answer for a gone LB
 E_NOTIMPL = 0x80004001
 E_FAIL = 0x80004005
+E_INVALIDARG = 0x80070057  # "The parameter is incorrect": HNS's answer to a malformed object
 
 _NOT_FOUND = frozenset({HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND, LB_NOT_FOUND})
 

@@ -2,22 +2,33 @@
 
 It stands in for a Windows node's Host Network Service wherever Windows
 cannot run (tests, the benchmark, ``--platform windows --hns-fake FILE``).
-What it enforces, as HNS does:
+What it enforces, as HNS does (the checks are in
+:mod:`dataplane.windows.simhost_rules`; a refused call raises
+:class:`~dataplane.windows.hcn.HcnError` and changes nothing):
 
 * objects are HCN V2 JSON (:mod:`dataplane.windows.hcn`); ids are GUIDs it
   assigns, unless the caller gives one;
 * an endpoint belongs to an existing network; ids are unique; deleting or
   modifying what is not there fails with HNS's "not found" HRESULT;
+* an address is held by at most one endpoint of a network; a remote
+  endpoint (``Flags`` 1, kube-proxy's for a pod on another node) has one
+  valid ``IpConfigurations`` address and a dashed ``MacAddress``, and on an
+  Overlay network a ``ProviderAddress`` policy with a valid address;
 * ``ModifyEndpoint`` with ``RequestType`` ``Update`` replaces all of the
   endpoint's policies of the types it carries (the whole ACL list at once),
   ``Add`` appends, ``Remove`` removes equal ones;
 * every ACL is validated (:func:`dataplane.windows.acl.parse_acl`); an
   address naming a set must name a ``SetPolicy`` of the endpoint's network;
   IPv6 in ACLs needs dual stack (11.10), ``SetPolicy`` 13.0, nested sets
-  15.0, ``ModifyLoadBalancer`` 15.4; otherwise the call is refused and
-  changes nothing;
+  15.0;
+* a load balancer lists existing endpoints and at least one port mapping
+  of TCP, UDP or SCTP with ports 1-65535; session affinity needs 12.0, DSR
+  9.3/10.2, the IPv6 flag 11.10, and its VIPs are valid addresses of the
+  family that flag says; ``ModifyLoadBalancer`` needs 15.4;
 * two load balancers may not share a frontend (VIPs, protocol, external
-  port, and for node ports the ``LocalRoutedVIP`` flag).
+  port, and for node ports the family and the ``LocalRoutedVIP`` flag);
+* this model's own choice: an endpoint a load balancer still lists cannot
+  be deleted (HNS keeps load balancers' endpoint lists consistent).
 
 It counts calls by HCN function name, can add a per-call latency, and fails
 calls on demand (``fault``), so a test can see what a sync costs and that
@@ -30,10 +41,8 @@ outlives the driver as a real one does; ``Calls`` accumulates across runs.
 from __future__ import annotations
 
 import copy
-import ipaddress
 import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -42,14 +51,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dataplane.windows.acl import comma_list, parse_acl
 from dataplane.windows.hcn import (
     E_FAIL,
     E_NOTIMPL,
     ERROR_ALREADY_EXISTS,
     HCN_E_ENDPOINT_NOT_FOUND,
-    HCN_E_INVALID_POLICY,
-    HCN_E_INVALID_POLICY_TYPE,
     HCN_E_NETWORK_NOT_FOUND,
     HCN_E_POLICY_NOT_FOUND,
     LB_NOT_FOUND,
@@ -57,13 +63,22 @@ from dataplane.windows.hcn import (
     HnsVersion,
     Json,
 )
+from dataplane.windows.simhost_rules import (
+    check_endpoint,
+    check_endpoint_policies,
+    check_endpoint_unused,
+    check_load_balancer,
+    check_network_policies,
+    guid,
+    policy_request,
+    set_id,
+)
 
 __all__ = ["SimHost"]
 
 NEWEST = HnsVersion(15, 4)  # every feature this driver uses
 # Decides whether a call fails: (HCN function name, object id) -> fail?
 Fault = Callable[[str, str], bool]
-_REQUEST_TYPES = ("Add", "Remove", "Update")
 
 
 class SimHost:
@@ -107,7 +122,7 @@ class SimHost:
             for obj in data.get(key) or ():
                 if not isinstance(obj, dict) or not obj.get("ID"):
                     raise ValueError(f"{path}: an object in {key} has no ID: {obj!r}")
-                store[_guid(obj["ID"])] = obj
+                store[guid(obj["ID"])] = obj
         host._calls.update({str(k): int(v) for k, v in (data.get("Calls") or {}).items()})
         return host
 
@@ -166,7 +181,7 @@ class SimHost:
         """Set-up only (the CNI's job, not the driver's): a network, uncounted."""
         with self._lock:
             net = copy.deepcopy(network)
-            net["ID"] = _guid(net.get("ID") or str(uuid.uuid4()))
+            net["ID"] = guid(net.get("ID") or str(uuid.uuid4()))
             self.networks[net["ID"]] = net
             return copy.deepcopy(net)
 
@@ -180,13 +195,8 @@ class SimHost:
         with self._lock:
             self._call("ModifyNetwork", network_id)
             network = self._get(self.networks, network_id, "ModifyNetwork")
-            kind, policies = _policy_request(request, "ModifyNetwork", network_id)
-            for policy in policies:
-                self._check_network_policy(policy, network_id)
-                if policy.get("Type") == "RemoteSubnetRoute" and kind != "Remove":
-                    why = _route_problem(network, policy.get("Settings") or {}, self._version)
-                    if why:
-                        raise HcnError("ModifyNetwork", network_id, HCN_E_INVALID_POLICY, why)
+            kind, policies = policy_request(request, "ModifyNetwork", network_id)
+            check_network_policies(network, kind, policies, self._version)
             network["Policies"] = _merged_network(network.get("Policies") or [], kind, policies)
 
     def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
@@ -198,27 +208,33 @@ class SimHost:
         with self._lock:
             self._call("ModifyEndpoint", endpoint_id)
             endpoint = self._get(self.endpoints, endpoint_id, "ModifyEndpoint")
-            kind, policies = _policy_request(request, "ModifyEndpoint", endpoint_id)
-            network = self.networks.get(_guid(endpoint.get("HostComputeNetwork", "")), {})
-            set_ids = _set_ids(network)
-            for policy in policies:
-                self._check_endpoint_policy(policy, set_ids, "ModifyEndpoint", endpoint_id)
+            kind, policies = policy_request(request, "ModifyEndpoint", endpoint_id)
+            network = self.networks.get(guid(endpoint.get("HostComputeNetwork", "")), {})
+            check_endpoint_policies(network, policies, self._version, "ModifyEndpoint", endpoint_id)
             endpoint["Policies"] = _merged_endpoint(endpoint.get("Policies") or [], kind, policies)
 
     def delete_endpoint(self, endpoint_id: str) -> None:
         with self._lock:
             self._call("DeleteEndpoint", endpoint_id)
             self._get(self.endpoints, endpoint_id, "DeleteEndpoint")
-            del self.endpoints[_guid(endpoint_id)]
+            check_endpoint_unused(endpoint_id, self.load_balancers)
+            del self.endpoints[guid(endpoint_id)]
 
     def create_load_balancer(self, load_balancer: Json) -> Json:
         with self._lock:
             self._call("CreateLoadBalancer")
             lb = copy.deepcopy(load_balancer)
-            lb["ID"] = _guid(lb.get("ID") or str(uuid.uuid4()))
+            lb["ID"] = guid(lb.get("ID") or str(uuid.uuid4()))
             if lb["ID"] in self.load_balancers:
                 raise HcnError("CreateLoadBalancer", lb["ID"], ERROR_ALREADY_EXISTS, "exists")
-            self._check_load_balancer(lb, "CreateLoadBalancer", skip=None)
+            check_load_balancer(
+                lb,
+                "CreateLoadBalancer",
+                endpoints=self.endpoints,
+                load_balancers=self.load_balancers,
+                version=self._version,
+                skip=None,
+            )
             self.load_balancers[lb["ID"]] = lb
             return copy.deepcopy(lb)
 
@@ -229,8 +245,15 @@ class SimHost:
                 raise HcnError("ModifyLoadBalancer", load_balancer_id, E_NOTIMPL, "not supported")
             self._get(self.load_balancers, load_balancer_id, "ModifyLoadBalancer")
             lb = copy.deepcopy(load_balancer)
-            lb["ID"] = _guid(load_balancer_id)
-            self._check_load_balancer(lb, "ModifyLoadBalancer", skip=lb["ID"])
+            lb["ID"] = guid(load_balancer_id)
+            check_load_balancer(
+                lb,
+                "ModifyLoadBalancer",
+                endpoints=self.endpoints,
+                load_balancers=self.load_balancers,
+                version=self._version,
+                skip=lb["ID"],
+            )
             self.load_balancers[lb["ID"]] = lb
             return copy.deepcopy(lb)
 
@@ -238,12 +261,12 @@ class SimHost:
         with self._lock:
             self._call("DeleteLoadBalancer", load_balancer_id)
             self._get(self.load_balancers, load_balancer_id, "DeleteLoadBalancer")
-            del self.load_balancers[_guid(load_balancer_id)]
+            del self.load_balancers[guid(load_balancer_id)]
 
-    # --- HNS's rules ----------------------------------------------------------
+    # --- helpers (the rules themselves are in simhost_rules) -------------------
 
     def _get(self, store: dict[str, Json], object_id: str, call: str) -> Json:
-        found = store.get(_guid(object_id))
+        found = store.get(guid(object_id))
         if found is None:
             code = {
                 "ModifyNetwork": HCN_E_NETWORK_NOT_FOUND,
@@ -254,128 +277,18 @@ class SimHost:
         return found
 
     def _new_endpoint(self, call: str, network_id: str, endpoint: Json) -> Json:
-        network = self.networks.get(_guid(network_id))
+        network = self.networks.get(guid(network_id))
         if network is None:
             raise HcnError(call, network_id, HCN_E_NETWORK_NOT_FOUND, "network not found")
         ep = copy.deepcopy(endpoint)
-        ep["ID"] = _guid(ep.get("ID") or str(uuid.uuid4()))
+        ep["ID"] = guid(ep.get("ID") or str(uuid.uuid4()))
         if ep["ID"] in self.endpoints:
             raise HcnError(call, ep["ID"], ERROR_ALREADY_EXISTS, "endpoint exists")
         ep["HostComputeNetwork"] = network["ID"]
-        set_ids = _set_ids(network)
-        for policy in ep.get("Policies") or ():
-            self._check_endpoint_policy(policy, set_ids, call, ep["ID"])
+        check_endpoint_policies(network, ep.get("Policies") or [], self._version, call, ep["ID"])
+        check_endpoint(network, ep, self.endpoints, call)
         self.endpoints[ep["ID"]] = ep
         return ep
-
-    def _check_endpoint_policy(
-        self, policy: Json, set_ids: frozenset[str], call: str, target: str
-    ) -> None:
-        kind = policy.get("Type")
-        if kind == "ProviderAddress":
-            return
-        if kind != "ACL":
-            raise HcnError(call, target, HCN_E_INVALID_POLICY_TYPE, f"policy type {kind!r}")
-        try:
-            rule = parse_acl(policy.get("Settings") or {})
-        except ValueError as exc:
-            raise HcnError(call, target, HCN_E_INVALID_POLICY, str(exc)) from None
-        for token in (*rule.local_addresses, *rule.remote_addresses):
-            if token in set_ids:
-                continue
-            try:
-                net = ipaddress.ip_network(token, strict=False)
-            except ValueError:
-                raise HcnError(call, target, HCN_E_INVALID_POLICY, f"address {token!r}") from None
-            if net.version == 6 and not self._version.supports("IPv6DualStack"):
-                raise HcnError(call, target, HCN_E_INVALID_POLICY, f"IPv6 before 11.10: {token}")
-
-    def _check_network_policy(self, policy: Json, target: str) -> None:
-        kind = policy.get("Type")
-        settings = policy.get("Settings") or {}
-        if kind == "RemoteSubnetRoute":
-            for key in ("DestinationPrefix", "ProviderAddress", "DistributedRouterMacAddress"):
-                if not isinstance(settings.get(key), str) or not settings[key]:
-                    raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, f"{key} missing")
-            return
-        if kind != "SetPolicy":
-            raise HcnError(
-                "ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, f"policy type {kind!r}"
-            )
-        if not self._version.supports("SetPolicy"):
-            raise HcnError(
-                "ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, "SetPolicy before 13.0"
-            )
-        set_type = settings.get("PolicyType")
-        if set_type == "NESTEDIPSET" and not self._version.supports("NestedIpSet"):
-            raise HcnError(
-                "ModifyNetwork", target, HCN_E_INVALID_POLICY_TYPE, "nested sets before 15.0"
-            )
-        if set_type not in ("IPSET", "NESTEDIPSET") or not settings.get("Id"):
-            raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, f"SetPolicy {settings!r}")
-        try:
-            members = comma_list(settings.get("Values"), "Values")
-            for value in members if set_type == "IPSET" else ():
-                ipaddress.ip_network(value, strict=False)
-        except ValueError as exc:
-            raise HcnError("ModifyNetwork", target, HCN_E_INVALID_POLICY, str(exc)) from None
-
-    def _check_load_balancer(self, lb: Json, call: str, skip: str | None) -> None:
-        if not lb.get("PortMappings") or not lb.get("HostComputeEndpoints"):
-            raise HcnError(call, lb["ID"], HCN_E_INVALID_POLICY, "no port mappings or endpoints")
-        for other_id, other in self.load_balancers.items():
-            if other_id != skip and _frontends(other) & _frontends(lb):
-                raise HcnError(call, lb["ID"], ERROR_ALREADY_EXISTS, f"frontend of {other_id}")
-
-
-_MAC = re.compile(r"[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}")
-
-
-def _route_problem(network: Json, settings: Json, version: HnsVersion) -> str | None:
-    """Why HNS refuses this ``RemoteSubnetRoute`` on ``network`` (None: it takes it)."""
-    if not version.supports("RemoteSubnet"):
-        return "RemoteSubnetRoute before 9.2"
-    if str(network.get("Type", "")).lower() != "overlay":
-        return f"RemoteSubnetRoute on a {network.get('Type')} network"
-    vni = settings.get("IsolationId")
-    if not isinstance(vni, int) or isinstance(vni, bool) or not 0 < vni <= 0xFFFF:
-        return f"IsolationId {vni!r} is not a 16-bit VSID"  # uint16 in hcsshim's schema
-    try:
-        ipaddress.ip_network(settings["DestinationPrefix"], strict=False)
-        ipaddress.ip_address(settings["ProviderAddress"])
-    except (ValueError, TypeError, KeyError) as exc:
-        return f"RemoteSubnetRoute address: {exc}"
-    if not _MAC.fullmatch(str(settings.get("DistributedRouterMacAddress"))):
-        return f"DistributedRouterMacAddress {settings.get('DistributedRouterMacAddress')!r}"
-    return None
-
-
-def _guid(text: str) -> str:
-    """HNS ids compare case-insensitively; keep them in one spelling."""
-    try:
-        return str(uuid.UUID(str(text))).upper()
-    except ValueError:
-        return str(text).upper()
-
-
-def _frontends(lb: Json) -> set[tuple[str, int, int, bool]]:
-    vips = lb.get("FrontendVIPs") or [""]
-    return {
-        (vip, int(m.get("Protocol", 0)), int(m.get("ExternalPort", 0)), bool(m.get("Flags", 0) & 2))
-        for m in lb.get("PortMappings") or ()
-        for vip in vips
-    }
-
-
-def _policy_request(request: Json, call: str, target: str) -> tuple[str, list[Json]]:
-    kind = request.get("RequestType")
-    settings = request.get("Settings") or {}
-    policies = settings.get("Policies") if isinstance(settings, dict) else None
-    if request.get("ResourceType") != "Policy" or kind not in _REQUEST_TYPES:
-        raise HcnError(call, target, HCN_E_INVALID_POLICY, f"request {request!r}"[:200])
-    if not isinstance(policies, list) or not all(isinstance(p, dict) for p in policies):
-        raise HcnError(call, target, HCN_E_INVALID_POLICY, "Settings.Policies is not a list")
-    return str(kind), copy.deepcopy(policies)
 
 
 def _remove(
@@ -400,22 +313,11 @@ def _merged_endpoint(current: list[Json], kind: str, policies: list[Json]) -> li
     return _remove(current, policies, lambda a, b: a == b, "ModifyEndpoint")
 
 
-def _set_id(policy: Json) -> str | None:
-    if policy.get("Type") != "SetPolicy":
-        return None
-    return str((policy.get("Settings") or {}).get("Id"))
-
-
-def _set_ids(network: Json) -> frozenset[str]:
-    """The ids of the network's sets: what an ACL address may name besides an address."""
-    return frozenset(sid for p in network.get("Policies") or () if (sid := _set_id(p)) is not None)
-
-
 def _merged_network(current: list[Json], kind: str, policies: list[Json]) -> list[Json]:
     """Sets are known by ``Id`` (Add refuses a taken one, Update replaces one); others by value."""
 
     def same(a: Json, b: Json) -> bool:
-        return a == b if _set_id(b) is None else _set_id(a) == _set_id(b)
+        return a == b if set_id(b) is None else set_id(a) == set_id(b)
 
     if kind == "Remove":
         return _remove(current, policies, same, "ModifyNetwork")

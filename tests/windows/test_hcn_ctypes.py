@@ -120,9 +120,13 @@ def test_failures_carry_the_hresult_and_the_error_record_and_free_both() -> None
 def test_endpoints_and_load_balancers_round_trip() -> None:
     host = calico_host([])
     binding, dll = _bound(host)
-    created = binding.create_endpoint(
-        NETWORK_ID, {"Name": "x", "IpConfigurations": [{"IpAddress": "10.65.9.9"}], "Flags": 1}
-    )
+    remote = {
+        "Name": "x",
+        "IpConfigurations": [{"IpAddress": "10.65.9.10"}],  # 10.65.9.9 is the host's remote
+        "MacAddress": "02-11-0a-41-09-0a",
+        "Flags": 1,
+    }
+    created = binding.create_endpoint(NETWORK_ID, remote)
     assert created["HostComputeNetwork"] == NETWORK_ID.upper()
     assert any(e["ID"] == created["ID"] for e in binding.list_endpoints())
     lb = {
