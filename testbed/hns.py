@@ -92,6 +92,12 @@ def calico_host(
             "IpConfigurations": [{"IpAddress": "10.65.9.9"}],
             "MacAddress": "02-11-0a-41-09-09",  # kube-proxy's: 02-11 then the address
             "Flags": 1,  # RemoteEndpoint: a pod on another node
+            # On an Overlay network its node's address (the VXLAN destination).
+            "Policies": [
+                {"Type": "ProviderAddress", "Settings": {"ProviderAddress": "192.168.1.99"}}
+            ]
+            if network_type.lower() == "overlay"
+            else [],
         },
     )
     return host
