@@ -14,7 +14,9 @@ HNS endpoint by address in the endpoint listing, not through Felix's
 workloads. No RouteUpdate either: RemoteSubnetRoutes are the VXLAN
 programmer's (``bench_windows.py`` territory), not the load balancers'.
 Every HCN call takes ``--latency`` seconds (20 ms: a loaded real host's
-order of magnitude).
+order of magnitude). The periodic re-read is off (EndpointRefreshInterval
+0): at 20 ms a call the first apply outlasts its default 90 s, so a
+refresh would start the moment it ends and could swallow a measured step.
 
 For each HNS version (15.4, which has ``ModifyLoadBalancer``, and 12.0,
 which does not):
