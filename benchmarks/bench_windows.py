@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from google.protobuf.message import Message
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, markdown_table
+from benchmarks._hns import Step, calls_text, program, step
 from benchmarks._node import NodeBuilder, Sizes, add_size_arguments
 from benchmarks._runs import apply_quick
 from dataplane.core.loop import Dataplane
@@ -94,18 +94,10 @@ def _busiest_set(msgs: list[Message]) -> tuple[str, int]:
 @dataclass
 class Result:
     users: int = 0  # endpoints whose rules reference the changed set
-    programmed: float = 0.0
-    calls: Counter[str] = field(default_factory=Counter)
-    member_time: float = 0.0
-    member_calls: Counter[str] = field(default_factory=Counter)
-    new_time: float = 0.0
-    new_calls: Counter[str] = field(default_factory=Counter)
+    programmed: Step = field(default_factory=Step)
+    member: Step = field(default_factory=Step)  # one member change
+    new: Step = field(default_factory=Step)  # one new endpoint
     fail_closed: int = 0
-
-
-async def _applied(dp: Dataplane, before: int) -> None:
-    while dp.stats.applies <= before:
-        await trio.sleep(0.002)
 
 
 def run(builder: NodeBuilder, latency: float, set_policy: bool) -> Result:
@@ -124,37 +116,16 @@ def run(builder: NodeBuilder, latency: float, set_policy: bool) -> Result:
         dp = Dataplane(platform)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(dp.run)
-            start = time.perf_counter()
-            for m in msgs:
-                dp.send_message(m)
-            while not dp.in_sync:
-                await trio.sleep(0.002)
-            out.programmed = time.perf_counter() - start
-            out.calls = Counter(host.calls)
-
-            before, applies = Counter(host.calls), dp.stats.applies
-            start = time.perf_counter()
-            dp.send_message(pb.IPSetDeltaUpdate(id=busy, added_members=["10.191.255.254"]))
-            await _applied(dp, applies)
-            out.member_time = time.perf_counter() - start
-            out.member_calls = Counter(host.calls) - before
-
+            out.programmed = await program(dp, host, msgs)
+            added = pb.IPSetDeltaUpdate(id=busy, added_members=["10.191.255.254"])
+            out.member = await step(dp, host, added)
             _endpoint(host, extra)
-            before, applies = Counter(host.calls), dp.stats.applies
-            start = time.perf_counter()
-            dp.send_message(extra)
-            await _applied(dp, applies)
-            out.new_time = time.perf_counter() - start
-            out.new_calls = Counter(host.calls) - before
+            out.new = await step(dp, host, extra)
             out.fail_closed = len(platform.fail_closed())
             dp.close_input()
 
     trio.run(main)
     return out
-
-
-def _calls(calls: Counter[str]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(calls.items())) or "none"
 
 
 def main() -> None:
@@ -174,12 +145,12 @@ def main() -> None:
         rows.append(
             [
                 mode,
-                f"{result.programmed:.1f} s",
-                _calls(result.calls),
-                f"{_calls(result.member_calls)} ({result.users} endpoints use the set)",
-                f"{result.member_time * 1000:.0f} ms",
-                _calls(result.new_calls),
-                f"{result.new_time * 1000:.0f} ms",
+                f"{result.programmed.seconds:.1f} s",
+                calls_text(result.programmed.calls),
+                f"{calls_text(result.member.calls)} ({result.users} endpoints use the set)",
+                f"{result.member.seconds * 1000:.0f} ms",
+                calls_text(result.new.calls),
+                f"{result.new.seconds * 1000:.0f} ms",
                 str(result.fail_closed),
             ]
         )
