@@ -51,6 +51,8 @@ __all__ = ["LbProgrammer", "lb_options"]
 
 log = logging.getLogger(__name__)
 
+_NO_LOCAL_ENDPOINT = "(its pod's HNS endpoint not found yet)"
+
 # (backend address, its node) -> the address its VXLAN packets go to ("" if unknown).
 Provider = Callable[[str, str], str]
 
@@ -110,6 +112,10 @@ class LbProgrammer:
                 else:
                     self._remotes[remote.address] = (endpoint_id, remote)
         self._check_all = True
+
+    def awaits_local_endpoints(self) -> bool:
+        """Is a local backend left out until the CNI's endpoint for it is listed?"""
+        return any(_NO_LOCAL_ENDPOINT in w for ws in self.waiting.values() for w in ws)
 
     def active(self) -> bool:
         return bool(self.wanted) or bool(self.owned) or bool(self._actual)
@@ -190,7 +196,7 @@ class LbProgrammer:
             if local is not None:
                 ids.append(local)
             elif backend.local:
-                waiting.append(f"{backend.address} (its pod's HNS endpoint not found yet)")
+                waiting.append(f"{backend.address} {_NO_LOCAL_ENDPOINT}")
             elif network is None:
                 waiting.append(f"{backend.address} (no network of ours for remote endpoints)")
             else:

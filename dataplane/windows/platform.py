@@ -128,6 +128,7 @@ class WindowsPlatform:
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._reported: set[FailClosed] = set()
         self._next_refresh = math.inf
+        self._listed = False
         self._last_apply = -math.inf
         self._unsupported_logged: set[str] = set()
         owned = OwnedIds() if owned_load_balancers is None else owned_load_balancers
@@ -280,6 +281,10 @@ class WindowsPlatform:
         log_refusals(self._endpoints.take_refusals(), self._sets.take_refusals())
         self._statuses = self._endpoint_statuses(view)
         self._last_apply = self._clock()
+        if self._listed:
+            interval = self.config.endpoint_refresh_interval
+            self._next_refresh = self._last_apply + interval if interval > 0 else math.inf
+            self._listed = False
 
     def _find(self, key: WorkloadEndpointKey) -> HnsEndpoint | None:
         assert self._view is not None
@@ -302,9 +307,10 @@ class WindowsPlatform:
         return statuses
 
     def _unmapped(self) -> bool:
-        """Is an endpoint waiting for its HNS endpoint?"""
-        return self._view is not None and any(
-            self._find(k) is None for k in self._endpoints.pending
+        """Is an endpoint (a workload, or a local service backend) waiting for its HNS endpoint?"""
+        return self._view is not None and (
+            any(self._find(k) is None for k in self._endpoints.pending)
+            or self._lbs.awaits_local_endpoints()
         )
 
     async def _list(self) -> None:
@@ -313,8 +319,7 @@ class WindowsPlatform:
         self._view = HnsView.build(networks, endpoints, self._pattern)
         self._must_list = False
         self._sets_pending = True
-        interval = self.config.endpoint_refresh_interval
-        self._next_refresh = self._clock() + interval if interval > 0 else math.inf
+        self._listed = True  # the next refresh counts from the end of this apply
         self._endpoints.recheck_all()
         self._vxlan.touch()
         self._lbs.observe(self._view)

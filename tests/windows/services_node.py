@@ -47,9 +47,11 @@ def backend(
     name: str = "http",
     protocol: str = "TCP",
     state: int = 0,
+    local: bool | None = None,
 ) -> pb.ServiceBackend:
     """A backend: on this node if the scenario has a pod with ``address``, else on node-b."""
-    local = any(address in (p.ipv4, p.ipv6) for p in sc.PODS)
+    if local is None:
+        local = any(address in (p.ipv4, p.ipv6) for p in sc.PODS)
     return pb.ServiceBackend(
         addresses=[address],
         ports=[pb.ServiceBackendPort(name=name, protocol=protocol, port=port)],

@@ -17,7 +17,7 @@ from dataplane.windows.hcn import HnsVersion
 from dataplane.windows.lb_state import OwnedIds
 from dataplane.windows.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
-from testbed.hns import NETWORK_ID
+from testbed.hns import NETWORK_ID, add_pod
 from tests.conftest import run_trio
 from tests.kernel import scenario as sc
 from tests.windows.services_node import (
@@ -232,3 +232,23 @@ def test_remote_backends_wait_for_their_nodes_vtep_and_follow_it() -> None:
         for e in host.endpoints.values()
         if e.get("Flags") == 1 and str(e.get("Name")).startswith("dataplane-")
     )
+
+
+def test_a_local_backend_joins_once_the_cni_has_made_its_endpoint() -> None:
+    host = overlay_host()
+
+    async def main() -> None:
+        async with node(host) as (dp, platform):
+            extra = backend(sc.EXTRA.ipv4, local=True)  # its pod's endpoint not there yet
+            await send(dp, *messages(service("web"), backends("web", *LOCAL_V4, extra)))
+            (lb,) = host.load_balancers.values()
+            assert len(lb["HostComputeEndpoints"]) == len(LOCAL_V4)
+            assert "its pod's HNS endpoint not found yet" in platform.dump()
+            add_pod(host, sc.EXTRA)  # the CNI, moments later
+            before = Counter(host.calls)
+            await trio.sleep(3)  # looked for again every 2 s
+            (lb,) = host.load_balancers.values()
+            assert len(lb["HostComputeEndpoints"]) == len(LOCAL_V4) + 1
+            assert delta(before, host) == Counter(ModifyLoadBalancer=1)
+
+    run_trio(main)
