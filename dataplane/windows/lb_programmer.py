@@ -41,7 +41,7 @@ from dataplane.core.quarantine import Quarantine, Rejection
 from dataplane.windows.hcn import HCN, HcnError, HnsVersion, Json
 from dataplane.windows.hns_view import HnsView
 from dataplane.windows.lb_desired import WantedLbs
-from dataplane.windows.lb_render import LbKey, LbOptions, WantedLb, load_balancer_json
+from dataplane.windows.lb_render import LbKey, LbOptions, Note, WantedLb, load_balancer_json
 from dataplane.windows.lb_shape import Shape, key_of, shape_of
 from dataplane.windows.lb_state import OwnedIds
 from dataplane.windows.programmers import CallHcn
@@ -94,6 +94,7 @@ class LbProgrammer:
         self.waiting: dict[LbKey, tuple[str, ...]] = {}
         self.again = False  # a stale remote endpoint was removed: recreate it at once
         self._wanted_remotes: dict[str, RemoteEndpoint] = {}  # what this apply's plans name
+        self._logged: set[Note] = set()
 
     # --- what changed -----------------------------------------------------------
 
@@ -113,6 +114,13 @@ class LbProgrammer:
                     self._remotes[remote.address] = (endpoint_id, remote)
         self._check_all = True
 
+    def _log_notes(self) -> None:
+        """Each thing HNS cannot do as a service asks, once (the dump shows them all)."""
+        notes = set(self.wanted.notes())
+        for note in sorted(notes - self._logged):
+            log.warning("%s", note)
+        self._logged = notes
+
     def awaits_local_endpoints(self) -> bool:
         """Is a local backend left out until the CNI's endpoint for it is listed?"""
         return any(_NO_LOCAL_ENDPOINT in w for ws in self.waiting.values() for w in ws)
@@ -128,6 +136,8 @@ class LbProgrammer:
         """Make HNS hold the wanted load balancers; True if endpoints must be listed again."""
         self.again = False
         changes = self.wanted.take_changes(options)
+        if changes:
+            self._log_notes()
         for key in changes.upserts.keys() | changes.deletes:
             self.held.release(key)  # a new value gets a fresh chance
             self._check.add(key)
