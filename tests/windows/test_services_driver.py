@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf.message import Message
@@ -85,7 +86,7 @@ SERVICES: list[Message] = [
 ]
 
 
-def run(path: Path, *payloads: Message) -> tuple[str, dict[str, object]]:
+def run(path: Path, *payloads: Message) -> tuple[str, dict[str, Any]]:
     felix = FelixHarness("--platform", "windows", "--hns-fake", str(path))
     felix.send(*payloads)
     felix.recv_until("dataplane_in_sync", timeout=60)
@@ -95,7 +96,7 @@ def run(path: Path, *payloads: Message) -> tuple[str, dict[str, object]]:
     return err, json.loads(path.read_text())
 
 
-def route(host: dict[str, object], dst: str, port: int, protocol: str = "tcp") -> ServiceRoute:
+def route(host: dict[str, Any], dst: str, port: int, protocol: str = "tcp") -> ServiceRoute:
     found = service_route(host, dst, protocol, port, node_addresses=(NODE,))
     assert found is not None, f"{dst}:{port} is not load balanced"
     return found
@@ -160,7 +161,7 @@ def test_every_service_scenario_through_the_pipe(host_file: Path) -> None:
     assert backend_addresses(web) == to(LOCAL_V4[2], *REMOTE_V4[1:])
     for dst in ("10.96.0.16", "192.0.2.16", "198.51.100.16"):
         assert service_route(host, dst, "udp", 53) is None
-    new = {k: v - calls.get(k, 0) for k, v in host["Calls"].items()}  # type: ignore[union-attr]
+    new = {k: v - calls.get(k, 0) for k, v in host["Calls"].items()}
     assert new.get("ModifyLoadBalancer") == 1  # web's, in place
     assert new.get("DeleteLoadBalancer") == 3  # ext's three frontends
     assert new.get("CreateLoadBalancer", 0) == 0
@@ -175,4 +176,4 @@ def test_bad_service_input_is_one_line_and_changes_nothing(host_file: Path) -> N
     lines = [line for line in err.splitlines() if "10.96.0.300" in line]
     assert len(lines) == 1 and "cluster_ips" in lines[0], err
     assert after["LoadBalancers"] == before["LoadBalancers"]
-    assert after["Calls"]["CreateLoadBalancer"] == before["Calls"]["CreateLoadBalancer"]  # type: ignore[index]
+    assert after["Calls"]["CreateLoadBalancer"] == before["Calls"]["CreateLoadBalancer"]
