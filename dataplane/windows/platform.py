@@ -35,8 +35,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import trio
 
@@ -68,7 +68,13 @@ from dataplane.windows.hcn import HCN, HnsVersion
 from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView
 from dataplane.windows.lb_programmer import LbProgrammer, lb_options
 from dataplane.windows.lb_state import OwnedIds
-from dataplane.windows.programmers import EndpointProgrammer, SetProgrammer, log_refusals
+from dataplane.windows.programmers import (
+    EndpointProgrammer,
+    Offload,
+    SetProgrammer,
+    in_thread,
+    log_refusals,
+)
 from dataplane.windows.set_policy import set_token, wanted_sets
 from dataplane.windows.vxlan_programmer import VxlanProgrammer
 
@@ -77,17 +83,6 @@ __all__ = ["WindowsPlatform"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class Offload(Protocol):
-    """How a blocking HCN call runs without blocking the loop (a worker thread)."""
-
-    def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]: ...
-
-
-async def _in_thread(fn: Callable[[], T]) -> T:
-    return await trio.to_thread.run_sync(fn)
-
 
 # While a workload's HNS endpoint is missing, look again this often: the CNI
 # creates it moments after Felix announces the workload.
@@ -105,7 +100,7 @@ class WindowsPlatform:
         host_addresses: tuple[str, ...] = (),
         use_set_policy: bool | None = None,
         clock: Callable[[], float] = trio.current_time,
-        offload: Offload = _in_thread,
+        offload: Offload = in_thread,
         owned_load_balancers: OwnedIds | None = None,
     ) -> None:
         self.hcn = hcn

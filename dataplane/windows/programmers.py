@@ -21,7 +21,9 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.windows.acl import AclRule
@@ -31,14 +33,34 @@ from dataplane.windows.hcn import HCN, HcnError, Json
 from dataplane.windows.hns_view import HnsEndpoint, HnsView, acl_key
 from dataplane.windows.set_policy import WantedSets, set_policy_changes
 
-__all__ = ["EndpointProgrammer", "Refusal", "SetProgrammer", "log_refusals", "policy_request"]
+__all__ = [
+    "EndpointProgrammer",
+    "Offload",
+    "Refusal",
+    "SetProgrammer",
+    "in_thread",
+    "log_refusals",
+    "policy_request",
+]
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K")
+T = TypeVar("T")
 
 # Runs one blocking HCN call off the event loop: call(fn, *args).
 CallHcn = Callable[..., Awaitable[Any]]
+
+
+class Offload(Protocol):
+    """How a blocking HCN call runs without blocking the loop (a worker thread)."""
+
+    def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]: ...
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    """The real offload: a trio worker thread."""
+    return await trio.to_thread.run_sync(fn)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,12 +69,13 @@ def backends(name: str, *items: pb.ServiceBackend | str) -> pb.ServiceBackendsUp
     )
 
 
-def node_b() -> pb.VXLANTunnelEndpointUpdate:
+def node_b(address: str = NODE_B_ADDRESS) -> pb.VXLANTunnelEndpointUpdate:
+    """node-b's VTEP, its VXLAN packets going to ``address``."""
     return pb.VXLANTunnelEndpointUpdate(
         node=NODE_B,
         mac="66:00:00:00:00:0b",
         ipv4_addr="10.65.2.0",
-        parent_device_ip=NODE_B_ADDRESS,
+        parent_device_ip=address,
         mac_v6="66:00:00:00:01:0b",
         ipv6_addr="fd00:10:65::2:0",
         parent_device_ipv6="fd00:192:168:1::12",

@@ -27,6 +27,7 @@ from tests.windows.services_node import (
     backend,
     backends,
     messages,
+    node_b,
     overlay_host,
     service,
 )
@@ -201,27 +202,11 @@ def test_remote_backends_wait_for_their_nodes_vtep_and_follow_it() -> None:
             (lb,) = host.load_balancers.values()
             assert len(lb["HostComputeEndpoints"]) == len(LOCAL_V4)
             assert "no VTEP yet" in platform.dump()
-            await send(
-                dp,
-                pb.VXLANTunnelEndpointUpdate(
-                    node="node-b",
-                    mac="66:00:00:00:00:0b",
-                    ipv4_addr="10.65.2.0",
-                    parent_device_ip=NODE_B_ADDRESS,
-                ),
-            )
+            await send(dp, node_b())
             (lb,) = host.load_balancers.values()
             assert len(lb["HostComputeEndpoints"]) == len(LOCAL_V4) + len(REMOTE_V4)
             # node-b moves: its pods' remote endpoints are replaced.
-            await send(
-                dp,
-                pb.VXLANTunnelEndpointUpdate(
-                    node="node-b",
-                    mac="66:00:00:00:00:0b",
-                    ipv4_addr="10.65.2.0",
-                    parent_device_ip="192.168.1.99",
-                ),
-            )
+            await send(dp, node_b("192.168.1.99"))
             assert remote_endpoints(host) == {a: "192.168.1.99" for a in REMOTE_V4}
             (lb,) = host.load_balancers.values()
             assert len(lb["HostComputeEndpoints"]) == len(LOCAL_V4) + len(REMOTE_V4)
