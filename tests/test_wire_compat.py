@@ -139,12 +139,12 @@ ROUTES: dict[str, tuple[str, str | None]] = {
     "service_update": ("ServicesManager", "services"),
     "service_remove": ("ServicesManager", "services"),
     "service_backends_update": ("ServicesManager", "services"),
-    "host_metadata_update": _IGNORED,
-    "host_metadata_remove": _IGNORED,
-    "host_metadata_v6_update": _IGNORED,
-    "host_metadata_v6_remove": _IGNORED,
-    "host_metadata_v4v6_update": _IGNORED,
-    "host_metadata_v4v6_remove": _IGNORED,
+    "host_metadata_update": ("HostsManager", "hosts"),
+    "host_metadata_remove": ("HostsManager", "hosts"),
+    "host_metadata_v6_update": ("HostsManager", "hosts"),
+    "host_metadata_v6_remove": ("HostsManager", "hosts"),
+    "host_metadata_v4v6_update": ("HostsManager", "hosts"),
+    "host_metadata_v4v6_remove": ("HostsManager", "hosts"),
     "service_account_update": _IGNORED,
     "service_account_remove": _IGNORED,
     "namespace_update": _IGNORED,
@@ -158,7 +158,7 @@ ROUTES: dict[str, tuple[str, str | None]] = {
     "wireguard_endpoint_v6_update": _IGNORED,
     "wireguard_endpoint_v6_remove": _IGNORED,
     "global_bgp_config_update": _IGNORED,
-    "encapsulation": _IGNORED,
+    "encapsulation": ("HostsManager", "encapsulation"),
 }
 
 _WEP_ID = pb.WorkloadEndpointID(orchestrator_id="k8s", workload_id="ns/a", endpoint_id="eth0")
@@ -199,6 +199,8 @@ BASELINE: list[Message] = [
     pb.VXLANTunnelEndpointUpdate(
         node="n2", mac="66:1a:2b:3c:4d:5e", ipv4_addr="10.0.1.0", parent_device_ip="192.0.2.2"
     ),
+    pb.HostMetadataUpdate(hostname="n2", ipv4_addr="192.0.2.2/24", ipv6_addr="fd00::2/64"),
+    pb.Encapsulation(ipip_enabled=True),
 ]
 # A minimal valid message per kind that has a destination other than
 # "ignored"; ignored kinds are sent empty (nothing reads them).
@@ -233,6 +235,13 @@ MESSAGES: dict[str, Message] = {
         node="n3", mac="66:1a:2b:3c:4d:5f", ipv4_addr="10.0.2.0", parent_device_ip="192.0.2.3"
     ),
     "vtep_remove": pb.VXLANTunnelEndpointRemove(node="n2"),
+    "host_metadata_update": pb.HostMetadataUpdate(hostname="n3", ipv4_addr="192.0.2.3/24"),
+    "host_metadata_remove": pb.HostMetadataRemove(hostname="n2"),
+    "host_metadata_v6_update": pb.HostMetadataV6Update(hostname="n2", ipv6_addr="fd00::3"),
+    "host_metadata_v6_remove": pb.HostMetadataV6Remove(hostname="n2"),
+    "host_metadata_v4v6_update": pb.HostMetadataV4V6Update(hostname="n3", ipv4_addr="192.0.2.3"),
+    "host_metadata_v4v6_remove": pb.HostMetadataV4V6Remove(hostname="n2"),
+    "encapsulation": pb.Encapsulation(vxlan_enabled=True),
 }
 # What the loop logs at INFO and above for the message under test; a kind a
 # manager handles logs nothing there.

@@ -39,6 +39,7 @@ from dataplane.core.status import StatusReporter
 from dataplane.errors import InputError, ProgrammingError, ProtocolError
 from dataplane.managers import (
     EndpointManager,
+    HostsManager,
     IPSetsManager,
     Manager,
     PolicyManager,
@@ -118,6 +119,7 @@ class Dataplane:
             EndpointManager(platform, self.policy_index),
             PoolsManager(platform),
             RoutesManager(platform),
+            HostsManager(platform),
             self.services,
         ]
         self._configure_managers()

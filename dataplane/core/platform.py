@@ -33,12 +33,14 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = [
     "EndpointKey",
     "EndpointsSink",
+    "HostsSink",
     "IPSetsSink",
     "NoPolicyUsers",
     "Platform",
@@ -105,6 +107,16 @@ class RoutesSink(Protocol):
     def remove_route(self, dst: str) -> None: ...
 
 
+class HostsSink(Protocol):
+    def set_host(self, host: Host) -> None:
+        """A node's metadata (its addresses), new or changed."""
+
+    def remove_host(self, name: str) -> None: ...
+
+    def set_encapsulation(self, encapsulation: Encapsulation) -> None:
+        """The overlays the IP pools use (handed over when it changes)."""
+
+
 class ServicesSink(Protocol):
     def set_service(self, service: Service) -> None:
         """The full desired state of one service (frontends and backends)."""
@@ -135,7 +147,9 @@ class NoPolicyUsers:
         return frozenset()
 
 
-class Platform(IPSetsSink, RulesSink, EndpointsSink, PoolsSink, RoutesSink, ServicesSink, Protocol):
+class Platform(
+    IPSetsSink, RulesSink, EndpointsSink, PoolsSink, RoutesSink, HostsSink, ServicesSink, Protocol
+):
     """A complete dataplane backend (Linux, Windows, or the in-memory sim)."""
 
     name: str

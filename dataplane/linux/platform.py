@@ -61,6 +61,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 
@@ -193,6 +194,15 @@ class LinuxPlatform:
 
     def remove_route(self, dst: str) -> None:
         self._routes_writer.remove_node_route(dst)
+
+    def set_host(self, host: Host) -> None:
+        self._routes_writer.set_host(host)
+
+    def remove_host(self, name: str) -> None:
+        self._routes_writer.remove_host(name)
+
+    def set_encapsulation(self, encapsulation: Encapsulation) -> None:
+        self._routes_writer.set_encapsulation(encapsulation)
 
     def set_service(self, service: Service) -> None:
         self._services.set(service)

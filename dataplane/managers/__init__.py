@@ -22,6 +22,7 @@ from typing import Protocol
 from google.protobuf.message import Message
 
 from dataplane.managers.endpoints import EndpointManager
+from dataplane.managers.hosts import HostsManager
 from dataplane.managers.ipsets import IPSetsManager
 from dataplane.managers.policy import PolicyManager
 from dataplane.managers.pools import PoolsManager
@@ -30,6 +31,7 @@ from dataplane.managers.services import ServicesManager
 
 __all__ = [
     "EndpointManager",
+    "HostsManager",
     "IPSetsManager",
     "Manager",
     "PolicyManager",

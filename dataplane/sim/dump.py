@@ -65,8 +65,37 @@ def _describe_tiers(label: str, tiers: tuple[TierInfo, ...]) -> list[str]:
     ]
 
 
+def _describe_hosts(state: SimState) -> list[str]:
+    encap = state.encapsulation
+    modes = [
+        m
+        for m, on in (
+            ("ipip", encap.ipip),
+            ("vxlan", encap.vxlan),
+            ("vxlan-v6", encap.vxlan_v6),
+            ("no-encap", encap.no_encap),
+        )
+        if on
+    ]
+    out = [f"encapsulation: {', '.join(modes) or 'none'}", f"hosts ({len(state.hosts)}):"]
+    for name in sorted(state.hosts):
+        host = state.hosts[name]
+        addresses = [
+            f"{a}/{p}" if p else a
+            for a, p in ((host.ipv4, host.ipv4_prefix), (host.ipv6, host.ipv6_prefix))
+            if a
+        ]
+        labels = ",".join(f"{k}={v}" for k, v in host.labels)
+        out.append(
+            f"  {name} {' '.join(addresses) or '-'}"
+            + (f" as={host.asnumber}" if host.asnumber else "")
+            + (f" labels={labels}" if labels else "")
+        )
+    return out
+
+
 def _describe_routes(state: SimState) -> list[str]:
-    out = [f"vxlan tunnel endpoints ({len(state.vteps)}):"]
+    out = [*_describe_hosts(state), f"vxlan tunnel endpoints ({len(state.vteps)}):"]
     for node in sorted(state.vteps):
         vtep = state.vteps[node]
         out.append(f"  {node}")

@@ -33,6 +33,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 from dataplane.sim.dump import dump_state
@@ -53,6 +54,8 @@ class SimState:
     services: dict[ServiceKey, Service] = field(default_factory=dict)
     vteps: dict[str, Vtep] = field(default_factory=dict)
     routes: dict[str, Route] = field(default_factory=dict)
+    hosts: dict[str, Host] = field(default_factory=dict)
+    encapsulation: Encapsulation = field(default_factory=Encapsulation)
     # Each endpoint's effective policy, as the managers resolved it.
     effective: dict[EndpointKey, EffectivePolicy | HostEffectivePolicy] = field(
         default_factory=dict
@@ -70,6 +73,8 @@ class SimState:
             dict(self.services),
             dict(self.vteps),
             dict(self.routes),
+            dict(self.hosts),
+            self.encapsulation,
             dict(self.effective),
         )
 
@@ -176,6 +181,15 @@ class SimPlatform:
 
     def remove_route(self, dst: str) -> None:
         self.desired.routes.pop(dst, None)
+
+    def set_host(self, host: Host) -> None:
+        self.desired.hosts[host.name] = host
+
+    def remove_host(self, name: str) -> None:
+        self.desired.hosts.pop(name, None)
+
+    def set_encapsulation(self, encapsulation: Encapsulation) -> None:
+        self.desired.encapsulation = encapsulation
 
     # --- ServicesSink -------------------------------------------------------
 

@@ -59,6 +59,7 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
+from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
 from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContext, render_direction
@@ -199,6 +200,15 @@ class WindowsPlatform:
     def remove_route(self, dst: str) -> None:
         self._vxlan.remove_route(dst)
         self._lbs.touch()
+
+    def set_host(self, host: Host) -> None:
+        pass  # HNS needs no other node's metadata: routes carry their node's address
+
+    def remove_host(self, name: str) -> None:
+        pass
+
+    def set_encapsulation(self, encapsulation: Encapsulation) -> None:
+        pass  # the CNI chose the network type (Overlay or L2Bridge) already
 
     def set_service(self, service: Service) -> None:
         self._lbs.wanted.set_service(service)

@@ -3,8 +3,9 @@
 Only now that policy is in force (the platform writes these after the
 tables) do new pods become routable.
 
-It also keeps Felix's routes to other nodes' blocks and the nodes' VXLAN
-tunnel endpoints as the managers hand them over. They are not programmed
+It also keeps Felix's routes to other nodes' blocks, the nodes' VXLAN
+tunnel endpoints and metadata, and the encapsulation, as the managers hand
+them over. They are not programmed
 yet (routes via the VXLAN device and its neighbours are issue 12's); they
 are held so that nothing handed over is lost, ready for that work.
 """
@@ -16,6 +17,7 @@ from types import MappingProxyType
 
 from dataplane.linux.links import LinkState
 from dataplane.model import WorkloadEndpoint, WorkloadEndpointKey
+from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 
 __all__ = ["RoutesWriter"]
@@ -26,6 +28,8 @@ class RoutesWriter:
         self._endpoints: dict[WorkloadEndpointKey, WorkloadEndpoint] = {}
         self._vteps: dict[str, Vtep] = {}
         self._node_routes: dict[str, Route] = {}
+        self._hosts: dict[str, Host] = {}
+        self.encapsulation = Encapsulation()
 
     def set(self, endpoint: WorkloadEndpoint) -> None:
         self._endpoints[endpoint.key] = endpoint
@@ -38,6 +42,20 @@ class RoutesWriter:
 
     def remove_vtep(self, node: str) -> None:
         self._vteps.pop(node, None)
+
+    def set_host(self, host: Host) -> None:
+        self._hosts[host.name] = host
+
+    def remove_host(self, name: str) -> None:
+        self._hosts.pop(name, None)
+
+    def set_encapsulation(self, encapsulation: Encapsulation) -> None:
+        self.encapsulation = encapsulation
+
+    @property
+    def hosts(self) -> Mapping[str, Host]:
+        """Every node's metadata, by name (held for the overlay and host matches)."""
+        return MappingProxyType(self._hosts)
 
     def set_node_route(self, route: Route) -> None:
         self._node_routes[route.dst] = route
