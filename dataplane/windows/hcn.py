@@ -27,6 +27,8 @@ from typing import Any, Protocol
 from dataplane.errors import ProgrammingError
 
 __all__ = [
+    "DISTRIBUTION_SOURCE_IP",
+    "ENDPOINT_REMOTE",
     "ERROR_ALREADY_EXISTS",
     "E_FAIL",
     "E_INVALIDARG",
@@ -38,7 +40,12 @@ __all__ = [
     "HCN_E_INVALID_POLICY_TYPE",
     "HCN_E_NETWORK_NOT_FOUND",
     "HCN_E_POLICY_NOT_FOUND",
+    "LB_DSR",
+    "LB_IPV6",
     "LB_NOT_FOUND",
+    "LB_PROTOCOLS",
+    "PM_LOCAL_ROUTED_VIP",
+    "PM_VIP_EXTERNAL_IP",
     "HcnError",
     "HnsVersion",
     "Json",
@@ -57,6 +64,15 @@ LB_NOT_FOUND = 0x80070490  # HRESULT_FROM_WIN32(ERROR_NOT_FOUND): HNS's answer f
 E_NOTIMPL = 0x80004001
 E_FAIL = 0x80004005
 E_INVALIDARG = 0x80070057  # "The parameter is incorrect": HNS's answer to a malformed object
+
+# Flag and enum values of hcsshim's hcn package, as HNS takes them in JSON.
+ENDPOINT_REMOTE = 1  # EndpointFlags: RemoteEndpoint (a pod on another node)
+LB_DSR = 1  # LoadBalancerFlags: EnableDirectServerReturn
+LB_IPV6 = 2
+PM_LOCAL_ROUTED_VIP = 2  # LoadBalancerPortMappingFlags
+PM_VIP_EXTERNAL_IP = 16
+DISTRIBUTION_SOURCE_IP = 2  # LoadBalancerDistribution: per client address (ClientIP affinity)
+LB_PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}  # IANA numbers a port mapping takes
 
 _NOT_FOUND = frozenset({HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND, LB_NOT_FOUND})
 

@@ -18,12 +18,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from dataplane.windows.acl import AclRule, parse_acl
-from dataplane.windows.hcn import Json
+from dataplane.windows.hcn import ENDPOINT_REMOTE, Json
 
 __all__ = ["DEFAULT_NETWORK_PATTERN", "HnsEndpoint", "HnsView", "acl_key"]
 
 DEFAULT_NETWORK_PATTERN = "Calico.*"
-_REMOTE_ENDPOINT = 1  # EndpointFlags.RemoteEndpoint
 
 
 _UNREADABLE = AclRule("?", "?", "?", -1, None, (), (), (), ())
@@ -89,7 +88,7 @@ class HnsView:
             network = str(ep.get("HostComputeNetwork", "")).upper()
             if network not in ours:
                 continue
-            if int(ep.get("Flags") or 0) & _REMOTE_ENDPOINT:
+            if int(ep.get("Flags") or 0) & ENDPOINT_REMOTE:
                 view.remotes[str(ep["ID"]).upper()] = ep
                 continue
             addresses = tuple(

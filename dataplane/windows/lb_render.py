@@ -44,15 +44,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dataplane.model.services import DEFAULT_AFFINITY_TIMEOUT, Backend, Service, ServicePort
-from dataplane.windows.hcn import Json
+from dataplane.windows.hcn import (
+    DISTRIBUTION_SOURCE_IP,
+    LB_DSR,
+    LB_IPV6,
+    LB_PROTOCOLS,
+    PM_LOCAL_ROUTED_VIP,
+    PM_VIP_EXTERNAL_IP,
+    Json,
+)
 
 __all__ = [
-    "LB_DSR",
-    "LB_IPV6",
-    "PM_LOCAL_ROUTED_VIP",
-    "PM_VIP_EXTERNAL_IP",
-    "PROTOCOLS",
-    "SOURCE_IP",
     "LbBackend",
     "LbKey",
     "LbOptions",
@@ -63,12 +65,6 @@ __all__ = [
     "render_service",
 ]
 
-PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}  # IANA numbers, as HNS takes them
-LB_DSR = 1  # LoadBalancerFlags: EnableDirectServerReturn
-LB_IPV6 = 2
-PM_LOCAL_ROUTED_VIP = 2  # LoadBalancerPortMappingFlags
-PM_VIP_EXTERNAL_IP = 16
-SOURCE_IP = 2  # LoadBalancerDistribution: per client address (ClientIP affinity)
 SCHEMA = {"Major": 2, "Minor": 0}
 
 
@@ -206,7 +202,7 @@ class _Renderer:
             service=self.name,
             internal_port=internal,
             backends=tuple(sorted(LbBackend(b.address, b.local, b.node_name) for b in chosen)),
-            distribution=SOURCE_IP if affinity else 0,
+            distribution=DISTRIBUTION_SOURCE_IP if affinity else 0,
             port_flags=port_flags,
             flags=flags,
             source_vip=source_vip,
@@ -280,7 +276,7 @@ def render_service(service: Service, options: LbOptions) -> RenderedLbs:
 def load_balancer_json(lb: WantedLb, lb_id: str, endpoint_ids: Iterable[str]) -> Json:
     """``lb`` as the ``HostComputeLoadBalancer`` HCN takes; zero fields omitted, as hcsshim."""
     mapping: Json = {
-        "Protocol": PROTOCOLS[lb.key.protocol],
+        "Protocol": LB_PROTOCOLS[lb.key.protocol],
         "InternalPort": lb.internal_port,
         "ExternalPort": lb.key.port,
     }

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import ipaddress
 
-from dataplane.windows.hcn import Json
-from dataplane.windows.lb_render import LB_IPV6, PROTOCOLS, LbKey
+from dataplane.windows.hcn import LB_IPV6, LB_PROTOCOLS, Json
+from dataplane.windows.lb_render import LbKey
 
 __all__ = ["Shape", "key_of", "shape_of"]
 
-_NAMES = {number: name for name, number in PROTOCOLS.items()}
+_NAMES = {number: name for name, number in LB_PROTOCOLS.items()}
 
 # (VIPs, mappings, endpoint ids, source VIP, flags), each normalised.
 Shape = tuple[

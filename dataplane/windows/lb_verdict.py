@@ -24,14 +24,17 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dataplane.windows.hcn import Json
+from dataplane.windows.hcn import (
+    ENDPOINT_REMOTE,
+    LB_DSR,
+    LB_IPV6,
+    LB_PROTOCOLS,
+    PM_LOCAL_ROUTED_VIP,
+    PM_VIP_EXTERNAL_IP,
+    Json,
+)
 
 __all__ = ["ServiceRoute", "Target", "backend_addresses", "service_route"]
-
-_PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
-_REMOTE_ENDPOINT = 1  # EndpointFlagsRemoteEndpoint
-_LB_DSR, _LB_IPV6 = 1, 2  # LoadBalancerFlagsDSR, LoadBalancerFlagsIPv6
-_LOCAL_ROUTED_VIP, _VIP_EXTERNAL_IP = 2, 16  # LoadBalancerPortMappingFlags
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,7 @@ def service_route(
     the node's own addresses, where node ports listen. A backend whose
     endpoint is gone, or has no address of ``dst``'s family, is left out.
     """
-    number = _PROTOCOLS.get(protocol.lower())
+    number = LB_PROTOCOLS.get(protocol.lower())
     if number is None:
         raise ValueError(f"protocol {protocol!r} is not tcp, udp or sctp")
     target = ipaddress.ip_address(dst)
@@ -73,14 +76,14 @@ def service_route(
     found: list[tuple[int, str, Json, Json]] = []
     for lb in host.get("LoadBalancers") or ():
         vips = set(_addresses(lb.get("FrontendVIPs") or ()))
-        ipv6 = bool(_int(lb.get("Flags")) & _LB_IPV6)
+        ipv6 = bool(_int(lb.get("Flags")) & LB_IPV6)
         for mapping in lb.get("PortMappings") or ():
             if _int(mapping.get("Protocol")) != number or _int(mapping.get("ExternalPort")) != port:
                 continue
             if vips:
                 rank = 0 if target in vips else -1
             elif on_node and (target.version == 6) == ipv6:
-                rank = 2 if _int(mapping.get("Flags")) & _LOCAL_ROUTED_VIP else 1
+                rank = 2 if _int(mapping.get("Flags")) & PM_LOCAL_ROUTED_VIP else 1
             else:
                 rank = -1
             if rank >= 0:
@@ -93,8 +96,8 @@ def service_route(
         load_balancer=lb_id,
         backends=_backends(host, lb, target.version, internal),
         affinity=_int(mapping.get("DistributionType")) != 0,
-        preserves_client=bool(_int(lb.get("Flags")) & _LB_DSR),
-        external=bool(_int(mapping.get("Flags")) & _VIP_EXTERNAL_IP),
+        preserves_client=bool(_int(lb.get("Flags")) & LB_DSR),
+        external=bool(_int(mapping.get("Flags")) & PM_VIP_EXTERNAL_IP),
     )
 
 
@@ -119,7 +122,7 @@ def _backends(host: Json, lb: Json, family: int, port: int) -> tuple[Target, ...
                 address=str(address),
                 port=port,
                 endpoint_id=str(ep.get("ID")),
-                remote=bool(_int(ep.get("Flags")) & _REMOTE_ENDPOINT),
+                remote=bool(_int(ep.get("Flags")) & ENDPOINT_REMOTE),
                 provider_address=_provider_address(ep),
             )
         )

@@ -21,12 +21,11 @@ import ipaddress
 import uuid
 from dataclasses import dataclass
 
-from dataplane.windows.hcn import Json
+from dataplane.windows.hcn import ENDPOINT_REMOTE, Json
 
-__all__ = ["REMOTE_FLAG", "REMOTE_PREFIX", "RemoteEndpoint", "conjure_mac", "parse_remote"]
+__all__ = ["REMOTE_PREFIX", "RemoteEndpoint", "conjure_mac", "parse_remote"]
 
 REMOTE_PREFIX = "dataplane-remote-"
-REMOTE_FLAG = 1  # EndpointFlags: RemoteEndpoint
 _IDS = uuid.UUID("3f8a0c52-5d0e-4a4e-9a43-7f1d2b6c9e10")  # our namespace for derived ids
 
 
@@ -60,7 +59,7 @@ class RemoteEndpoint:
             "ID": self.id,
             "Name": self.name,
             "HostComputeNetwork": self.network_id,
-            "Flags": REMOTE_FLAG,
+            "Flags": ENDPOINT_REMOTE,
             "IpConfigurations": [{"IpAddress": self.address}],
             "MacAddress": conjure_mac(self.address),
             "SchemaVersion": {"Major": 2, "Minor": 0},
@@ -76,7 +75,7 @@ def parse_remote(endpoint: Json) -> RemoteEndpoint | None:
     """One of our remote endpoints as HNS lists it; None if it is not ours."""
     if not str(endpoint.get("Name", "")).startswith(REMOTE_PREFIX):
         return None
-    if not int(endpoint.get("Flags") or 0) & REMOTE_FLAG:
+    if not int(endpoint.get("Flags") or 0) & ENDPOINT_REMOTE:
         return None
     configs = endpoint.get("IpConfigurations") or [{}]
     provider = ""

@@ -21,10 +21,15 @@ from dataplane.windows.hcn import (
     E_FAIL,
     E_INVALIDARG,
     E_NOTIMPL,
+    ENDPOINT_REMOTE,
     ERROR_ALREADY_EXISTS,
     HCN_E_ENDPOINT_NOT_FOUND,
     HCN_E_INVALID_POLICY,
     HCN_E_INVALID_POLICY_TYPE,
+    LB_DSR,
+    LB_IPV6,
+    LB_PROTOCOLS,
+    PM_LOCAL_ROUTED_VIP,
     HcnError,
     HnsVersion,
     Json,
@@ -43,10 +48,7 @@ __all__ = [
 
 _REQUEST_TYPES = ("Add", "Remove", "Update")
 _MAC = re.compile(r"[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}")  # HNS spells MACs dashed
-_PROTOCOLS = frozenset({6, 17, 132})  # TCP, UDP, SCTP: what an HNS load balancer maps
-_REMOTE_ENDPOINT = 1  # EndpointFlagsRemoteEndpoint
-_LB_DSR, _LB_IPV6 = 1, 2  # LoadBalancerFlagsDSR, LoadBalancerFlagsIPv6
-_LOCAL_ROUTED_VIP = 2  # LoadBalancerPortMappingFlagsLocalRoutedVIP
+_PROTOCOLS = frozenset(LB_PROTOCOLS.values())  # TCP, UDP, SCTP: what an HNS load balancer maps
 
 
 def guid(text: str) -> str:
@@ -187,7 +189,7 @@ def check_endpoint(network: Json, endpoint: Json, endpoints: Mapping[str, Json],
     flags = _number(endpoint, "Flags")
     if flags is None:
         raise HcnError(call, target, E_INVALIDARG, f"Flags {endpoint.get('Flags')!r}")
-    if flags & _REMOTE_ENDPOINT:
+    if flags & ENDPOINT_REMOTE:
         _check_remote(network, endpoint, call)
     held = {
         address: other_id
@@ -285,9 +287,9 @@ def _flags_problem(lb: Json, version: HnsVersion) -> tuple[int, str] | None:
     flags = _number(lb, "Flags")
     if flags is None:
         return HCN_E_INVALID_POLICY, f"Flags {lb.get('Flags')!r}"
-    if flags & _LB_DSR and not version.supports("DSR"):
+    if flags & LB_DSR and not version.supports("DSR"):
         return E_NOTIMPL, f"DSR not supported by HNS {version}"
-    ipv6 = bool(flags & _LB_IPV6)
+    ipv6 = bool(flags & LB_IPV6)
     if ipv6 and not version.supports("IPv6DualStack"):
         return E_NOTIMPL, f"IPv6 load balancing before 11.10 (HNS {version})"
     vips = lb.get("FrontendVIPs") or []
@@ -319,13 +321,13 @@ def _frontends(lb: Json) -> set[tuple[str, int, int, bool]]:
     vips = [_canonical(v) for v in lb.get("FrontendVIPs") or ()]
     node_port = not vips
     if node_port:
-        vips = ["::" if flags & _LB_IPV6 else "0.0.0.0"]
+        vips = ["::" if flags & LB_IPV6 else "0.0.0.0"]
     return {
         (
             vip,
             int(m.get("Protocol") or 0),
             int(m.get("ExternalPort") or 0),
-            node_port and bool(int(m.get("Flags") or 0) & _LOCAL_ROUTED_VIP),
+            node_port and bool(int(m.get("Flags") or 0) & PM_LOCAL_ROUTED_VIP),
         )
         for m in lb.get("PortMappings") or ()
         for vip in vips

@@ -14,7 +14,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from dataplane.windows.acl import Packet, SideVerdict, endpoint_verdict, set_members
-from dataplane.windows.hcn import Json
+from dataplane.windows.hcn import ENDPOINT_REMOTE, Json
 
 __all__ = ["Verdict", "packet_verdict"]
 
@@ -31,7 +31,7 @@ class Verdict:
 def _local_endpoints(host: Json) -> dict[str, Json]:
     found = {}
     for ep in host.get("Endpoints") or ():
-        if int(ep.get("Flags") or 0) & 1:
+        if int(ep.get("Flags") or 0) & ENDPOINT_REMOTE:
             continue  # a remote endpoint: its ACLs are on its own node
         for config in ep.get("IpConfigurations") or ():
             if config.get("IpAddress"):

@@ -18,16 +18,14 @@ from dataplane.model.services import (
     ServiceKey,
     ServicePort,
 )
-from dataplane.windows.lb_render import (
+from dataplane.windows.hcn import (
+    DISTRIBUTION_SOURCE_IP,
     LB_DSR,
     LB_IPV6,
     PM_LOCAL_ROUTED_VIP,
     PM_VIP_EXTERNAL_IP,
-    SOURCE_IP,
-    LbOptions,
-    load_balancer_json,
-    render_service,
 )
+from dataplane.windows.lb_render import LbOptions, load_balancer_json, render_service
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "windows"
 HTTP = (BackendPort("http", "tcp", 8080),)
@@ -156,9 +154,9 @@ def test_winkernel_flags_per_frontend() -> None:
 
 def test_affinity_is_source_ip_distribution() -> None:
     (lb, *_) = render_service(service(session_affinity=True), OPTIONS).balancers
-    assert lb.distribution == SOURCE_IP
+    assert lb.distribution == DISTRIBUTION_SOURCE_IP
     mapping = load_balancer_json(lb, "id", ["a"])["PortMappings"][0]
-    assert mapping["DistributionType"] == SOURCE_IP
+    assert mapping["DistributionType"] == DISTRIBUTION_SOURCE_IP
 
 
 _ADDRESSES = st.sampled_from(
