@@ -51,8 +51,6 @@ __all__ = ["LbProgrammer", "lb_options"]
 
 log = logging.getLogger(__name__)
 
-_NO_LOCAL_ENDPOINT = "(its pod's HNS endpoint not found yet)"
-
 # (backend address, its node) -> the address its VXLAN packets go to ("" if unknown).
 Provider = Callable[[str, str], str]
 
@@ -67,6 +65,7 @@ class _Plan:
 
     json: Json | None
     waiting: tuple[str, ...]
+    unlisted_local: bool = False  # a local backend's endpoint is not in the listing yet
 
 
 class LbProgrammer:
@@ -92,6 +91,7 @@ class LbProgrammer:
         self.held: Quarantine[LbKey] = Quarantine(clock)
         self.remotes_held: Quarantine[str] = Quarantine(clock)
         self.waiting: dict[LbKey, tuple[str, ...]] = {}
+        self._unlisted_local: set[LbKey] = set()  # waiting for the CNI's endpoint of a backend
         self.again = False  # a stale remote endpoint was removed: recreate it at once
         self._wanted_remotes: dict[str, RemoteEndpoint] = {}  # what this apply's plans name
         self._logged: set[Note] = set()
@@ -123,7 +123,7 @@ class LbProgrammer:
 
     def awaits_local_endpoints(self) -> bool:
         """Is a local backend left out until the CNI's endpoint for it is listed?"""
-        return any(_NO_LOCAL_ENDPOINT in w for ws in self.waiting.values() for w in ws)
+        return bool(self._unlisted_local)
 
     def active(self) -> bool:
         return bool(self.wanted) or bool(self.owned) or bool(self._actual)
@@ -191,8 +191,11 @@ class LbProgrammer:
             lb = self.wanted.get(key)
             plans[key] = self._plan(lb, network, view, provider) if lb else _Plan(None, ())
             self.waiting.pop(key, None)
+            self._unlisted_local.discard(key)
             if plans[key].waiting:
                 self.waiting[key] = plans[key].waiting
+            if plans[key].unlisted_local:
+                self._unlisted_local.add(key)
         return plans
 
     def _plan(
@@ -201,12 +204,14 @@ class LbProgrammer:
         ids: list[str] = []
         remotes: list[RemoteEndpoint] = []
         waiting: list[str] = []
+        unlisted_local = False
         for backend in lb.backends:
             local = view.by_address.get(backend.address)
             if local is not None:
                 ids.append(local)
             elif backend.local:
-                waiting.append(f"{backend.address} {_NO_LOCAL_ENDPOINT}")
+                waiting.append(f"{backend.address} (its pod's HNS endpoint not found yet)")
+                unlisted_local = True
             elif network is None:
                 waiting.append(f"{backend.address} (no network of ours for remote endpoints)")
             else:
@@ -229,9 +234,9 @@ class LbProgrammer:
             else:
                 ids.append(remote.id)  # created before any load balancer names it
         if not ids:
-            return _Plan(None, tuple(waiting))
+            return _Plan(None, tuple(waiting), unlisted_local)
         lb_id = self._actual[lb.key][0] if lb.key in self._actual else ""
-        return _Plan(load_balancer_json(lb, lb_id, ids), tuple(waiting))
+        return _Plan(load_balancer_json(lb, lb_id, ids), tuple(waiting), unlisted_local)
 
     async def _create_remotes(self, plans: dict[LbKey, _Plan]) -> bool:
         relist = False
