@@ -269,15 +269,17 @@ class LbProgrammer:
             if k in plans and plans[k].json is None
         ]
         updates, creates = [], []
+        shapes: dict[LbKey, Shape] = {}
         for key, plan in sorted(plans.items()):
             if plan.json is None:
                 if key not in self._actual:
                     self.held.release(key)  # nothing wanted, nothing held: nothing to retry
                 continue
             have = self._actual.get(key)
+            shapes[key] = shape_of(plan.json)
             if have is None:
                 creates.append(key)
-            elif have[1] != shape_of(plan.json):
+            elif have[1] != shapes[key]:
                 updates.append(key)
             else:
                 self.held.release(key)  # HNS holds it as wanted (adopted, or the call landed)
@@ -293,11 +295,11 @@ class LbProgrammer:
             await self._delete(key, lb_id)
         for key in updates:
             if in_place:
-                await self._modify(key, plans[key].json or {})
+                await self._modify(key, plans[key].json or {}, shapes[key])
             elif await self._delete(key, self._actual[key][0]):
-                await self._create(key, ids[key], plans[key].json or {})
+                await self._create(key, ids[key], plans[key].json or {}, shapes[key])
         for key in creates:
-            await self._create(key, ids[key], plans[key].json or {})
+            await self._create(key, ids[key], plans[key].json or {}, shapes[key])
 
     async def _delete(self, key: LbKey | None, lb_id: str) -> bool:
         try:
@@ -312,7 +314,7 @@ class LbProgrammer:
             self.held.release(key)
         return True
 
-    async def _modify(self, key: LbKey, json: Json) -> None:
+    async def _modify(self, key: LbKey, json: Json, shape: Shape) -> None:
         lb_id = self._actual[key][0]
         try:
             await self._call(self._hcn.modify_load_balancer, lb_id, {**json, "ID": lb_id})
@@ -324,17 +326,17 @@ class LbProgrammer:
             else:
                 self._failed(key, lb_id, exc)
             return
-        self._actual[key] = (lb_id, shape_of(json))
+        self._actual[key] = (lb_id, shape)
         self.held.release(key)
 
-    async def _create(self, key: LbKey, lb_id: str, json: Json) -> None:
+    async def _create(self, key: LbKey, lb_id: str, json: Json, shape: Shape) -> None:
         try:
             await self._call(self._hcn.create_load_balancer, {**json, "ID": lb_id})
         except HcnError as exc:
             # Its id stays ours: HNS may have made it after all; the next listing says.
             self._failed(key, lb_id, exc)
             return
-        self._actual[key] = (lb_id, shape_of(json))
+        self._actual[key] = (lb_id, shape)
         self.held.release(key)
 
     def _failed(self, key: LbKey | None, lb_id: str, exc: HcnError) -> None:
