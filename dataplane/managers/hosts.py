@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 from dataplane.core.diffstore import DiffStore
 from dataplane.core.platform import HostsSink
 from dataplane.errors import InputError
-from dataplane.managers.scalars import cidr, non_empty
+from dataplane.managers.scalars import address, cidr, non_empty
 from dataplane.model.hosts import Encapsulation, Host
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
@@ -32,10 +32,9 @@ def host_address(text: str, field: str, version: int) -> tuple[str, int]:
     """("" , 0) for empty text, else the canonical address and the prefix length sent (0: none)."""
     if not text:
         return "", 0
-    network = cidr(text, field, version)  # validates address and length
-    address, _, length = text.partition("/")
-    canonical = cidr(address, field, version).partition("/")[0]
-    return canonical, int(network.partition("/")[2]) if length else 0
+    network = cidr(text, field, version)  # validates address and length, names the whole text
+    base, _, length = text.partition("/")
+    return address(base, field, version), int(network.partition("/")[2]) if length else 0
 
 
 class HostsManager:
