@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -24,8 +25,11 @@ from dataplane.windows.hcn import (
     LB_IPV6,
     PM_LOCAL_ROUTED_VIP,
     PM_VIP_EXTERNAL_IP,
+    HnsVersion,
 )
 from dataplane.windows.lb_render import LbOptions, load_balancer_json, render_service
+from dataplane.windows.remote_endpoints import RemoteEndpoint
+from dataplane.windows.simhost import NEWEST, SimHost
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "windows"
 HTTP = (BackendPort("http", "tcp", 8080),)
@@ -233,3 +237,105 @@ def test_every_load_balancer_is_one_hns_takes_and_no_backend_is_lost_silently(
                 for b in svc.usable(local_only=internal_local)
             )
             assert "no usable backend" in notes
+
+
+# --- HNS's own rules take whatever is rendered --------------------------------------
+
+_V4 = ["10.96.0.10", "10.96.0.11", "192.0.2.10", "198.51.100.10"]
+_V6 = ["fd00:96::10", "fd00:96::11", "2001:db8::10"]
+_LOCAL = ["10.65.0.20", "10.65.0.21", "fd00:10:65::14"]
+_REMOTE = ["10.65.2.7", "10.65.2.8", "fd00:10:65::2:7"]
+_PORTS = st.lists(
+    st.builds(
+        ServicePort,
+        st.sampled_from(["http", "dns", ""]),
+        st.sampled_from(["tcp", "udp", "sctp"]),
+        st.integers(1, 65535),
+        st.sampled_from([0, 30080, 32767]),
+    ),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda p: (p.protocol, p.port),
+).filter(
+    lambda ports: (
+        len({p.node_port for p in ports if p.node_port}) == sum(1 for p in ports if p.node_port)
+    )
+)
+
+
+@st.composite
+def _services(draw: st.DrawFn) -> Service:
+    vips = draw(st.lists(st.sampled_from(_V4 + _V6), unique=True, min_size=1, max_size=5))
+    cut1, cut2 = sorted(draw(st.lists(st.integers(0, len(vips)), min_size=2, max_size=2)))
+    ports = draw(_PORTS)
+    # Each backend serves some of the ports (by name and protocol), on numbers of its own.
+    serves = st.lists(st.sampled_from(ports), unique=True, min_size=1).map(
+        lambda chosen: tuple(
+            BackendPort(p.name, p.protocol, draw(st.integers(1, 65535))) for p in chosen
+        )
+    )
+    backends = draw(
+        st.lists(
+            st.builds(
+                Backend,
+                st.sampled_from(_LOCAL + _REMOTE),
+                serves,
+                state=st.sampled_from(list(BackendState)),
+            ),
+            unique_by=lambda b: b.address,
+            min_size=2,
+            max_size=6,
+        )
+    )
+    return service(
+        cluster_ips=tuple(vips[:cut1]),
+        external_ips=tuple(vips[cut1:cut2]),
+        load_balancer_ips=tuple(vips[cut2:]),
+        ports=tuple(ports),
+        backends=tuple(replace(b, local=b.address in _LOCAL) for b in backends),
+        session_affinity=draw(st.booleans()),
+        external_local=draw(st.booleans()),
+        internal_local=draw(st.booleans()),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    _services(),
+    st.sampled_from([HnsVersion(9, 1), HnsVersion(10, 2), HnsVersion(12, 0), NEWEST]),
+    st.booleans(),
+)
+def test_the_simulated_hns_takes_every_rendered_load_balancer_and_remote_endpoint(
+    svc: Service, version: HnsVersion, dsr: bool
+) -> None:
+    """HNS's rules (ports, protocols, flags per version, VIP families, one frontend per
+    load balancer, existing endpoints, remote endpoints' MAC and provider) hold for any
+    service: rendering never produces what the host would refuse."""
+    host = SimHost(version)
+    network = host.add_network({"Name": "Calico", "Type": "Overlay"})["ID"]
+    local_ids = {
+        a: host.add_local_endpoint(network, {"Name": a, "IpConfigurations": [{"IpAddress": a}]})[
+            "ID"
+        ]
+        for a in _LOCAL
+    }
+    options = LbOptions(
+        source_vips=OPTIONS.source_vips,
+        dsr=dsr,
+        dsr_supported=version.supports("DSR"),
+        affinity_supported=version.supports("SessionAffinity"),
+        families=(4, 6) if version.supports("IPv6DualStack") else (4,),
+        source_vip_required=True,
+    )
+    remote_ids: dict[str, str] = {}
+    for lb in render_service(svc, options).balancers:
+        ids = []
+        for backend in lb.backends:
+            if backend.local:
+                ids.append(local_ids[backend.address])
+                continue
+            if backend.address not in remote_ids:
+                remote = RemoteEndpoint(network, backend.address, "192.168.1.12")
+                remote_ids[backend.address] = host.create_endpoint(network, remote.json())["ID"]
+            ids.append(remote_ids[backend.address])
+        host.create_load_balancer(load_balancer_json(lb, "", ids))  # refused: HcnError
