@@ -70,6 +70,23 @@ class Config:
     # The VXLAN network identifier of the overlay (on Windows, the
     # RemoteSubnetRoutes' IsolationId).
     vxlan_vni: int = 4096
+    # The overlay's UDP port and device MTUs (0: the parent interface's MTU
+    # less the VXLAN overhead, 50 bytes over IPv4 and 70 over IPv6).
+    vxlan_port: int = 4789
+    vxlan_mtu: int = 0
+    vxlan_mtu_v6: int = 0
+    # Whether the VXLAN devices exist. None: as the IP pools say (Felix's
+    # Encapsulation message); Felix sets the key only to override that.
+    vxlan_enabled: bool | None = None
+    vxlan_enabled_v6: bool | None = None
+    ipip_enabled: bool | None = None
+    # Encapsulated packets from pods are dropped unless these allow them:
+    # the encapsulation could carry traffic past the pod's egress policy.
+    allow_vxlan_packets_from_workloads: bool = False
+    allow_ipip_packets_from_workloads: bool = False
+    # Addresses outside the cluster that may also send VXLAN to this node
+    # (Felix's ExternalNodesCIDRList).
+    external_nodes_cidrs: tuple[str, ...] = ()
     # Windows services: the source VIP of the HNS load balancers, one per
     # family (kube-proxy winkernel's --source-vip; required on Overlay
     # networks), and Direct Server Return for cluster IPs (--enable-dsr).
@@ -215,6 +232,29 @@ def _vni(raw: str) -> int:
     return value
 
 
+def _udp_port(raw: str) -> int:
+    value = _int(raw)
+    if not 0 < value < 1 << 16:
+        raise ValueError("must be 1..65535")
+    return value
+
+
+def _mtu(raw: str) -> int:
+    value = _int(raw)
+    if value != 0 and not 576 <= value <= 65535:
+        raise ValueError("0 (from the parent interface) or 576..65535")
+    return value
+
+
+def _cidrs(raw: str) -> tuple[str, ...]:
+    """Comma-separated networks, canonical (they go into an IP set)."""
+    return tuple(
+        str(ipaddress.ip_network(part.strip(), strict=False))
+        for part in raw.split(",")
+        if part.strip()
+    )
+
+
 def _route_protocol(raw: str) -> int:
     value = _int(raw)
     if not 0 < value < 256:
@@ -301,6 +341,15 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MaxIpsetSize": ("max_ipset_size", _positive_int),
     "FelixHostname": ("felix_hostname", _text),
     "VXLANVNI": ("vxlan_vni", _vni),
+    "VXLANPort": ("vxlan_port", _udp_port),
+    "VXLANMTU": ("vxlan_mtu", _mtu),
+    "VXLANMTUV6": ("vxlan_mtu_v6", _mtu),
+    "VXLANEnabled": ("vxlan_enabled", _bool),
+    "VXLANEnabledV6": ("vxlan_enabled_v6", _bool),
+    "IpInIpEnabled": ("ipip_enabled", _bool),
+    "AllowVXLANPacketsFromWorkloads": ("allow_vxlan_packets_from_workloads", _bool),
+    "AllowIPIPPacketsFromWorkloads": ("allow_ipip_packets_from_workloads", _bool),
+    "ExternalNodesCIDRList": ("external_nodes_cidrs", _cidrs),
     "WindowsServiceSourceVIP": ("windows_source_vips", _source_vips),
     "WindowsServiceDSR": ("windows_dsr", _bool),
 }

@@ -34,6 +34,8 @@ from dataplane.config import Config, ProtoPort
 from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.chains import Chain, IptRule
 from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
+from dataplane.linux.overlay_plan import VXLAN_SOURCES_SET
+from dataplane.linux.overlay_rules import encap_drops, vxlan_host_rules
 from dataplane.linux.rule_render import RuleRenderer, is_whole_family
 from dataplane.model import (
     Action,
@@ -140,7 +142,11 @@ class FilterRenderer:
             down = (IptRule("", "-j DROP", comment="endpoint is not active"),)
             return [Chain(to_name, down), Chain(from_name, down)]
         ingress = self.tiered_rules(policy.ingress, True)
-        egress = self._anti_spoof(endpoint) + self.tiered_rules(policy.egress, False)
+        egress = (
+            self._anti_spoof(endpoint)
+            + encap_drops(self.config)
+            + self.tiered_rules(policy.egress, False)
+        )
         return [Chain(to_name, tuple(ingress)), Chain(from_name, tuple(egress))]
 
     def host_endpoint_chains(
@@ -275,6 +281,10 @@ class FilterRenderer:
             out.append(IptRule(f"{peer}-p {p.protocol} --dport {p.port}", "-j ACCEPT"))
         return tuple(out)
 
+    def _vxlan(self, inbound: bool) -> list[IptRule]:
+        nodes = self.rules.ipset_name(VXLAN_SOURCES_SET, self.version)
+        return vxlan_host_rules(self.config, self.version, nodes, inbound=inbound)
+
     def static_chains(self) -> list[Chain]:
         n = self.names
         m = self.marks
@@ -328,7 +338,7 @@ class FilterRenderer:
             )
         )
 
-        inp = [untracked, *services]
+        inp = [untracked, *services, *self._vxlan(True)]
         inp += [IptRule(f"-i {p}", f"-g {n.top('wl-to-host')}") for p in prefixes]
         inp += ndp
         inp += [
@@ -338,6 +348,7 @@ class FilterRenderer:
         ]
         out = [untracked, *services]
         out += [IptRule(f"-o {p}", "-j RETURN") for p in prefixes]
+        out += self._vxlan(False)
         out += ndp
         out += [
             IptRule("", clear_mark(m.all)),

@@ -33,6 +33,8 @@ class NatRenderer:
     masq_pools_set: str
     masq_mark: int
     nat_port_range: tuple[int, int] | None = None
+    # This version's VXLAN device, when it has a tunnel address.
+    tunnel: str = ""
 
     def chains(self, floating: Iterable[NatInfo]) -> list[Chain]:
         n = self.names
@@ -62,6 +64,7 @@ class NatRenderer:
                     # Service traffic marked for it (hairpin, off-node
                     # backends, external Cluster-policy traffic).
                     *self._masquerade(masq),
+                    *self._tunnel_source(),
                     IptRule("", f"-j {n.top('nat-outgoing')}"),
                 ),
             ),
@@ -69,6 +72,19 @@ class NatRenderer:
             Chain(n.top("fip-snat"), snat),
             Chain(n.top("nat-outgoing"), outgoing),
         ]
+
+    def _tunnel_source(self) -> tuple[IptRule, ...]:
+        """Host traffic into the tunnel from a host address other than the
+        tunnel's own (a socket bound to the wrong address, a service IP the
+        kernel NATed after picking the source) takes the tunnel address, or
+        replies could not find their way back; as Felix does."""
+        if not self.tunnel:
+            return ()
+        match = (
+            f"-o {self.tunnel} -m addrtype ! --src-type LOCAL --limit-iface-out"
+            " -m addrtype --src-type LOCAL"
+        )
+        return self._masquerade(match)
 
     def _masquerade(self, match: str) -> tuple[IptRule, ...]:
         """MASQUERADE what ``match`` selects, within ``NATPortRange`` if set.

@@ -32,6 +32,7 @@ from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks
+from dataplane.linux.overlay_plan import resolve_encapsulation
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_ipsets import PendingIPSets
 from dataplane.linux.programmers import TABLES, Programmers
@@ -42,6 +43,7 @@ from dataplane.linux.rule_render import RuleRenderer
 from dataplane.linux.writers.base import FilterBase
 from dataplane.linux.writers.hosts import HostEndpointWriter
 from dataplane.linux.writers.nat import NatWriter
+from dataplane.linux.writers.overlay import OverlayWriter
 from dataplane.linux.writers.policy import PolicyWriter
 from dataplane.linux.writers.routes import RoutesWriter
 from dataplane.linux.writers.services import ServiceWriter
@@ -118,6 +120,7 @@ class LinuxPlatform:
         self._nat = NatWriter()
         self._services = ServiceWriter(self._conntrack, self._health)
         self._routes_writer = RoutesWriter()
+        self._overlay = OverlayWriter()
         self._everything = True  # first apply, or the configuration changed
         # Programmers, built at the first apply (backend detection is I/O).
         self._ipset_changes = PendingIPSets()
@@ -127,6 +130,7 @@ class LinuxPlatform:
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
         self._sysctl_reported: set[str] = set()
+        self._vxlan_reported: dict[str, str] = {}
 
     # --- sinks: forwarded to the writers that keep each value ----------------------
 
@@ -184,25 +188,32 @@ class LinuxPlatform:
         self._nat.remove_pool(pool_id)
 
     def set_vtep(self, vtep: Vtep) -> None:
-        self._routes_writer.set_vtep(vtep)
+        self._overlay.set_vtep(vtep)
 
     def remove_vtep(self, node: str) -> None:
-        self._routes_writer.remove_vtep(node)
+        self._overlay.remove_vtep(node)
 
     def set_route(self, route: Route) -> None:
-        self._routes_writer.set_node_route(route)
+        self._overlay.set_route(route)
 
     def remove_route(self, dst: str) -> None:
-        self._routes_writer.remove_node_route(dst)
+        self._overlay.remove_route(dst)
 
     def set_host(self, host: Host) -> None:
-        self._routes_writer.set_host(host)
+        self._overlay.set_host(host)
 
     def remove_host(self, name: str) -> None:
-        self._routes_writer.remove_host(name)
+        self._overlay.remove_host(name)
 
     def set_encapsulation(self, encapsulation: Encapsulation) -> None:
-        self._routes_writer.set_encapsulation(encapsulation)
+        if encapsulation == self._overlay.encapsulation:
+            return
+        # Felix restarts its dataplane when the pools' encapsulation changes;
+        # here it only re-renders: the static chains and every workload's
+        # chains depend on which overlays are on.
+        self._overlay.set_encapsulation(encapsulation)
+        self._filters = {}
+        self._everything = True
 
     def set_service(self, service: Service) -> None:
         self._services.set(service)
@@ -246,12 +257,18 @@ class LinuxPlatform:
         ipsets = self._kernel.ipsets
         return ipsets.kernel_name(set_id, version) if ipsets.wants(set_id) else None
 
+    @property
+    def effective_config(self) -> Config:
+        """The configuration with the overlays the IP pools use filled in."""
+        return resolve_encapsulation(self.config, self._overlay.encapsulation)
+
     def _filter(self, version: int) -> FilterRenderer:
         renderer = self._filters.get(version)
         if renderer is None:
             marks = Marks.from_mask(self.config.iptables_mark_mask)
             rules = RuleRenderer(version, marks, self._ipset_name, self.config.log_prefix)
-            renderer = FilterRenderer(version, self.config, marks, self.names, rules)
+            config = self.effective_config
+            renderer = FilterRenderer(version, config, marks, self.names, rules)
             self._filters[version] = renderer
         return renderer
 
@@ -259,7 +276,7 @@ class LinuxPlatform:
         versions = self._versions()
         return Target(
             versions,
-            self.config,
+            self.effective_config,
             self.names,
             kernel.tables,
             kernel.ipsets,
@@ -288,7 +305,12 @@ class LinuxPlatform:
 
     def _write(self, kernel: Programmers) -> None:
         target, everything = self._target(kernel), self._everything
+        plan = self._overlay.plan(target.config, target.versions)
+        self._nat.set_tunnels(
+            {v: f.device.name for v, f in plan.families.items() if f.device is not None}
+        )
         for writer in (
+            self._overlay,  # first: the static chains match its IP sets
             self._base,
             self._policies,
             self._workloads,
@@ -316,7 +338,14 @@ class LinuxPlatform:
         # UDP/SCTP flows to removed backends: only now that the new rules
         # are in force, or the next packet would re-create them.
         await self._conntrack.apply()
-        kernel.routes.set_routes(self._routes_writer.routes())
+        plan = self._overlay.plan(self.effective_config, self._versions())
+        kernel.vxlan.set_plan(plan)
+        await kernel.vxlan.apply()
+        for what, message in kernel.vxlan.failing.items():
+            if self._vxlan_reported.get(what) != message:
+                log.error("VXLAN %s: %s; retried", what, message)
+        self._vxlan_reported = dict(kernel.vxlan.failing)
+        kernel.routes.set_routes(plan.routes() | self._routes_writer.routes())
         await kernel.routes.apply()
         for cidr, message in kernel.routes.take_refusals():
             log.error("route to %s refused by the kernel: %s; quarantined", cidr, message)
@@ -365,7 +394,7 @@ class LinuxPlatform:
         )
         if self._links_changed:
             return -math.inf  # a link came, went or changed state: now
-        if kernel.routes.pending:
+        if kernel.routes.pending or kernel.vxlan.failing:
             # Routes wait for interfaces the CNI plugin has not created yet;
             # the link monitor normally wakes us first, this is the backstop.
             return min(refresh, self._last_apply + _PENDING_RETRY_SECONDS)
@@ -377,6 +406,8 @@ class LinuxPlatform:
 
     def _on_link_change(self) -> None:
         self._links_changed = True
+        if self._kernel is not None:
+            self._kernel.vxlan.links_changed()
         self._wakeup()
 
     async def serve(self) -> None:
@@ -407,6 +438,10 @@ class LinuxPlatform:
         out = [f"linux platform, iptables backend {self.backend}"]
         if self._kernel is not None:
             out += self._kernel.dump_tables()
+            plan = self._overlay.plan(self.effective_config, self._versions())
+            out.append("overlay:")
+            out.extend(self._overlay.dump(plan))
             out.append("routes (ours):")
-            out.extend(self._routes_writer.dump())
+            routes = plan.routes() | self._routes_writer.routes()
+            out.extend(f"  {dst} {target.text()}" for dst, target in sorted(routes.items()))
         return "\n".join(out) + "\n"

@@ -3,7 +3,7 @@
 Building them needs I/O (which iptables backend the host uses), so the
 platform builds them at its first apply. They are the IP sets programmer,
 one :class:`Table` per table and IP version, routes over netlink and the
-interface sysctls.
+interface sysctls and the VXLAN devices.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataplane.linux.marks import Marks, set_mark
 from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.sysctls import SysctlWriter
 from dataplane.linux.table import FAIL_CLOSED, Table
+from dataplane.linux.vxlan import VxlanProgrammer
 
 __all__ = ["TABLES", "Programmers"]
 
@@ -29,19 +30,21 @@ TABLES = ("raw", "mangle", "nat", "filter")
 
 
 class Programmers:
-    def __init__(
+    def __init__(  # noqa: PLR0917 - one argument per programmer
         self,
         backend: str,
         ipsets: IPSetsProgrammer,
         tables: dict[tuple[str, int], Table],
         routes: RouteProgrammer,
         sysctls: SysctlWriter,
+        vxlan: VxlanProgrammer,
     ) -> None:
         self.backend = backend
         self.ipsets = ipsets
         self.tables = tables
         self.routes = routes
         self.sysctls = sysctls
+        self.vxlan = vxlan
 
     @classmethod
     async def start(
@@ -83,7 +86,8 @@ class Programmers:
             netlink, links, protocol=route_protocol, ipv6=config.ipv6_support, clock=clock
         )
         sysctls = SysctlWriter(sysctl_root, ipv6=config.ipv6_support)
-        return cls(backend, ipsets, tables, routes, sysctls)
+        vxlan = VxlanProgrammer(netlink, links)
+        return cls(backend, ipsets, tables, routes, sysctls, vxlan)
 
     def mark_for_resync(self, timers: Iterable[str]) -> None:
         """Re-read the kernel at the next apply, for the refresh timers that fired."""
@@ -96,6 +100,7 @@ class Programmers:
         if "routes" in fired:
             self.routes.mark_for_resync()
             self.sysctls.mark_for_resync()
+            self.vxlan.mark_for_resync()
 
     async def cleanup(
         self, runner: CommandRunner, prefix: str, backends: Sequence[str], interfaces: Sequence[str]
@@ -116,6 +121,7 @@ class Programmers:
                     await table.cleanup_all()
         await self.ipsets.cleanup_all()
         await self.routes.cleanup_all()
+        await self.vxlan.cleanup_all()
         prefixes = tuple(interfaces)
         await self.sysctls.cleanup(name for name in self.routes.links if name.startswith(prefixes))
 

@@ -1,13 +1,17 @@
-"""RouteProgrammer: routes to local workloads, and the links they use.
+"""RouteProgrammer: the routes we own, and the links they use.
 
-Routes to each local workload address go via its interface (scope link),
-tagged with our route protocol number: the tag is how we find ours again,
-remove stale ones, and never touch anyone else's. All netlink calls are
-blocking (pyroute2), so they run in a worker thread.
+Routes to each local workload address go via its interface (scope link);
+routes to other nodes' blocks via the VXLAN device or a node address, and
+our own blocks are blackholed (:mod:`dataplane.linux.route_target`). All
+are tagged with our route protocol number: the tag is how we find ours
+again, remove stale ones, and never touch anyone else's (BIRD's, the
+kernel's). All netlink calls are blocking (pyroute2), so they run in a
+worker thread.
 
 A route whose interface does not exist yet (the CNI plugin has not created
-it) cannot be added; it stays pending and the programmer reports that, so
-the platform retries shortly instead of waiting for a refresh.
+it, or the VXLAN device is not up yet) cannot be added; it stays pending
+and the programmer reports that, so the platform retries shortly instead
+of waiting for a refresh.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import trio
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.links import LinkMonitor, LinkState
+from dataplane.linux.route_target import RouteKind, RouteTarget
 
 __all__ = ["NetlinkHandle", "RouteProgrammer"]
 
@@ -29,6 +34,13 @@ log = logging.getLogger(__name__)
 
 _MAIN_TABLE = 254
 _SCOPE_LINK = 253
+_RTN_UNICAST = 1
+_RTN_BLACKHOLE = 6
+_RTNH_F_ONLINK = 4
+
+# What the kernel holds for one route of ours: type, interface index (0:
+# none given), gateway ("": none), onlink.
+_Held = tuple[int, int, str, bool]
 
 
 class NetlinkHandle(Protocol):
@@ -67,15 +79,15 @@ class RouteProgrammer:
         self._links = links
         self.protocol = protocol
         self.ipv6 = ipv6
-        self._desired: dict[str, str] = {}  # cidr -> interface
-        self._actual: dict[str, int] | None = None  # cidr -> oif, ours only
+        self._desired: dict[str, RouteTarget] = {}
+        self._actual: dict[str, _Held] | None = None  # ours only
         self.pending: frozenset[str] = frozenset()  # cidrs waiting for an interface
 
     @property
     def links(self) -> Mapping[str, LinkState]:
         return self._links.links
 
-    def set_routes(self, desired: Mapping[str, str]) -> None:
+    def set_routes(self, desired: Mapping[str, RouteTarget]) -> None:
         for cidr in list(self.quarantine):
             if self._desired.get(cidr) != desired.get(cidr):
                 self.quarantine.release(cidr)  # changed or gone: a fresh chance
@@ -90,15 +102,32 @@ class RouteProgrammer:
         self._actual = None
         self._links.mark_stale()
 
-    def _read_routes(self, handle: NetlinkHandle) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def _read_routes(self, handle: NetlinkHandle) -> dict[str, _Held]:
+        out: dict[str, _Held] = {}
         families = [socket.AF_INET] + ([socket.AF_INET6] if self.ipv6 else [])
         for family in families:
             for route in handle.get_routes(family=family, table=_MAIN_TABLE):
                 if route["proto"] != self.protocol or route.get("dst") is None:
                     continue
-                out[f"{route.get('dst')}/{route['dst_len']}"] = route.get("oif") or 0
+                out[f"{route.get('dst')}/{route['dst_len']}"] = (
+                    route["type"],
+                    route.get("oif") or 0,
+                    route.get("gateway") or "",
+                    bool(route["flags"] & _RTNH_F_ONLINK),
+                )
         return out
+
+    def _wanted(self, target: RouteTarget) -> _Held | None:
+        """What the kernel should hold for ``target``; None while its interface is missing."""
+        if target.kind is RouteKind.BLACKHOLE:
+            return (_RTN_BLACKHOLE, 0, "", False)
+        if target.kind is RouteKind.GATEWAY:
+            return (_RTN_UNICAST, -1, target.gateway, False)  # -1: any interface
+        link = self.links.get(target.device)
+        if link is None:
+            return None
+        onlink = target.kind is RouteKind.ONLINK
+        return (_RTN_UNICAST, link.index, target.gateway, onlink)
 
     def _sync(self, skip: frozenset[str]) -> list[tuple[str, Exception]]:
         # A handle per sync: pyroute2's handle belongs to the thread that
@@ -120,56 +149,59 @@ class RouteProgrammer:
         pending = []
         tried = 0
         failed: list[tuple[str, Exception]] = []
-        for cidr, iface in sorted(self._desired.items()):
+        for cidr, target in sorted(self._desired.items()):
             if cidr in skip:
                 continue
             if _family(cidr) == socket.AF_INET6 and not self.ipv6:
                 continue
-            link = self.links.get(iface)
-            if link is None:
+            wanted = self._wanted(target)
+            if wanted is None:
                 pending.append(cidr)
                 continue
-            if actual.get(cidr) == link.index:
+            held = actual.get(cidr)
+            if held == wanted or (held and wanted[1] == -1 and held[::2] == wanted[::2]):
                 continue
-            kwargs: dict[str, Any] = {
-                "dst": cidr,
-                "oif": link.index,
-                "proto": self.protocol,
-                "table": _MAIN_TABLE,
-                "family": _family(cidr),
-            }
-            if _family(cidr) == socket.AF_INET:
-                kwargs["scope"] = _SCOPE_LINK
             tried += 1
             try:
-                handle.route("replace", **kwargs)
+                handle.route("replace", **self._route_args(cidr, wanted))
             except Exception as exc:  # one route never blocks the others
                 failed.append((cidr, exc))
                 continue
-            actual[cidr] = link.index
+            actual[cidr] = wanted
         if len(failed) > 1 and len(failed) == tried:
             raise failed[0][1]  # netlink itself is failing, not one route
         for cidr in [c for c in actual if c not in self._desired]:
             # The kernel matches a delete on every field given (pyroute2 fills
             # in a universe scope otherwise), so describe the route exactly.
-            kwargs = {
-                "dst": cidr,
-                "proto": self.protocol,
-                "table": _MAIN_TABLE,
-                "family": _family(cidr),
-            }
-            if actual[cidr]:
-                kwargs["oif"] = actual[cidr]
-            if _family(cidr) == socket.AF_INET:
-                kwargs["scope"] = _SCOPE_LINK
             try:
-                handle.route("del", **kwargs)
+                handle.route("del", **self._route_args(cidr, actual[cidr]))
             except Exception as exc:  # already gone (ESRCH) is success
                 if getattr(exc, "code", None) != 3:
                     raise
             del actual[cidr]
         self.pending = frozenset(pending)
         return failed
+
+    def _route_args(self, cidr: str, held: _Held) -> dict[str, Any]:
+        rtype, oif, gateway, onlink = held
+        kwargs: dict[str, Any] = {
+            "dst": cidr,
+            "proto": self.protocol,
+            "table": _MAIN_TABLE,
+            "family": _family(cidr),
+        }
+        if rtype == _RTN_BLACKHOLE:
+            kwargs["type"] = "blackhole"
+            return kwargs
+        if oif > 0:
+            kwargs["oif"] = oif
+        if gateway:
+            kwargs["gateway"] = gateway
+        if onlink:
+            kwargs["flags"] = _RTNH_F_ONLINK
+        if _family(cidr) == socket.AF_INET and oif > 0 and not gateway:
+            kwargs["scope"] = _SCOPE_LINK
+        return kwargs
 
     async def apply(self) -> None:
         try:

@@ -75,6 +75,7 @@ ADDRESS_SETS = {"s:web": "hash:ip", "s:db": "hash:ip", "n:block": "hash:net"}
 PORT_SETS = {"n:http": "hash:ip,port", "n:dns": "hash:ip,port"}
 MISSING = "never-created"
 ALL_POOLS, MASQ_POOLS = "all-ipam-pools", "masq-ipam-pools"
+VXLAN_SOURCES = "all-vxlan-net"
 _KINDS = {"hash:ip": IPSetType.IP, "hash:net": IPSetType.NET, "hash:ip,port": IPSetType.IP_AND_PORT}
 
 
@@ -201,6 +202,12 @@ CONFIG_VALUES = {
     "FailsafeOutboundHostPorts": ["udp:53,tcp:179", "", "tcp:10.0.0.0/8:443"],
     "NATPortRange": ["", "32768:60999", "1024:1024"],
     "InterfacePrefix": ["cali", "cali,tap", "veth"],
+    # The overlay's host rules and the pods' encapsulation drops.
+    "VXLANEnabled": ["true", "false"],
+    "VXLANEnabledV6": ["true", "false"],
+    "VXLANPort": ["4789", "8472"],
+    "AllowVXLANPacketsFromWorkloads": ["true", "false"],
+    "AllowIPIPPacketsFromWorkloads": ["true", "false"],
 }
 
 
@@ -375,7 +382,7 @@ def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain]
     config = _accepted(parse_config, state.config) or Config()
     policies, profiles, workloads, hosts = converted(state)
     marks = Marks.from_mask(config.iptables_mark_mask)
-    known = {**ADDRESS_SETS, **PORT_SETS}
+    known = {**ADDRESS_SETS, **PORT_SETS, VXLAN_SOURCES: "hash:net"}
 
     def set_name(set_id: str, v: int) -> str | None:
         return set_kernel_name(set_id, v) if set_id in known else None
@@ -417,6 +424,7 @@ def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain]
         set_kernel_name(MASQ_POOLS, version),
         marks.masq,
         config.nat_port_range,
+        "vxlan.calico" if version == 4 else "vxlan-v6.calico",
     )
     floating = [n for w in workloads for n in (*w.ipv4_nat, *w.ipv6_nat)]
     return {
@@ -452,7 +460,13 @@ def netns() -> Iterator[str]:
     subprocess.run(["ip", "netns", "add", name], check=True)
     script = []
     for version, family in ((4, "inet"), (6, "inet6")):
-        sets = {**ADDRESS_SETS, **PORT_SETS, ALL_POOLS: "hash:net", MASQ_POOLS: "hash:net"}
+        sets = {
+            **ADDRESS_SETS,
+            **PORT_SETS,
+            ALL_POOLS: "hash:net",
+            MASQ_POOLS: "hash:net",
+            VXLAN_SOURCES: "hash:net",
+        }
         for set_id, kind in sets.items():
             script.append(f"create {set_kernel_name(set_id, version)} {kind} family {family}")
     subprocess.run(

@@ -13,6 +13,7 @@ import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.links import LinkMonitor
+from dataplane.linux.route_target import RouteTarget
 from dataplane.linux.routes import RouteProgrammer
 
 
@@ -38,7 +39,10 @@ class FakeNetlink:
         for cidr, oif in self.routes.items():
             if (":" in cidr) == (family == 10):
                 dst, length = cidr.split("/")
-                out.append({"proto": 80, "dst": dst, "dst_len": int(length), "oif": oif})
+                out.append(
+                    {"proto": 80, "dst": dst, "dst_len": int(length), "oif": oif}
+                    | {"type": 1, "flags": 0}
+                )
         return out
 
     def route(self, command: str, **kwargs: Any) -> None:
@@ -63,7 +67,9 @@ def test_a_refused_route_is_quarantined_and_retried_alone() -> None:
     netlink.refuse = {"10.65.0.2/32"}
 
     async def main() -> None:
-        routes.set_routes({"10.65.0.1/32": "cali1", "10.65.0.2/32": "cali2"})
+        routes.set_routes(
+            {"10.65.0.1/32": RouteTarget.dev("cali1"), "10.65.0.2/32": RouteTarget.dev("cali2")}
+        )
         await routes.apply()  # does not raise: the other route lands
         assert netlink.routes == {"10.65.0.1/32": 11}
         assert [c for c, _ in routes.take_refusals()] == ["10.65.0.2/32"]
@@ -85,7 +91,9 @@ def test_when_every_route_fails_the_apply_fails() -> None:
     netlink.refuse = {"10.65.0.1/32", "10.65.0.2/32"}
 
     async def main() -> None:
-        routes.set_routes({"10.65.0.1/32": "cali1", "10.65.0.2/32": "cali2"})
+        routes.set_routes(
+            {"10.65.0.1/32": RouteTarget.dev("cali1"), "10.65.0.2/32": RouteTarget.dev("cali2")}
+        )
         try:
             await routes.apply()
         except ProgrammingError as exc:

@@ -17,6 +17,13 @@ class NatWriter:
         self._pools_dirty = True
         self._dirty = True
         self._groups = ChainGroups()
+        self._tunnels: dict[int, str] = {}
+
+    def set_tunnels(self, tunnels: dict[int, str]) -> None:
+        """This node's VXLAN device per IP version (those with a tunnel address)."""
+        if tunnels != self._tunnels:
+            self._tunnels = dict(tunnels)
+            self._dirty = True
 
     def set_pool(self, pool_id: str, pool: IPPool) -> None:
         self._pools[pool_id] = pool
@@ -53,6 +60,7 @@ class NatWriter:
                 target.ipsets.kernel_name(MASQ_POOLS_SET, version),
                 target.filters[version].marks.masq,
                 target.config.nat_port_range,
+                self._tunnels.get(version, ""),
             )
             table = target.table("nat", version)
             self._groups.set(table, "nat", renderer.chains(floating))

@@ -1,0 +1,354 @@
+"""VxlanProgrammer: the VXLAN devices, and their neighbour and FDB entries.
+
+Per family it makes the kernel match the plan (:mod:`dataplane.linux.overlay_plan`):
+
+- the device (``vxlan.calico``, ``vxlan-v6.calico``) exists with the VNI,
+  port, source address and parent the plan says, learning off, this node's
+  VTEP MAC, the MTU, the tunnel address and up. A device whose VNI, port,
+  source or parent drifted cannot be changed in place: it is deleted and
+  made again, as Felix does; MAC, MTU, address and state are set in place.
+  A family VXLAN is off for loses its device (and with it every neighbour,
+  FDB entry and route through it).
+- one permanent neighbour entry per remote VTEP (tunnel address -> VTEP
+  MAC) and one FDB entry (VTEP MAC -> the node's parent address); stale
+  ones go. Only permanent entries are ours: the kernel's own are left be.
+
+Blocking netlink calls, so :meth:`apply` runs them in a worker thread with
+a fresh handle each time. What it could not do (the parent address is on
+no interface yet, the kernel refused an entry) is kept in :attr:`failing`
+and retried at the next apply; everything else is still programmed.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from dataplane.errors import ProgrammingError
+from dataplane.linux.links import LinkMonitor
+from dataplane.linux.overlay_plan import (
+    DEVICE_NAMES,
+    FamilyPlan,
+    FdbEntry,
+    Neighbour,
+    OverlayPlan,
+    VxlanDevice,
+)
+
+__all__ = ["VxlanProgrammer"]
+
+log = logging.getLogger(__name__)
+
+_NUD_PERMANENT = 0x80
+_NTF_SELF = 0x02
+_ENODEV = 19
+_ENOENT = 2
+_FAMILY = {4: socket.AF_INET, 6: socket.AF_INET6}
+
+
+def _code(exc: Exception) -> int | None:
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, int) else None
+
+
+def _data(link: Any) -> Any:
+    info = link.get("IFLA_LINKINFO")
+    return info.get("IFLA_INFO_DATA") if info is not None else None
+
+
+class VxlanProgrammer:
+    def __init__(self, netlink: Callable[[], Any], links: LinkMonitor) -> None:
+        self._netlink = netlink
+        self._links = links
+        self._plans: dict[int, FamilyPlan] = {}
+        self._dirty = True
+        # Neighbour and FDB entries the kernel holds, per device; None: read again.
+        self._neighbours: dict[int, set[Neighbour]] | None = None
+        self._fdb: dict[int, set[FdbEntry]] | None = None
+        self.failing: dict[str, str] = {}  # what -> why, as of the last apply
+        self.devices: dict[str, int] = {}  # our devices present: name -> index
+
+    def set_plan(self, plan: OverlayPlan) -> None:
+        plans = dict(plan.families)
+        if plans != self._plans:
+            self._plans = plans
+            self._dirty = True
+
+    def mark_for_resync(self) -> None:
+        """Check the devices and re-read every entry at the next apply (refresh timer)."""
+        self._neighbours = None
+        self._fdb = None
+        self._dirty = True
+
+    def links_changed(self) -> None:
+        """A link came, went or changed state: check the devices at the next apply."""
+        self._dirty = True
+
+    @property
+    def wants_retry(self) -> bool:
+        return bool(self.failing)
+
+    async def apply(self) -> None:
+        if not self._dirty and not self.failing:
+            return
+        try:
+            await trio.to_thread.run_sync(self._sync)
+        except Exception as exc:
+            self.mark_for_resync()
+            raise ProgrammingError(f"vxlan: {type(exc).__name__}: {exc}") from None
+        self._dirty = False
+
+    async def cleanup_all(self) -> None:
+        self._plans = {}
+        self.mark_for_resync()
+        await self.apply()
+
+    # --- the worker-thread side ---------------------------------------------------
+
+    def _sync(self) -> None:
+        handle = self._netlink()
+        try:
+            failing: dict[str, str] = {}
+            changed = False
+            for version, name in DEVICE_NAMES.items():
+                plan = self._plans.get(version, FamilyPlan())
+                changed |= self._sync_family(handle, version, name, plan, failing)
+            self.failing = failing
+            if changed:
+                self._links.mark_stale()  # routes look their device up again
+        finally:
+            handle.close()
+
+    def _sync_family(
+        self, handle: Any, version: int, name: str, plan: FamilyPlan, failing: dict[str, str]
+    ) -> bool:
+        link = self._get_link(handle, name)
+        if plan.device is None:
+            if link is None:
+                self.devices.pop(name, None)
+                return False
+            info = link.get("IFLA_LINKINFO")
+            if info is None or info.get("IFLA_INFO_KIND") != "vxlan":
+                failing[name] = "an interface of that name exists that is not VXLAN; left alone"
+                return False
+            handle.link("del", index=link["index"])
+            self.devices.pop(name, None)
+            return True
+        device = plan.device
+        parent = self._parent(handle, device.local)
+        if parent is None:
+            failing[name] = f"no interface holds the VTEP parent address {device.local}"
+            return False
+        index, changed = self._ensure_device(handle, device, link, parent)
+        self.devices[name] = index
+        self._sync_address(handle, device, index)
+        self._sync_neighbours(handle, version, index, plan.neighbours, failing)
+        self._sync_fdb(handle, version, index, plan.fdb, failing)
+        return changed
+
+    @staticmethod
+    def _get_link(handle: Any, name: str) -> Any:
+        try:
+            links = handle.link("get", ifname=name)
+        except Exception as exc:
+            if _code(exc) == _ENODEV:
+                return None
+            raise
+        return links[0] if links else None
+
+    @staticmethod
+    def _parent(handle: Any, address: str) -> tuple[int, int] | None:
+        """(index, MTU) of the interface holding ``address``."""
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        for addr in handle.get_addr(family=family, address=address):
+            for link in handle.get_links(addr["index"]):
+                return link["index"], link.get("IFLA_MTU") or link.get("mtu")
+        return None
+
+    def _ensure_device(
+        self, handle: Any, device: VxlanDevice, link: Any, parent: tuple[int, int]
+    ) -> tuple[int, bool]:
+        """The device's index, and whether it was (re)made."""
+        parent_index, parent_mtu = parent
+        mtu = device.mtu or parent_mtu - device.overhead
+        wanted = {
+            "IFLA_VXLAN_ID": device.vni,
+            "IFLA_VXLAN_PORT": device.port,
+            "IFLA_VXLAN_LINK": parent_index,
+            "IFLA_VXLAN_LEARNING": 0,
+        }
+        local_key = "IFLA_VXLAN_LOCAL" if device.version == 4 else "IFLA_VXLAN_LOCAL6"
+        if link is not None:
+            data = _data(link)
+            held = {k: data.get(k) for k in wanted} if data is not None else {}
+            local = data.get(local_key) if data is not None else None
+            if held == wanted and local == device.local:
+                index: int = link["index"]
+                changes: dict[str, Any] = {}
+                if (link.get("IFLA_ADDRESS") or "").lower() != device.mac:
+                    changes["address"] = device.mac
+                if link.get("IFLA_MTU") != mtu:
+                    changes["mtu"] = mtu
+                if not link["flags"] & 1:
+                    changes["state"] = "up"
+                if changes:
+                    handle.link("set", index=index, **changes)
+                return index, False
+            log.warning(
+                "%s: %s differs from the plan; making it again",
+                device.name,
+                {k: v for k, v in held.items() if wanted.get(k) != v} or local,
+            )
+            handle.link("del", index=link["index"])
+        handle.link(
+            "add",
+            ifname=device.name,
+            kind="vxlan",
+            vxlan_id=device.vni,
+            vxlan_port=device.port,
+            vxlan_link=parent_index,
+            vxlan_learning=0,
+            address=device.mac,
+            mtu=mtu,
+            **{"vxlan_local" if device.version == 4 else "vxlan_local6": device.local},
+        )
+        created = self._get_link(handle, device.name)
+        if created is None:
+            raise OSError(_ENODEV, f"{device.name} vanished as it was made")
+        handle.link("set", index=created["index"], state="up")
+        # A new device has no entries: whatever we knew of the old one is void.
+        if self._neighbours is not None:
+            self._neighbours.pop(device.version, None)
+        if self._fdb is not None:
+            self._fdb.pop(device.version, None)
+        return created["index"], True
+
+    @staticmethod
+    def _sync_address(handle: Any, device: VxlanDevice, index: int) -> None:
+        family = _FAMILY[device.version]
+        length = 32 if device.version == 4 else 128
+        present = False
+        for addr in handle.get_addr(family=family, index=index):
+            text, plen = addr.get("IFA_ADDRESS"), addr["prefixlen"]
+            if text == device.address and plen == length:
+                present = True
+            elif addr["scope"] == 0:  # a global address we did not put there
+                handle.addr("del", index=index, address=text, prefixlen=plen)
+        if not present:
+            handle.addr("add", index=index, address=device.address, prefixlen=length)
+
+    def _sync_neighbours(
+        self,
+        handle: Any,
+        version: int,
+        index: int,
+        wanted: frozenset[Neighbour],
+        failing: dict[str, str],
+    ) -> None:
+        if self._neighbours is None:
+            self._neighbours = {}
+        held = self._neighbours.get(version)
+        if held is None:
+            held = {
+                Neighbour(DEVICE_NAMES[version], n.get("NDA_DST"), n.get("NDA_LLADDR"))
+                for n in handle.get_neighbours(ifindex=index, family=_FAMILY[version])
+                if n["state"] & _NUD_PERMANENT and n.get("NDA_LLADDR")
+            }
+            self._neighbours[version] = held
+        for entry in sorted(held - wanted):
+            self._entry(
+                handle.neigh,
+                "del",
+                held,
+                entry,
+                failing,
+                dst=entry.address,
+                lladdr=entry.mac,
+                ifindex=index,
+            )
+        for entry in sorted(wanted - held):
+            self._entry(
+                handle.neigh,
+                "replace",
+                held,
+                entry,
+                failing,
+                dst=entry.address,
+                lladdr=entry.mac,
+                ifindex=index,
+                state=_NUD_PERMANENT,
+            )
+
+    def _sync_fdb(
+        self,
+        handle: Any,
+        version: int,
+        index: int,
+        wanted: frozenset[FdbEntry],
+        failing: dict[str, str],
+    ) -> None:
+        if self._fdb is None:
+            self._fdb = {}
+        held = self._fdb.get(version)
+        if held is None:
+            held = {
+                FdbEntry(DEVICE_NAMES[version], n.get("NDA_LLADDR"), n.get("NDA_DST"))
+                for n in handle.get_neighbours(ifindex=index, family=socket.AF_BRIDGE)
+                if n["state"] & _NUD_PERMANENT and n.get("NDA_DST") and n.get("NDA_LLADDR")
+            }
+            self._fdb[version] = held
+        for entry in sorted(held - wanted):
+            self._entry(
+                handle.fdb,
+                "del",
+                held,
+                entry,
+                failing,
+                ifindex=index,
+                lladdr=entry.mac,
+                dst=entry.remote,
+                flags=_NTF_SELF,
+            )
+        for entry in sorted(wanted - held):
+            self._entry(
+                handle.fdb,
+                "replace",
+                held,
+                entry,
+                failing,
+                ifindex=index,
+                lladdr=entry.mac,
+                dst=entry.remote,
+                flags=_NTF_SELF,
+                state=_NUD_PERMANENT,
+            )
+
+    @staticmethod
+    def _entry(
+        call: Callable[..., Any],
+        command: str,
+        held: set[Any],
+        entry: Neighbour | FdbEntry,
+        failing: dict[str, str],
+        **kwargs: Any,
+    ) -> None:
+        """One neighbour/FDB write; a refusal is noted and never stops the others."""
+        try:
+            call(command, **kwargs)
+        except Exception as exc:
+            if command == "del" and _code(exc) == _ENOENT:
+                held.discard(entry)  # already gone
+                return
+            failing[f"{type(entry).__name__.lower()} {entry}"] = f"{type(exc).__name__}: {exc}"
+            return
+        if command == "del":
+            held.discard(entry)
+        else:
+            held.add(entry)
+
+    def dump(self) -> Mapping[int, FamilyPlan]:
+        return dict(self._plans)
