@@ -5,7 +5,8 @@ routes to other nodes' blocks via the VXLAN device or a node address, and
 our own blocks are blackholed (:mod:`dataplane.linux.route_target`). All
 are tagged with our route protocol number: the tag is how we find ours
 again, remove stale ones, and never touch anyone else's (BIRD's, the
-kernel's). All netlink calls are blocking (pyroute2), so they run in a
+kernel's). Reads go through pyroute2 and writes many per system call
+(:mod:`dataplane.linux.netlink_batch`); both block, so they run in a
 worker thread.
 
 A route whose interface does not exist yet (the CNI plugin has not created
@@ -16,9 +17,10 @@ of waiting for a refresh.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -26,6 +28,7 @@ import trio
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.links import LinkMonitor, LinkState
+from dataplane.linux.netlink_batch import NetlinkBatch, Request, RouteRequest
 from dataplane.linux.route_target import RouteKind, RouteTarget
 
 __all__ = ["NetlinkHandle", "RouteProgrammer"]
@@ -50,8 +53,6 @@ class NetlinkHandle(Protocol):
 
     def get_routes(self, **kwargs: Any) -> Any: ...
 
-    def route(self, command: str, **kwargs: Any) -> Any: ...
-
     def close(self) -> None: ...
 
 
@@ -68,8 +69,11 @@ class RouteProgrammer:
         protocol: int,
         ipv6: bool = True,
         clock: Callable[[], float] = trio.current_time,
+        writer: Callable[[Sequence[Request]], list[OSError | None]] | None = None,
     ) -> None:
         self._netlink_factory = netlink
+        # Writes go many per system call (reads stay with pyroute2).
+        self._writer = writer or NetlinkBatch()
         # Routes the kernel refused (the interface went, a clash with a
         # route we do not own): kept out of the way of the others and
         # retried alone with backoff. Written from the worker thread only
@@ -147,8 +151,7 @@ class RouteProgrammer:
             self._actual = self._read_routes(handle)
         actual = self._actual
         pending = []
-        tried = 0
-        failed: list[tuple[str, Exception]] = []
+        changes: list[tuple[str, _Held]] = []
         for cidr, target in sorted(self._desired.items()):
             if cidr in skip:
                 continue
@@ -161,47 +164,41 @@ class RouteProgrammer:
             held = actual.get(cidr)
             if held == wanted or (held and wanted[1] == -1 and held[::2] == wanted[::2]):
                 continue
-            tried += 1
-            try:
-                handle.route("replace", **self._route_args(cidr, wanted))
-            except Exception as exc:  # one route never blocks the others
-                failed.append((cidr, exc))
-                continue
-            actual[cidr] = wanted
-        if len(failed) > 1 and len(failed) == tried:
+            changes.append((cidr, wanted))
+        results = self._writer([self._request("replace", c, w) for c, w in changes])
+        failed: list[tuple[str, Exception]] = []
+        for (cidr, wanted), error in zip(changes, results, strict=True):
+            if error is None:
+                actual[cidr] = wanted
+            else:
+                failed.append((cidr, error))  # one route never blocks the others
+        if len(failed) > 1 and len(failed) == len(changes):
             raise failed[0][1]  # netlink itself is failing, not one route
-        for cidr in [c for c in actual if c not in self._desired]:
-            # The kernel matches a delete on every field given (pyroute2 fills
-            # in a universe scope otherwise), so describe the route exactly.
-            try:
-                handle.route("del", **self._route_args(cidr, actual[cidr]))
-            except Exception as exc:  # already gone (ESRCH) is success
-                if getattr(exc, "code", None) != 3:
-                    raise
+        stale = [c for c in actual if c not in self._desired]
+        results = self._writer([self._request("del", c, actual[c]) for c in stale])
+        for cidr, error in zip(stale, results, strict=True):
+            if error is not None and error.errno != errno.ESRCH:  # already gone is success
+                raise error
             del actual[cidr]
         self.pending = frozenset(pending)
         return failed
 
-    def _route_args(self, cidr: str, held: _Held) -> dict[str, Any]:
+    def _request(self, command: str, cidr: str, held: _Held) -> RouteRequest:
         rtype, oif, gateway, onlink = held
-        kwargs: dict[str, Any] = {
-            "dst": cidr,
-            "proto": self.protocol,
-            "table": _MAIN_TABLE,
-            "family": _family(cidr),
-        }
-        if rtype == _RTN_BLACKHOLE:
-            kwargs["type"] = "blackhole"
-            return kwargs
-        if oif > 0:
-            kwargs["oif"] = oif
-        if gateway:
-            kwargs["gateway"] = gateway
-        if onlink:
-            kwargs["flags"] = _RTNH_F_ONLINK
-        if _family(cidr) == socket.AF_INET and oif > 0 and not gateway:
-            kwargs["scope"] = _SCOPE_LINK
-        return kwargs
+        # Scope link for a plain device route, as the kernel itself writes
+        # one; anything via a gateway is universe.
+        scope = _SCOPE_LINK if _family(cidr) == socket.AF_INET and oif > 0 and not gateway else 0
+        return RouteRequest(
+            command,
+            cidr,
+            self.protocol,
+            rtype=rtype,
+            oif=max(oif, 0),
+            gateway=gateway,
+            onlink=onlink,
+            scope=scope,
+            table=_MAIN_TABLE,
+        )
 
     async def apply(self) -> None:
         try:

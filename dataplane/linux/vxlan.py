@@ -13,9 +13,11 @@ Per family it makes the kernel match the plan (:mod:`dataplane.linux.overlay_pla
   MAC) and one FDB entry (VTEP MAC -> the node's parent address); stale
   ones go. Only permanent entries are ours: the kernel's own are left be.
 
-Blocking netlink calls, so :meth:`apply` runs them in a worker thread with
-a fresh handle each time. What it could not do (the parent address is on
-no interface yet, the kernel refused an entry) is kept in :attr:`failing`
+Blocking netlink calls (reads and the device through pyroute2, entries
+many per system call through :mod:`dataplane.linux.netlink_batch`), so
+:meth:`apply` runs them in a worker thread with a fresh handle each time.
+What it could not do (the parent address is on no interface yet, the
+kernel refused an entry) is kept in :attr:`failing`
 and retried at the next apply; everything else is still programmed.
 """
 
@@ -23,13 +25,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.links import LinkMonitor
+from dataplane.linux.netlink_batch import NeighRequest, NetlinkBatch, Request
 from dataplane.linux.overlay_plan import (
     DEVICE_NAMES,
     FamilyPlan,
@@ -61,8 +64,14 @@ def _data(link: Any) -> Any:
 
 
 class VxlanProgrammer:
-    def __init__(self, netlink: Callable[[], Any], links: LinkMonitor) -> None:
+    def __init__(
+        self,
+        netlink: Callable[[], Any],
+        links: LinkMonitor,
+        writer: Callable[[Sequence[Request]], list[OSError | None]] | None = None,
+    ) -> None:
         self._netlink = netlink
+        self._writer = writer or NetlinkBatch()
         self._links = links
         self._plans: dict[int, FamilyPlan] = {}
         self._dirty = True
@@ -146,8 +155,7 @@ class VxlanProgrammer:
         index, changed = self._ensure_device(handle, device, link, parent)
         self.devices[name] = index
         self._sync_address(handle, device, index)
-        self._sync_neighbours(handle, version, index, plan.neighbours, failing)
-        self._sync_fdb(handle, version, index, plan.fdb, failing)
+        self._sync_entries(handle, version, index, plan, failing)
         return changed
 
     @staticmethod
@@ -241,114 +249,57 @@ class VxlanProgrammer:
         if not present:
             handle.addr("add", index=index, address=device.address, prefixlen=length)
 
-    def _sync_neighbours(
-        self,
-        handle: Any,
-        version: int,
-        index: int,
-        wanted: frozenset[Neighbour],
-        failing: dict[str, str],
-    ) -> None:
+    def _read_entries(self, handle: Any, version: int, index: int) -> None:
+        """What the kernel holds on the device: permanent entries only (ours)."""
         if self._neighbours is None:
             self._neighbours = {}
-        held = self._neighbours.get(version)
-        if held is None:
-            held = {
-                Neighbour(DEVICE_NAMES[version], n.get("NDA_DST"), n.get("NDA_LLADDR"))
+        if self._fdb is None:
+            self._fdb = {}
+        name = DEVICE_NAMES[version]
+        if version not in self._neighbours:
+            self._neighbours[version] = {
+                Neighbour(name, n.get("NDA_DST"), n.get("NDA_LLADDR"))
                 for n in handle.get_neighbours(ifindex=index, family=_FAMILY[version])
                 if n["state"] & _NUD_PERMANENT and n.get("NDA_LLADDR")
             }
-            self._neighbours[version] = held
-        for entry in sorted(held - wanted):
-            self._entry(
-                handle.neigh,
-                "del",
-                held,
-                entry,
-                failing,
-                dst=entry.address,
-                lladdr=entry.mac,
-                ifindex=index,
-            )
-        for entry in sorted(wanted - held):
-            self._entry(
-                handle.neigh,
-                "replace",
-                held,
-                entry,
-                failing,
-                dst=entry.address,
-                lladdr=entry.mac,
-                ifindex=index,
-                state=_NUD_PERMANENT,
-            )
-
-    def _sync_fdb(
-        self,
-        handle: Any,
-        version: int,
-        index: int,
-        wanted: frozenset[FdbEntry],
-        failing: dict[str, str],
-    ) -> None:
-        if self._fdb is None:
-            self._fdb = {}
-        held = self._fdb.get(version)
-        if held is None:
-            held = {
-                FdbEntry(DEVICE_NAMES[version], n.get("NDA_LLADDR"), n.get("NDA_DST"))
+        if version not in self._fdb:
+            self._fdb[version] = {
+                FdbEntry(name, n.get("NDA_LLADDR"), n.get("NDA_DST"))
                 for n in handle.get_neighbours(ifindex=index, family=socket.AF_BRIDGE)
                 if n["state"] & _NUD_PERMANENT and n.get("NDA_DST") and n.get("NDA_LLADDR")
             }
-            self._fdb[version] = held
-        for entry in sorted(held - wanted):
-            self._entry(
-                handle.fdb,
-                "del",
-                held,
-                entry,
-                failing,
-                ifindex=index,
-                lladdr=entry.mac,
-                dst=entry.remote,
-                flags=_NTF_SELF,
-            )
-        for entry in sorted(wanted - held):
-            self._entry(
-                handle.fdb,
-                "replace",
-                held,
-                entry,
-                failing,
-                ifindex=index,
-                lladdr=entry.mac,
-                dst=entry.remote,
-                flags=_NTF_SELF,
-                state=_NUD_PERMANENT,
-            )
 
-    @staticmethod
-    def _entry(
-        call: Callable[..., Any],
-        command: str,
-        held: set[Any],
-        entry: Neighbour | FdbEntry,
-        failing: dict[str, str],
-        **kwargs: Any,
+    def _sync_entries(
+        self, handle: Any, version: int, index: int, plan: FamilyPlan, failing: dict[str, str]
     ) -> None:
-        """One neighbour/FDB write; a refusal is noted and never stops the others."""
-        try:
-            call(command, **kwargs)
-        except Exception as exc:
-            if command == "del" and _code(exc) == _ENOENT:
-                held.discard(entry)  # already gone
-                return
-            failing[f"{type(entry).__name__.lower()} {entry}"] = f"{type(exc).__name__}: {exc}"
-            return
-        if command == "del":
-            held.discard(entry)
-        else:
-            held.add(entry)
+        """Neighbour and FDB entries to match the plan, all in one batch."""
+        self._read_entries(handle, version, index)
+        assert self._neighbours is not None and self._fdb is not None
+        held_n, held_f = self._neighbours[version], self._fdb[version]
+        family = _FAMILY[version]
+        work: list[tuple[set[Any], Neighbour | FdbEntry, NeighRequest]] = []
+        # Deletions first: a MAC that moved must lose its old entry before
+        # the new one lands.
+        for command, entries_n, entries_f in (
+            ("del", held_n - plan.neighbours, held_f - plan.fdb),
+            ("replace", plan.neighbours - held_n, plan.fdb - held_f),
+        ):
+            for n in sorted(entries_n):
+                work.append((held_n, n, NeighRequest(command, family, index, n.mac, n.address)))
+            for f in sorted(entries_f):
+                request = NeighRequest(
+                    command, socket.AF_BRIDGE, index, f.mac, f.remote, flags=_NTF_SELF
+                )
+                work.append((held_f, f, request))
+        results = self._writer([request for _, _, request in work])
+        for (held, entry, request), error in zip(work, results, strict=True):
+            if error is not None and not (request.command == "del" and error.errno == _ENOENT):
+                what = f"{type(entry).__name__.lower()} {entry}"
+                failing[what] = f"{request.command}: {error.strerror or error}"
+            elif request.command == "del":
+                held.discard(entry)
+            else:
+                held.add(entry)
 
     def dump(self) -> Mapping[int, FamilyPlan]:
         return dict(self._plans)

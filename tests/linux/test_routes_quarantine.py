@@ -7,12 +7,14 @@ the link read and the write.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.links import LinkMonitor
+from dataplane.linux.netlink_batch import Request, RouteRequest
 from dataplane.linux.route_target import RouteTarget
 from dataplane.linux.routes import RouteProgrammer
 
@@ -45,14 +47,21 @@ class FakeNetlink:
                 )
         return out
 
-    def route(self, command: str, **kwargs: Any) -> None:
-        cidr = kwargs["dst"]
-        if command == "replace":
-            if cidr in self.refuse:
-                raise OSError(19, "No such device")
-            self.routes[cidr] = kwargs["oif"]
-        elif command == "del":
-            self.routes.pop(cidr, None)
+    def write(self, requests: Sequence[Request]) -> list[OSError | None]:
+        """The batch writer's contract: one result per request, in order."""
+        out: list[OSError | None] = []
+        for r in requests:
+            assert isinstance(r, RouteRequest)
+            if r.command == "replace" and r.dst in self.refuse:
+                out.append(OSError(19, "No such device"))
+                continue
+            if r.command == "replace":
+                self.routes[r.dst] = r.oif
+            elif self.routes.pop(r.dst, None) is None:
+                out.append(OSError(3, "No such process"))
+                continue
+            out.append(None)
+        return out
 
     def close(self) -> None:
         pass
@@ -62,7 +71,12 @@ def test_a_refused_route_is_quarantined_and_retried_alone() -> None:
     now = [0.0]
     netlink = FakeNetlink()
     routes = RouteProgrammer(
-        netlink, LinkMonitor(netlink), protocol=80, ipv6=True, clock=lambda: now[0]
+        netlink,
+        LinkMonitor(netlink),
+        protocol=80,
+        ipv6=True,
+        clock=lambda: now[0],
+        writer=netlink.write,
     )
     netlink.refuse = {"10.65.0.2/32"}
 
@@ -87,7 +101,7 @@ def test_a_refused_route_is_quarantined_and_retried_alone() -> None:
 
 def test_when_every_route_fails_the_apply_fails() -> None:
     netlink = FakeNetlink()
-    routes = RouteProgrammer(netlink, LinkMonitor(netlink), protocol=80)
+    routes = RouteProgrammer(netlink, LinkMonitor(netlink), protocol=80, writer=netlink.write)
     netlink.refuse = {"10.65.0.1/32", "10.65.0.2/32"}
 
     async def main() -> None:

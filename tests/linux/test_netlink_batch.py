@@ -1,0 +1,130 @@
+"""The batch netlink writer: its encoding as pyroute2 decodes it, and the kernel's answers."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyroute2.netlink.rtnl.ndmsg import ndmsg  # type: ignore[import-untyped]
+from pyroute2.netlink.rtnl.rtmsg import rtmsg  # type: ignore[import-untyped]
+
+from dataplane.linux.netlink_batch import NeighRequest, RouteRequest, encode
+from testbed.topology import Topology, kernel_unavailable
+
+REPO = Path(__file__).resolve().parents[2]
+
+v4 = st.ip_addresses(v=4).map(str)
+nets = st.one_of(
+    st.builds(
+        lambda a, n: str(ipaddress.ip_network(f"{a}/{n}", strict=False)), v4, st.integers(0, 32)
+    ),
+    st.builds(
+        lambda a, n: str(ipaddress.ip_network(f"{a}/{n}", strict=False)),
+        st.ip_addresses(v=6).map(str),
+        st.integers(0, 128),
+    ),
+)
+macs = st.lists(st.integers(0, 255), min_size=6, max_size=6).map(
+    lambda b: ":".join(f"{x:02x}" for x in b)
+)
+
+
+@given(
+    nets,
+    st.sampled_from(["replace", "del"]),
+    st.integers(1, 255),
+    st.sampled_from([1, 6]),
+    st.integers(0, 2**31 - 1),
+    st.booleans(),
+)
+def test_route_requests_decode_to_what_was_asked(  # noqa: PLR0917 - hypothesis arguments
+    dst: str, command: str, protocol: int, rtype: int, oif: int, onlink: bool
+) -> None:
+    net = ipaddress.ip_network(dst)
+    gateway = str(net.network_address) if rtype == 1 else ""
+    request = RouteRequest(
+        command, dst, protocol, rtype=rtype, oif=oif, gateway=gateway, onlink=onlink
+    )
+    msg = rtmsg(encode(request, 7))
+    msg.decode()
+    assert msg["header"]["sequence_number"] == 7
+    assert msg["header"]["type"] == (25 if command == "del" else 24)
+    assert (msg["dst_len"], msg["proto"], msg.get("table")) == (net.prefixlen, protocol, 254)
+    assert ipaddress.ip_address(msg.get("dst")) == net.network_address
+    if command == "del":
+        assert (msg["scope"], msg["type"]) == (255, 0)  # any scope, any type: ours by protocol
+    else:
+        assert msg["type"] == rtype
+        assert msg.get("oif") == (oif or None)
+        if gateway:
+            assert ipaddress.ip_address(msg.get("gateway")) == ipaddress.ip_address(gateway)
+        else:
+            assert msg.get("gateway") is None
+        assert bool(msg["flags"] & 4) == onlink
+
+
+@given(st.sampled_from([socket.AF_INET, socket.AF_BRIDGE]), v4, macs, st.integers(1, 2**31 - 1))
+def test_neighbour_requests_decode_to_what_was_asked(
+    family: int, address: str, mac: str, index: int
+) -> None:
+    msg = ndmsg(encode(NeighRequest("replace", family, index, mac, address, flags=2), 1))
+    msg.decode()
+    assert (msg["family"], msg["ifindex"], msg["state"], msg["flags"]) == (family, index, 0x80, 2)
+    assert (msg.get("NDA_DST"), msg.get("NDA_LLADDR")) == (address, mac)
+
+
+_WRITE = """
+import json, socket, sys
+from dataplane.linux.netlink_batch import NetlinkBatch, NeighRequest, RouteRequest
+eth0 = socket.if_nametoindex("eth0")
+requests = [
+    RouteRequest("replace", "10.70.0.0/24", 80, oif=eth0, gateway="10.66.0.9", onlink=True),
+    RouteRequest("replace", "10.70.1.0/24", 80, gateway="10.99.99.1"),  # no route to it
+    RouteRequest("replace", "10.70.2.0/24", 80, rtype=6),
+    RouteRequest("replace", "fd00:70::/64", 80, oif=eth0, scope=0),
+    RouteRequest("del", "10.70.3.0/24", 80),  # never there
+    NeighRequest("replace", socket.AF_INET, eth0, "66:00:00:00:00:09", "10.66.0.9"),
+] + [RouteRequest("replace", f"10.71.{i}.0/24", 80, rtype=6) for i in range(256)] + [
+    RouteRequest("replace", f"10.72.{i}.0/24", 80, rtype=6) for i in range(256)
+]
+print(json.dumps([e.errno if e else 0 for e in NetlinkBatch()(requests)]))
+"""
+
+
+@pytest.mark.skipif(kernel_unavailable() is not None, reason=str(kernel_unavailable()))
+def test_the_kernel_answers_each_request_of_a_batch_on_its_own() -> None:
+    with Topology() as topology:
+        netns = topology.new_netns("nl")
+        topology.run(netns, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+        topology.run(netns, "ip", "link", "set", "eth0", "up")
+        # The kernel takes an onlink gateway only where some address of
+        # that interface could reach out at all.
+        topology.run(netns, "ip", "addr", "add", "192.168.5.1/24", "dev", "eth0")
+        result = subprocess.run(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", _WRITE],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        )
+        errors = json.loads(result.stdout)
+        # More than two chunks, every answer matched to its request.
+        assert len(errors) == 6 + 512
+        assert errors[:6] == [0, 101, 0, 0, 3, 0]  # ENETUNREACH, ESRCH
+        assert set(errors[6:]) == {0}
+        routes = topology.run(netns, "ip", "route", "show", "proto", "80").stdout
+        assert "10.70.0.0/24 via 10.66.0.9 dev eth0 onlink" in routes
+        assert "blackhole 10.70.2.0/24" in routes
+        assert "10.70.1.0" not in routes
+        assert routes.count("blackhole 10.7") == 1 + 512
+        v6 = topology.run(netns, "ip", "-6", "route", "show", "proto", "80").stdout
+        assert "fd00:70::/64 dev eth0" in v6
+        neigh = topology.run(netns, "ip", "neigh", "show", "dev", "eth0").stdout
+        assert "10.66.0.9 lladdr 66:00:00:00:00:09 PERMANENT" in neigh
