@@ -87,6 +87,9 @@ class Config:
     # Addresses outside the cluster that may also send VXLAN to this node
     # (Felix's ExternalNodesCIDRList).
     external_nodes_cidrs: tuple[str, ...] = ()
+    # NAT-outgoing never masquerades to the pools; with "IPPoolsAndHostIPs"
+    # not to any node's address either.
+    nat_outgoing_exclusions: str = "ippoolsonly"
     # Windows services: the source VIP of the HNS load balancers, one per
     # family (kube-proxy winkernel's --source-vip; required on Overlay
     # networks), and Direct Server Return for cluster IPs (--enable-dsr).
@@ -350,6 +353,10 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "AllowVXLANPacketsFromWorkloads": ("allow_vxlan_packets_from_workloads", _bool),
     "AllowIPIPPacketsFromWorkloads": ("allow_ipip_packets_from_workloads", _bool),
     "ExternalNodesCIDRList": ("external_nodes_cidrs", _cidrs),
+    "NATOutgoingExclusions": (
+        "nat_outgoing_exclusions",
+        _choice("ippoolsonly", "ippoolsandhostips"),
+    ),
     "WindowsServiceSourceVIP": ("windows_source_vips", _source_vips),
     "WindowsServiceDSR": ("windows_dsr", _bool),
 }

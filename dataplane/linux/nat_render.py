@@ -35,6 +35,9 @@ class NatRenderer:
     nat_port_range: tuple[int, int] | None = None
     # This version's VXLAN device, when it has a tunnel address.
     tunnel: str = ""
+    # Kernel name of all-hosts-net when NAT-outgoing spares node addresses
+    # (NATOutgoingExclusions=IPPoolsAndHostIPs).
+    all_hosts_set: str = ""
 
     def chains(self, floating: Iterable[NatInfo]) -> list[Chain]:
         n = self.names
@@ -48,9 +51,10 @@ class NatRenderer:
         snat = tuple(
             IptRule(f"-s {f.int_ip} -d {f.int_ip}", f"-j SNAT --to-source {f.ext_ip}") for f in fips
         )
+        hosts = f" -m set ! --match-set {self.all_hosts_set} dst" if self.all_hosts_set else ""
         outgoing = self._masquerade(
             f"-m set --match-set {self.masq_pools_set} src"
-            f" -m set ! --match-set {self.all_pools_set} dst"
+            f" -m set ! --match-set {self.all_pools_set} dst{hosts}"
         )
         services = IptRule("", f"-j {n.top('SERVICES')}")
         masq = has_mark(self.masq_mark)

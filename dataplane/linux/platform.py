@@ -130,7 +130,6 @@ class LinuxPlatform:
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
         self._sysctl_reported: set[str] = set()
-        self._vxlan_reported: dict[str, str] = {}
 
     # --- sinks: forwarded to the writers that keep each value ----------------------
 
@@ -341,10 +340,6 @@ class LinuxPlatform:
         plan = self._overlay.plan(self.effective_config, self._versions())
         kernel.vxlan.set_plan(plan)
         await kernel.vxlan.apply()
-        for what, message in kernel.vxlan.failing.items():
-            if self._vxlan_reported.get(what) != message:
-                log.error("VXLAN %s: %s; retried", what, message)
-        self._vxlan_reported = dict(kernel.vxlan.failing)
         kernel.routes.set_routes(plan.routes() | self._routes_writer.routes())
         await kernel.routes.apply()
         for cidr, message in kernel.routes.take_refusals():

@@ -126,6 +126,9 @@ class VxlanProgrammer:
             for version, name in DEVICE_NAMES.items():
                 plan = self._plans.get(version, FamilyPlan())
                 changed |= self._sync_family(handle, version, name, plan, failing)
+            for what, why in failing.items():
+                if self.failing.get(what) != why:  # one line per failure, not per retry
+                    log.error("VXLAN %s: %s; retried", what, why)
             self.failing = failing
             if changed:
                 self._links.mark_stale()  # routes look their device up again

@@ -75,7 +75,7 @@ ADDRESS_SETS = {"s:web": "hash:ip", "s:db": "hash:ip", "n:block": "hash:net"}
 PORT_SETS = {"n:http": "hash:ip,port", "n:dns": "hash:ip,port"}
 MISSING = "never-created"
 ALL_POOLS, MASQ_POOLS = "all-ipam-pools", "masq-ipam-pools"
-VXLAN_SOURCES = "all-vxlan-net"
+VXLAN_SOURCES, ALL_HOSTS = "all-vxlan-net", "all-hosts-net"
 _KINDS = {"hash:ip": IPSetType.IP, "hash:net": IPSetType.NET, "hash:ip,port": IPSetType.IP_AND_PORT}
 
 
@@ -208,6 +208,7 @@ CONFIG_VALUES = {
     "VXLANPort": ["4789", "8472"],
     "AllowVXLANPacketsFromWorkloads": ["true", "false"],
     "AllowIPIPPacketsFromWorkloads": ["true", "false"],
+    "NATOutgoingExclusions": ["IPPoolsOnly", "IPPoolsAndHostIPs"],
 }
 
 
@@ -425,6 +426,9 @@ def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain]
         marks.masq,
         config.nat_port_range,
         "vxlan.calico" if version == 4 else "vxlan-v6.calico",
+        set_kernel_name(ALL_HOSTS, version)
+        if config.nat_outgoing_exclusions == "ippoolsandhostips"
+        else "",
     )
     floating = [n for w in workloads for n in (*w.ipv4_nat, *w.ipv6_nat)]
     return {
@@ -466,6 +470,7 @@ def netns() -> Iterator[str]:
             ALL_POOLS: "hash:net",
             MASQ_POOLS: "hash:net",
             VXLAN_SOURCES: "hash:net",
+            ALL_HOSTS: "hash:net",
         }
         for set_id, kind in sets.items():
             script.append(f"create {set_kernel_name(set_id, version)} {kind} family {family}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataplane.linux.nat_render import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
+from dataplane.linux.overlay_plan import ALL_HOSTS_SET
 from dataplane.linux.writers.groups import ChainGroups
 from dataplane.linux.writers.target import Target
 from dataplane.model import IPPool, IPSet, IPSetType, NatInfo, WorkloadEndpointKey
@@ -52,7 +53,9 @@ class NatWriter:
                 target.ipsets.replace(IPSet(set_id, IPSetType.NET, members))
             self._pools_dirty = False
         floating = [nat for nats in self._floating.values() for nat in nats]
+        spare_hosts = target.config.nat_outgoing_exclusions == "ippoolsandhostips"
         for version in target.versions:
+            all_hosts = target.ipsets.kernel_name(ALL_HOSTS_SET, version) if spare_hosts else ""
             renderer = NatRenderer(
                 version,
                 target.names,
@@ -61,6 +64,7 @@ class NatWriter:
                 target.filters[version].marks.masq,
                 target.config.nat_port_range,
                 self._tunnels.get(version, ""),
+                all_hosts,
             )
             table = target.table("nat", version)
             self._groups.set(table, "nat", renderer.chains(floating))
