@@ -146,10 +146,13 @@ def kernel_unavailable() -> str | None:
 class Namespace:
     """One namespace of a topology: commands, sysctls and traffic."""
 
-    def __init__(self, topology: Topology, name: str, netns: str) -> None:
+    def __init__(
+        self, topology: Topology, name: str, netns: str, addresses: Mapping[int, str] | None = None
+    ) -> None:
         self.topology = topology
         self.name = name
         self.netns = netns
+        self.addresses = dict(addresses or {})  # per family: where probes aim
         self.agent = AgentClient(netns, name)
 
     def __repr__(self) -> str:
@@ -157,6 +160,8 @@ class Namespace:
 
     def address(self, family: Family = 4) -> str:
         """This namespace's address to aim probes at."""
+        if family in self.addresses:
+            return self.addresses[family]
         raise TopologyError(f"{self!r} has no address for IPv{family}")
 
     # --- configuration ------------------------------------------------------
@@ -221,10 +226,7 @@ class Namespace:
 
 
 class External(Namespace):
-    """A host beyond the node's uplink, routing the pod CIDRs back via the node."""
-
-    def address(self, family: Family = 4) -> str:
-        return NODE_UPLINK[family][1]
+    """A host beyond the node's uplink routing pods back via it, or an underlay's client."""
 
 
 class Pod(Namespace):
@@ -257,13 +259,17 @@ class Pod(Namespace):
 class Node(Namespace):
     """A Kubernetes node: uplink to ``external``, forwarding on, pods hang off it."""
 
-    def __init__(self, topology: Topology, name: str, netns: str, external: External) -> None:
-        super().__init__(topology, name, netns)
+    def __init__(
+        self,
+        topology: Topology,
+        name: str,
+        netns: str,
+        external: External,
+        addresses: Mapping[int, str] | None = None,
+    ) -> None:
+        super().__init__(topology, name, netns, addresses)
         self.external = external
         self.pods: dict[str, Pod] = {}
-
-    def address(self, family: Family = 4) -> str:
-        return NODE_UPLINK[family][0]
 
     def add_pod(
         self, name: str, ipv4: str, ipv6: str | None = None, iface: str | None = None
@@ -346,7 +352,7 @@ class Topology:
 
     @property
     def external(self) -> External:
-        """The first node's external host (each node has its own)."""
+        """The first node's external host (its own, or its underlay's client)."""
         if not self.nodes:
             raise TopologyError("no node yet: call add_node() first")
         return self.nodes[0].external
@@ -392,18 +398,26 @@ class Topology:
         _run(["ip", "-n", netns, "-batch", "-"], stdin=batch, timeout=timeout)
         _run(["ip", "-n", peer_netns or netns, "-batch", "-"], stdin=peers, timeout=timeout)
 
+    def adopt(self, ns: Namespace) -> None:
+        """Count ``ns`` (made from :meth:`new_netns`) among ours: close() stops its agent."""
+        if ns.netns not in self._netns_names:
+            raise TopologyError(f"{ns.netns} is not a namespace of this topology")
+        self._namespaces.append(ns)
+        if isinstance(ns, Node):
+            self.nodes.append(ns)
+
     def add_node(self, name: str = "node") -> Node:
         """A node namespace plus its external host, joined by the uplink veth."""
-        external = External(self, f"{name}-external", self.new_netns("ext"))
-        node = Node(self, name, self.new_netns("nod"), external)
-        self._namespaces += [external, node]
-        self.nodes.append(node)
+        (v4_node, v4_ext, v4_len), (v6_node, v6_ext, v6_len) = NODE_UPLINK[4], NODE_UPLINK[6]
+        external = External(self, f"{name}-external", self.new_netns("ext"), {4: v4_ext, 6: v6_ext})
+        node = Node(self, name, self.new_netns("nod"), external, {4: v4_node, 6: v6_node})
+        self.adopt(external)
+        self.adopt(node)
         node.set_sysctls({**_NO_DAD, "net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1})
         external.set_sysctls(_NO_DAD)
         node.ip(
             "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", external.netns
         )
-        (v4_node, v4_ext, v4_len), (v6_node, v6_ext, v6_len) = NODE_UPLINK[4], NODE_UPLINK[6]
         node.ip_batch(
             "link set lo up",
             "link set eth0 up",
