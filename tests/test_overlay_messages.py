@@ -184,7 +184,7 @@ def test_messages_come_in_felixs_flush_order() -> None:
     assert firsts == [
         "VXLANTunnelEndpointUpdate",
         "RouteUpdate",
-        "HostMetadataV4V6Update",
+        "HostMetadataUpdate",
         "IPAMPoolUpdate",
         "Encapsulation",
     ]

@@ -8,7 +8,8 @@ builds the messages Felix's calculation graph sends to the node named
 * ``IPAMPoolUpdate`` per family, with Felix's id (the CIDR, ``/`` made
   ``-``) and its modes as its v1 data model spells them (``always``,
   ``cross-subnet``; ``""`` is Never);
-* ``HostMetadataV4V6Update`` per node, both addresses in CIDR form;
+* ``HostMetadataUpdate`` per node, both addresses in CIDR form (as current
+  upstream sends it; the V4V6 variant is older releases');
 * ``VXLANTunnelEndpointUpdate`` per node (``vxlan_resolver.go``): the
   tunnel address and MAC per family, the parent device's plain address;
 * ``RouteUpdate`` as ``l3_route_resolver.go``'s ``flush()`` computes them:
@@ -196,7 +197,7 @@ def cluster_messages(
     messages: list[Message] = [_vtep(node) for node in nodes]
     messages += routes.build(local_pods)
     messages += [
-        pb.HostMetadataV4V6Update(
+        pb.HostMetadataUpdate(
             hostname=node.name,
             ipv4_addr=node.ipv4,
             ipv6_addr=node.ipv6,
