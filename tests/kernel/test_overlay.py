@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from google.protobuf.message import Message
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.topology import Node, Topology
@@ -139,7 +140,7 @@ def test_a_removed_node_leaves_nothing_behind(topology: Topology) -> None:
     cluster.start_all()
     a = cluster.nodes["node-a"]
     b = cluster.specs["node-b"]
-    removals: list[pb.Message] = [pb.VXLANTunnelEndpointRemove(node="node-b")]
+    removals: list[Message] = [pb.VXLANTunnelEndpointRemove(node="node-b")]
     removals += [pb.RouteRemove(dst=d) for d in (*b.blocks(4), *b.blocks(6))]
     removals += [pb.RouteRemove(dst=f"{b.tunnel(4)}/32"), pb.RouteRemove(dst=f"{b.tunnel(6)}/128")]
     removals += [pb.HostMetadataRemove(hostname="node-b")]
