@@ -420,3 +420,24 @@ def test_host_endpoint_interface_name_is_validated() -> None:
             )
         )
     assert info.value.field == "endpoint.name"
+
+
+def test_felix_all_interfaces_host_endpoint_star_is_every_interface() -> None:
+    # Felix sends interfaceName "*" verbatim; the model spells it "".
+    platform = SimPlatform()
+    mgr = EndpointManager(platform, PolicyIndex())
+    for endpoint_id, name in (("star", "*"), ("empty", "")):
+        mgr.on_update(
+            pb.HostEndpointUpdate(
+                id=pb.HostEndpointID(endpoint_id=endpoint_id),
+                endpoint=pb.HostEndpoint(name=name, expected_ipv4_addrs=["192.168.1.1"]),
+            )
+        )
+    mgr.complete_deferred_work()
+    assert [h.name for h in platform.desired.host_endpoints.values()] == ["", ""]
+    with pytest.raises(InputError):
+        mgr.on_update(
+            pb.HostEndpointUpdate(
+                id=pb.HostEndpointID(endpoint_id="h"), endpoint=pb.HostEndpoint(name="eth*")
+            )
+        )

@@ -5,9 +5,11 @@ Pure: model values in, :class:`Chain` values out, for one IP version.
 Packet path (Felix's design, our names)::
 
     FORWARD ─▶ cali-FORWARD ─┬ established/related: ACCEPT; invalid: DROP
+                             ├ ─▶ cali-from-hep-forward ─▶ cali-fhfw-<if> (applyOnForward ingress)
                              ├ -i cali+ ─▶ cali-from-wl-dispatch ─▶ cali-fw-<if>   (egress policy)
                              ├ -o cali+ ─▶ cali-to-wl-dispatch   ─▶ cali-tw-<if>   (ingress policy)
-                             └ from or to a workload and not dropped: ACCEPT
+                             ├ ─▶ cali-to-hep-forward ─▶ cali-thfw-<if>   (applyOnForward egress)
+                             └ from or to a workload, or accepted, and not dropped: ACCEPT
     INPUT   ─▶ cali-INPUT    ─┬ -i cali+ ─▶ cali-wl-to-host: established/related: ACCEPT;
                              │             invalid: DROP; egress policy, then
                              │             DefaultEndpointToHostAction
@@ -22,6 +24,12 @@ the next tier); what no policy decided meets the tier's default action
 passed (or when there are no tiers), and whatever nothing allowed is
 dropped. Dispatch chains are a prefix tree on interface names, so a packet
 meets a few dozen rules, not one per endpoint.
+
+Forwarded traffic meets every enforcement point on its way, as in Felix:
+the host endpoint it arrives through, the workload it leaves (or the one
+it reaches), and the host endpoint it leaves through; each drops or
+returns, and only what none dropped is accepted. A host endpoint's
+forward chain allows what it has no applyOnForward policy for.
 """
 
 from __future__ import annotations
@@ -93,6 +101,19 @@ class FilterRenderer:
         traffic no policy decided goes on to normal policy, so there is no
         end-of-tier drop, no profile and no final drop.
         """
+        out = self._tiers(policy, inbound, end_of_tier_drop=enforce)
+        if not enforce:
+            return out
+        m = self.marks
+        for name in policy.profiles:
+            out.append(IptRule("", f"-j {self.names.profile(name, inbound)}"))
+            out.append(IptRule(has_mark(m.accept), "-j RETURN"))
+        out.append(IptRule("", "-j DROP", comment="no policy or profile allowed it"))
+        return out
+
+    def _tiers(
+        self, policy: DirectionPolicy, inbound: bool, *, end_of_tier_drop: bool
+    ) -> list[IptRule]:
         m = self.marks
         out = [IptRule("", clear_mark(m.accept | m.pass_))]
         for tier in policy.tiers:
@@ -100,16 +121,10 @@ class FilterRenderer:
             for key in tier.policies:
                 out.append(IptRule(lacks_mark(m.pass_), f"-j {self.names.policy(key, inbound)}"))
                 out.append(IptRule(has_mark(m.accept), "-j RETURN"))
-            if enforce and tier.default_action is Action.DENY:
+            if end_of_tier_drop and tier.default_action is Action.DENY:
                 out.append(
                     IptRule(lacks_mark(m.pass_), "-j DROP", comment=f"end of tier {tier.name}")
                 )
-        if not enforce:
-            return out
-        for name in policy.profiles:
-            out.append(IptRule("", f"-j {self.names.profile(name, inbound)}"))
-            out.append(IptRule(has_mark(m.accept), "-j RETURN"))
-        out.append(IptRule("", "-j DROP", comment="no policy or profile allowed it"))
         return out
 
     def _anti_spoof(self, endpoint: WorkloadEndpoint) -> list[IptRule]:
@@ -169,16 +184,30 @@ class FilterRenderer:
             Chain(n.from_host_endpoint(endpoint.name), tuple(ingress)),
             Chain(n.to_host_endpoint(endpoint.name), tuple(egress)),
         ]
-        if endpoint.forward_tiers:
-            # Forwarded traffic through the endpoint (applyOnForward policy);
-            # no profiles: Felix applies only policy to forwarded traffic.
-            for inbound, name in (
-                (True, n.dispatch_child("fhfw", endpoint.name)),
-                (False, n.dispatch_child("thfw", endpoint.name)),
-            ):
-                rules = self.tiered_rules(policy.forward.direction(inbound), inbound)
-                chains.append(Chain(name, tuple(rules)))
+        # Forwarded traffic through the endpoint (applyOnForward policy).
+        # Every endpoint has these chains, not only those with forward
+        # policy: an endpoint of its own on an interface must shadow the
+        # all-interfaces endpoint's forward policy there too (Felix).
+        for inbound, name in (
+            (True, n.dispatch_child("fhfw", endpoint.name)),
+            (False, n.dispatch_child("thfw", endpoint.name)),
+        ):
+            rules = self.forward_rules(policy.forward.direction(inbound), inbound)
+            chains.append(Chain(name, tuple(rules)))
         return chains
+
+    def forward_rules(self, policy: DirectionPolicy, inbound: bool) -> list[IptRule]:
+        """A host endpoint's applyOnForward policy for one direction (Felix's rules).
+
+        With no policy for the direction, forwarded traffic is allowed. With
+        some, each tier drops what no policy decided; traffic every tier
+        passed returns undecided (no profiles, no final drop: Felix applies
+        only policy to forwarded traffic), for the workload's policy or the
+        kernel's own FORWARD chain to judge.
+        """
+        if not policy.tiers:
+            return [IptRule("", set_mark(self.marks.accept), comment="no forward policy: allow")]
+        return self._tiers(policy, inbound, end_of_tier_drop=True)
 
     # --- dispatch --------------------------------------------------------------------
 
@@ -238,13 +267,12 @@ class FilterRenderer:
             n.top("to-wl-dispatch"), "twd", "-o", names, n.to_workload, unknown
         )
 
-    def host_dispatch(self, ifaces: Iterable[str], forward: Iterable[str] = ()) -> list[Chain]:
-        """Dispatch to host endpoint chains; ``forward``: those with forward tiers."""
+    def host_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:
+        """Dispatch to host endpoint chains, local and forwarded traffic."""
         n = self.names
         # Interfaces without a host endpoint are not policed.
         other = IptRule("", "-j RETURN")
         names = sorted(ifaces)
-        fwd = sorted(forward)
         return (
             self.dispatch_chains(
                 n.top("from-host-endpoint"), "fhd", "-i", names, n.from_host_endpoint, other
@@ -256,7 +284,7 @@ class FilterRenderer:
                 n.top("from-hep-forward"),
                 "fhfd",
                 "-i",
-                fwd,
+                names,
                 lambda i: n.dispatch_child("fhfw", i),
                 other,
             )
@@ -264,7 +292,7 @@ class FilterRenderer:
                 n.top("to-hep-forward"),
                 "thfd",
                 "-o",
-                fwd,
+                names,
                 lambda i: n.dispatch_child("thfw", i),
                 other,
             )
@@ -290,19 +318,30 @@ class FilterRenderer:
         m = self.marks
         c = self.config
         prefixes = [f"{p}+" for p in c.interface_prefixes]
-        forward = [_ESTABLISHED, _INVALID, IptRule("", clear_mark(m.all))]
+        # Forwarded traffic meets, in Felix's order, the forward policy of
+        # the host endpoint it arrives through, the policy of the workload
+        # it leaves and of the one it reaches, and the forward policy of
+        # the host endpoint it leaves through. Each drops or returns (with
+        # the accept mark if it allowed), so all of them judge it. The
+        # accept mark survives from pre-DNAT policy, which allowed it: such
+        # traffic skips the arriving endpoint's forward policy, as in Felix.
+        forward = [
+            _ESTABLISHED,
+            _INVALID,
+            IptRule("", clear_mark(m.all & ~m.accept)),
+            IptRule(lacks_mark(m.accept), f"-j {n.top('from-hep-forward')}"),
+        ]
         forward += [IptRule(f"-i {p}", f"-j {n.top('from-wl-dispatch')}") for p in prefixes]
         forward += [IptRule(f"-o {p}", f"-j {n.top('to-wl-dispatch')}") for p in prefixes]
+        forward.append(IptRule("", f"-j {n.top('to-hep-forward')}"))
+        # A workload's chains end in DROP, so traffic from or to one that
+        # got here was allowed by its policy; the host endpoints' forward
+        # policy may leave it undecided (every tier passed). Traffic only
+        # between host endpoints needs one to have allowed it, else the
+        # kernel's own FORWARD chain decides.
         forward += [IptRule(f"-i {p}", "-j ACCEPT") for p in prefixes]
         forward += [IptRule(f"-o {p}", "-j ACCEPT") for p in prefixes]
-        # Forwarded traffic between host endpoints: each side's forward
-        # policy drops or returns (with the accept mark if it allowed);
-        # traffic no host endpoint polices goes on through the kernel chain.
-        forward += [
-            IptRule("", f"-j {n.top('from-hep-forward')}"),
-            IptRule("", f"-j {n.top('to-hep-forward')}"),
-            IptRule(has_mark(m.accept), "-j ACCEPT"),
-        ]
+        forward.append(IptRule(has_mark(m.accept), "-j ACCEPT"))
         # Untracked policy let these through in the raw table (it set our
         # accept mark and NOTRACK); normal policy must not drop them.
         untracked = IptRule(f"-m conntrack --ctstate UNTRACKED {has_mark(m.accept)}", "-j ACCEPT")

@@ -42,6 +42,10 @@ HostPolicyEndpoint = tuple[HostEndpoint, HostEffectivePolicy]
 def _untracked(
     hep: HostEndpoint, policy: HostEffectivePolicy
 ) -> tuple[tuple[TierInfo, ...], EffectivePolicy]:
+    if not hep.name:
+        # Felix ignores untracked policy on an all-interfaces endpoint (it
+        # logs and drops it); so do we, so the same messages mean the same.
+        return (), policy.untracked
     return hep.untracked_tiers, policy.untracked
 
 

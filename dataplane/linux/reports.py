@@ -103,7 +103,9 @@ class Reports:
             statuses[key] = EndpointStatus.UP if up else EndpointStatus.DOWN
         for hkey, hep in self._hosts:
             link = links.get(hep.name)
-            statuses[hkey] = EndpointStatus.UP if link and link.up else EndpointStatus.DOWN
+            # An all-interfaces endpoint polices whatever interfaces there are.
+            up = not hep.name or (link is not None and link.up)
+            statuses[hkey] = EndpointStatus.UP if up else EndpointStatus.DOWN
         # An endpoint whose policy could not be programmed as asked says so
         # (its traffic meets the last good or a fail-closed version).
         failing: set[EndpointKey] = set()

@@ -338,8 +338,9 @@ def host_key(hid: pb.HostEndpointID) -> HostEndpointKey:
 def host_endpoint(key: HostEndpointKey, ep: pb.HostEndpoint) -> HostEndpoint:
     return HostEndpoint(
         key=key,
-        # Empty: every interface (Felix's "*").
-        name=interface_name(ep.name, "endpoint.name") if ep.name else "",
+        # Felix sends interfaceName "*" as "*": every interface; the model
+        # spells that "" (no real interface is called "*" or "").
+        name="" if ep.name in ("", "*") else interface_name(ep.name, "endpoint.name"),
         profile_ids=_ids(ep.profile_ids, "endpoint", "profile_ids"),
         tiers=_tiers(ep.tiers, "endpoint.tiers"),
         untracked_tiers=_tiers(ep.untracked_tiers, "endpoint.untracked_tiers"),

@@ -267,7 +267,7 @@ def test_host_endpoint_chains_golden() -> None:
         base = _renderer(v)
         effective = host_effective_policy(hep, policies.get, lambda _: False)
         chains += base.host_endpoint_chains(hep, effective)
-        chains += base.host_dispatch(["eth0"], ["eth0"])
+        chains += base.host_dispatch(["eth0"])
         host = HostPolicyRenderer(base)
         chains += host.raw_chains([(hep, effective)], policies)
         chains += host.mangle_chains([(hep, effective)], policies)
@@ -329,10 +329,59 @@ def test_masquerade_with_nat_port_range_names_a_port_protocol() -> None:
 def test_a_host_endpoint_on_every_interface_is_the_dispatch_fallthrough() -> None:
     # Felix's "*" endpoint (name ""): interfaces without an endpoint of their
     # own reach it; there is no "-i " rule for it (the kernel refuses one).
-    chains = {c.name: c for c in _renderer(4).host_dispatch(["", "eth0"], [""])}
+    chains = {c.name: c for c in _renderer(4).host_dispatch(["", "eth0"])}
     root = chains["cali-from-host-endpoint"].rules
     assert [r.text() for r in root] == ["-i eth0 -g cali-fh-eth0", "-g cali-fh-"]
     assert chains["cali-to-host-endpoint"].rules[-1].text() == "-g cali-th-"
     for chain in chains.values():
         for rule in chain.rules:
             assert "-i  " not in f"{rule.text()} " and "-o  " not in f"{rule.text()} "
+
+
+def test_host_endpoint_forward_chains_follow_felix() -> None:
+    from dataplane.model import HostEndpoint, HostEndpointKey  # noqa: PLC0415
+
+    forward = PolicyKey("fwd")
+    policies = {forward: Policy("default", (Rule(Action.ALLOW, protocol="udp"),))}
+    base = _renderer(4)
+
+    def chains(hep: HostEndpoint) -> dict[str, list[str]]:
+        effective = host_effective_policy(hep, policies.get, lambda _: False)
+        rendered = base.host_endpoint_chains(hep, effective)
+        return {c.name: [r.text() for r in c.rules] for c in rendered}
+
+    # No forward policy: an endpoint still has forward chains, which allow,
+    # so that it shadows an all-interfaces endpoint's forward policy.
+    plain = chains(HostEndpoint(HostEndpointKey("a"), name="eth0"))
+    assert plain["cali-fhfw-eth0"] == plain["cali-thfw-eth0"]
+    assert plain["cali-fhfw-eth0"] == ["-j MARK --set-xmark 0x10000/0x10000"]
+    # Ingress-only forward policy: egress stays allowed; ingress drops what
+    # the tier did not allow, and a passing tier is no drop at all.
+    for default, dropped in ((Action.DENY, True), (Action.PASS, False)):
+        hep = HostEndpoint(
+            HostEndpointKey("a"),
+            name="eth0",
+            forward_tiers=(TierInfo("default", (forward,), (), default),),
+        )
+        out = chains(hep)
+        assert out["cali-thfw-eth0"] == plain["cali-thfw-eth0"]
+        assert any("-j cali-pi-fwd" in r for r in out["cali-fhfw-eth0"])
+        assert out["cali-fhfw-eth0"][-1].endswith("-j DROP") is dropped
+
+
+def test_forwarded_traffic_meets_host_endpoints_around_workload_policy() -> None:
+    # Felix's order: the arriving host endpoint, the workloads, the leaving
+    # host endpoint; only then is workload traffic accepted.
+    (forward,) = [c for c in _renderer(4).static_chains() if c.name == "cali-FORWARD"]
+    texts = [r.text() for r in forward.rules]
+
+    def at(fragment: str) -> int:
+        return next(i for i, t in enumerate(texts) if fragment in t)
+
+    assert (
+        at("-j cali-from-hep-forward")
+        < at("-i cali+ -j cali-from-wl-dispatch")
+        < at("-o cali+ -j cali-to-wl-dispatch")
+        < at("-j cali-to-hep-forward")
+        < at("-i cali+ -j ACCEPT")
+    )

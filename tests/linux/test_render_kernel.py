@@ -405,9 +405,7 @@ def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain]
     ]
     for hep, host_policy in resolved:
         chains += filt.host_endpoint_chains(hep, host_policy)
-    chains += filt.host_dispatch(
-        (h.name for h in hosts), (h.name for h in hosts if h.forward_tiers)
-    )
+    chains += filt.host_dispatch(h.name for h in hosts)
     svc = ServiceRenderer(version, names, marks, set_kernel_name(ALL_POOLS, version))
     service_chains: list[Chain] = []
     frontends = []

@@ -34,13 +34,6 @@ class HostEndpointWriter:
             yield key, endpoint
 
     def set(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
-        if not endpoint.name:
-            log.warning(
-                "host endpoint %s has no interface name; all-interfaces host endpoints"
-                " are not supported yet and it is ignored",
-                endpoint.key,
-            )
-            return
         self._endpoints[endpoint.key] = (endpoint, policy)
         self._dirty = True
 
@@ -60,19 +53,36 @@ class HostEndpointWriter:
             del self._stage_policies[key]
         self._dirty = True
 
+    def active(self) -> list[tuple[HostEndpoint, HostEffectivePolicy]]:
+        """The endpoint that polices each interface ("": every other one).
+
+        Two endpoints may name one interface; as in Felix, the one with the
+        lowest id wins, so the choice does not depend on arrival order.
+        """
+        best: dict[str, tuple[HostEndpoint, HostEffectivePolicy]] = {}
+        for key in sorted(self._endpoints):
+            endpoint, policy = self._endpoints[key]
+            if endpoint.name in best:
+                log.warning(
+                    "host endpoint %s is shadowed by %s on interface %s",
+                    key,
+                    best[endpoint.name][0].key,
+                    endpoint.name or "*",
+                )
+                continue
+            best[endpoint.name] = (endpoint, policy)
+        return [best[name] for name in sorted(best)]
+
     def write(self, target: Target, everything: bool) -> None:
         if not (everything or self._dirty):
             return
-        endpoints = list(self._endpoints.values())
+        endpoints = self.active()
         for version in target.versions:
             base = target.filters[version]
             chains = []
             for endpoint, policy in endpoints:
                 chains += base.host_endpoint_chains(endpoint, policy)
-            chains += base.host_dispatch(
-                (h.name for h, _ in endpoints),
-                (h.name for h, _ in endpoints if h.forward_tiers),
-            )
+            chains += base.host_dispatch(h.name for h, _ in endpoints)
             self._groups.set(target.table("filter", version), "host-endpoints", chains)
             render = HostPolicyRenderer(base)
             for table, staged in (
