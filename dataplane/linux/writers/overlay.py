@@ -38,9 +38,15 @@ class OverlayWriter:
         self.encapsulation = Encapsulation()
         self._plan: OverlayPlan | None = None
         self._planned_for: tuple[Config, tuple[int, ...]] | None = None
+        # What the IP sets were last written for; None: written before the
+        # last change. Kept apart from the plan's cache because the platform
+        # computes the plan before the writers run, so a fresh plan cannot
+        # tell write() that something changed.
+        self._sets_for: tuple[Config, tuple[int, ...]] | None = None
 
     def _changed(self) -> None:
         self._plan = None
+        self._sets_for = None
 
     def set_vtep(self, vtep: Vtep) -> None:
         self._vteps[vtep.node] = vtep
@@ -92,14 +98,15 @@ class OverlayWriter:
         return self._plan
 
     def write(self, target: Target, everything: bool) -> None:
-        fresh = self._plan is None or self._planned_for != (target.config, target.versions)
-        if not (everything or fresh):
+        key = (target.config, target.versions)
+        if not everything and self._sets_for == key:
             return
-        plan = self.plan(target.config, target.versions)
+        plan = self.plan(*key)
         sources = frozenset(s for f in plan.families.values() for s in f.vxlan_sources)
         target.ipsets.replace(IPSet(VXLAN_SOURCES_SET, IPSetType.NET, sources))
         addresses = frozenset(a for h in self._hosts.values() for a in (h.ipv4, h.ipv6) if a)
         target.ipsets.replace(IPSet(ALL_HOSTS_SET, IPSetType.NET, addresses))
+        self._sets_for = key
 
     def dump(self, plan: OverlayPlan) -> list[str]:
         out = []
