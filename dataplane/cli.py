@@ -47,7 +47,8 @@ commands:
                 through the same loop and print the resulting dataplane state;
                 in memory unless --platform linux (or windows) is given explicitly
   cleanup       remove everything the Linux platform programmed (chains, hook
-                rules, IP sets, routes, interface sysctls), nothing else
+                rules, IP sets, routes, interface sysctls) and put global
+                forwarding back as the driver found it (--sysctl-state), nothing else
   version       print the version and the platforms available
 
 examples:
@@ -104,7 +105,7 @@ def _platform(name: str, args: argparse.Namespace) -> Platform:
         return SimPlatform()
     if name == "windows":
         return _windows_platform(args)
-    return _linux_platform(args.chain_prefix)
+    return _linux_platform(args)
 
 
 def _windows_platform(args: argparse.Namespace) -> Platform:
@@ -149,15 +150,19 @@ def _windows_platform(args: argparse.Namespace) -> Platform:
     )
 
 
-def _linux_platform(chain_prefix: str) -> LinuxPlatform:
+def _linux_platform(args: argparse.Namespace) -> LinuxPlatform:
     reason = _linux_usable()
     if reason is not None:
         raise PlatformUnavailableError(
             f"cannot program this node: {reason}; use --platform sim to run without a dataplane"
         )
-    from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
+    from pathlib import Path  # noqa: PLC0415
 
-    return LinuxPlatform(chain_prefix=chain_prefix)
+    from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
+    from dataplane.linux.sysctl_state import DEFAULT_SYSCTL_STATE  # noqa: PLC0415
+
+    state = Path(args.sysctl_state) if args.sysctl_state else DEFAULT_SYSCTL_STATE
+    return LinuxPlatform(chain_prefix=args.chain_prefix, sysctl_state=state)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -216,6 +221,13 @@ def _parser() -> argparse.ArgumentParser:
         help="prefix of the iptables chains we own (default: cali-, as Felix)",
     )
     parser.add_argument(
+        "--sysctl-state",
+        metavar="FILE",
+        help="with --platform linux: where the values of the global forwarding sysctls"
+        " found before the driver turned them on are kept, for cleanup to restore"
+        " (default: /var/lib/dataplane/sysctls.json)",
+    )
+    parser.add_argument(
         "--record",
         metavar="FILE",
         help="append every byte received on fd 3 to FILE (a replayable log)",
@@ -227,7 +239,8 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "cleanup",
         help="remove every chain, rule, IP set, route and sysctl change we own (both"
-        " iptables backends); touches nothing else",
+        " iptables backends) and restore the forwarding sysctls we changed; touches"
+        " nothing else",
     )
     return parser
 
@@ -328,12 +341,15 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 def _run_cleanup(args: argparse.Namespace) -> int:
     try:
-        platform = _linux_platform(args.chain_prefix)
+        platform = _linux_platform(args)
     except PlatformUnavailableError as exc:
         print(f"driver.py cleanup: {exc}", file=sys.stderr)
         return 1
     trio.run(platform.cleanup)
-    log.info("cleanup done: our chains, rules, IP sets, routes and interface sysctls removed")
+    log.info(
+        "cleanup done: our chains, rules, IP sets, routes and interface sysctls removed,"
+        " forwarding sysctls we changed restored"
+    )
     return 0
 
 

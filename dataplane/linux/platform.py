@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import trio
 
@@ -95,6 +96,7 @@ class LinuxPlatform:
         runner: CommandRunner | None = None,
         netlink: Callable[[], NetlinkHandle] = _default_netlink,
         sysctl_root: str = "/proc/sys",
+        sysctl_state: Path | None = None,
         chain_prefix: str = "cali-",
         route_protocol: int = _ROUTE_PROTOCOL_DEFAULT,
         clock: Callable[[], float] = trio.current_time,
@@ -103,6 +105,9 @@ class LinuxPlatform:
         self._runner = runner or ProcessRunner()
         self._netlink = netlink
         self._sysctl_root = sysctl_root
+        # Where the forwarding values found at start are kept for cleanup
+        # (None: in memory only, so a later cleanup cannot restore them).
+        self._sysctl_state = sysctl_state
         self.names = ChainNames(chain_prefix)
         self.route_protocol = route_protocol
         self._clock = clock
@@ -244,6 +249,7 @@ class LinuxPlatform:
             prefix=self.names.prefix,
             route_protocol=self.route_protocol,
             sysctl_root=self._sysctl_root,
+            sysctl_state=self._sysctl_state,
             clock=self._clock,
         )
         self._ipset_changes.replay_into(kernel.ipsets)

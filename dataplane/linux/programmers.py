@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from dataplane.config import Config
 from dataplane.linux.backend import IptablesCommands, detect_backend
@@ -19,6 +20,7 @@ from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks, set_mark
 from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
+from dataplane.linux.sysctl_state import SysctlOriginals
 from dataplane.linux.sysctls import SysctlWriter
 from dataplane.linux.table import FAIL_CLOSED, Table
 from dataplane.linux.vxlan import VxlanProgrammer
@@ -57,6 +59,7 @@ class Programmers:
         prefix: str,
         route_protocol: int,
         sysctl_root: str,
+        sysctl_state: Path | None = None,
         clock: Callable[[], float],
     ) -> Programmers:
         backend = await detect_backend(runner, config.iptables_backend)
@@ -85,7 +88,8 @@ class Programmers:
         routes = RouteProgrammer(
             netlink, links, protocol=route_protocol, ipv6=config.ipv6_support, clock=clock
         )
-        sysctls = SysctlWriter(sysctl_root, ipv6=config.ipv6_support)
+        originals = SysctlOriginals(sysctl_state)
+        sysctls = SysctlWriter(sysctl_root, ipv6=config.ipv6_support, originals=originals)
         vxlan = VxlanProgrammer(netlink, links)
         return cls(backend, ipsets, tables, routes, sysctls, vxlan)
 
@@ -106,6 +110,9 @@ class Programmers:
         self, runner: CommandRunner, prefix: str, backends: Sequence[str], interfaces: Sequence[str]
     ) -> None:
         """Remove everything ours: chains, hook rules, sets, routes, sysctls.
+
+        Global forwarding goes back to what the driver found, where it
+        changed it (see :mod:`dataplane.linux.sysctl_state`).
 
         Chains go first, in every listed backend that is installed (a host
         may hold leftovers in both), because the kernel refuses to destroy

@@ -5,6 +5,10 @@ A pod is wired the Calico way (its address/32, default route via
 any address it can route (proxy_arp, with no delay) and forward. The files
 are written only when the interface is new to us (or on a refresh), so an
 apply with thousands of endpoints does not rewrite thousands of files.
+
+Global forwarding is the host's, not ours: the value found before we turn
+it on is recorded (:class:`SysctlOriginals`, a file that outlives the
+process) and ``cleanup`` puts it back where it still holds our value.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 import trio
 
 from dataplane.errors import ProgrammingError
+from dataplane.linux.sysctl_state import SysctlOriginals
 
 __all__ = ["SysctlWriter"]
 
@@ -41,9 +46,16 @@ _GLOBAL_V6 = {"net/ipv6/conf/all/forwarding": "1"}
 
 
 class SysctlWriter:
-    def __init__(self, root: str | Path = "/proc/sys", *, ipv6: bool = True) -> None:
+    def __init__(
+        self,
+        root: str | Path = "/proc/sys",
+        *,
+        ipv6: bool = True,
+        originals: SysctlOriginals | None = None,
+    ) -> None:
         self.root = Path(root)
         self.ipv6 = ipv6
+        self.originals = originals if originals is not None else SysctlOriginals()
         self._done: dict[str, tuple[int, bool]] = {}  # iface -> (ifindex, strict rpf)
         self.failed: dict[str, str] = {}  # iface -> why, as of the last apply
 
@@ -58,6 +70,24 @@ class SysctlWriter:
         except OSError as exc:
             raise ProgrammingError(f"sysctl {key}={value}: {exc}") from None
 
+    def _read(self, key: str) -> str | None:
+        try:
+            return (self.root / key).read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ProgrammingError(f"sysctl {key}: {exc}") from None
+
+    def _write_global(self, key: str, value: str) -> None:
+        found = self._read(key)
+        if found is None or found == value:
+            return
+        self.originals.record(key, found, value)  # before the write: see sysctl_state
+        self._write(key, value)
+
+    def _globals(self) -> dict[str, str]:
+        return {**_GLOBAL_V4, **(_GLOBAL_V6 if self.ipv6 else {})}
+
     def _configure(self, iface: str, strict_rpf: bool) -> None:
         for key, value in _IPV4_IFACE.items():
             self._write(key.format(iface), value)
@@ -69,11 +99,8 @@ class SysctlWriter:
                 self._write(key.format(iface), value)
 
     def _sync(self, wanted: dict[str, tuple[int, bool]]) -> None:
-        for key, value in _GLOBAL_V4.items():
-            self._write(key, value)
-        if self.ipv6:
-            for key, value in _GLOBAL_V6.items():
-                self._write(key, value)
+        for key, value in self._globals().items():
+            self._write_global(key, value)
         failed: dict[str, str] = {}
         for iface, state in wanted.items():
             if self._done.get(iface) != state:
@@ -98,12 +125,24 @@ class SysctlWriter:
         self._done.clear()
 
     async def cleanup(self, interfaces: Iterable[str]) -> None:
-        """Return our per-interface settings to kernel defaults."""
+        """Return our per-interface settings to kernel defaults, globals to what we found."""
 
         def work() -> None:
             for iface in interfaces:
                 for key, value in _CLEANUP.items():
                     self._write(key.format(iface), value)
+            self._restore_globals()
 
         await trio.to_thread.run_sync(work)
         self._done.clear()
+
+    def _restore_globals(self) -> None:
+        for key, original, ours in self.originals.items():
+            now = self._read(key)
+            if now == ours:
+                self._write(key, original)
+                log.info("sysctl %s restored to %s, as found before we set it", key, original)
+            elif now is not None:
+                # Changed since we set it: the operator's value, not ours to undo.
+                log.info("sysctl %s left at %s: changed since we set it to %s", key, now, ours)
+            self.originals.forget(key)

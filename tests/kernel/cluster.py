@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from google.protobuf.message import Message
 
@@ -38,6 +40,10 @@ class Cluster:
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.node: Node = topology.add_node()
+        # Never the host's default (/var/lib/dataplane): a record there from
+        # one test's namespace would be restored into another's. Written
+        # only when the driver changes a global sysctl; cleanup removes it.
+        self.sysctl_state = Path(tempfile.gettempdir()) / f"{topology.prefix}-sysctls.json"
         self.pods: dict[str, Pod] = {}
         for spec in scenario.PODS:
             self.add_pod(spec.name)
@@ -69,7 +75,8 @@ class Cluster:
         env: dict[str, str] | None = None,
         **config: str,
     ) -> FelixHarness:
-        felix = FelixHarness("--platform", "linux", *args, netns=self.node.netns, env=env)
+        state = ("--sysctl-state", str(self.sysctl_state))
+        felix = FelixHarness("--platform", "linux", *state, *args, netns=self.node.netns, env=env)
         felix.send(
             *scenario.node_messages(self.ifaces, with_policies=policies, extra=extra, **config)
         )

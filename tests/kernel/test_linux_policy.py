@@ -223,7 +223,8 @@ def test_cleanup_removes_only_what_we_own(topology: Topology) -> None:
     felix.close_input()
     felix.wait()
     assert "cali-" in node.run("iptables-save").stdout
-    result = topology.run(node, sys.executable, str(REPO / "driver.py"), "cleanup")
+    state = ("--sysctl-state", str(cluster.sysctl_state))
+    result = topology.run(node, sys.executable, str(REPO / "driver.py"), *state, "cleanup")
     assert result.returncode == 0, result.stderr
     saved = node.run("iptables-save").stdout + node.run("ip6tables-save").stdout
     assert "cali" not in saved

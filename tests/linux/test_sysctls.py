@@ -6,6 +6,7 @@ from pathlib import Path
 
 import trio
 
+from dataplane.linux.sysctl_state import SysctlOriginals
 from dataplane.linux.sysctls import SysctlWriter
 
 
@@ -42,3 +43,60 @@ def test_a_refusing_interface_is_reported_and_the_rest_configured(tmp_path: Path
     trio.run(main)
     assert writer.failed == {}
     assert bad.read_text() == "1"
+
+
+V4, V6 = "net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"
+
+
+def _apply(writer: SysctlWriter) -> None:
+    trio.run(writer.apply, [])
+
+
+def _cleanup(root: Path, state: Path) -> None:
+    # A separate process, later: nothing but the state file remembers.
+    trio.run(SysctlWriter(root, originals=SysctlOriginals(state)).cleanup, [])
+
+
+def test_cleanup_restores_the_forwarding_the_driver_found(tmp_path: Path) -> None:
+    root, state = tmp_path / "proc", tmp_path / "state" / "sysctls.json"
+    _tree(root)
+    _apply(SysctlWriter(root, originals=SysctlOriginals(state)))
+    assert (root / V4).read_text() == (root / V6).read_text() == "1"
+    # A restart finds its own value: the original survives it.
+    _apply(SysctlWriter(root, originals=SysctlOriginals(state)))
+    assert [k for k, *_ in SysctlOriginals(state).items()] == [V4, V6]
+    _cleanup(root, state)
+    assert (root / V4).read_text().strip() == (root / V6).read_text().strip() == "0"
+    assert not state.exists()
+
+
+def test_cleanup_never_flips_what_the_operator_set(tmp_path: Path) -> None:
+    root, state = tmp_path / "proc", tmp_path / "sysctls.json"
+    _tree(root)
+    (root / V4).write_text("1\n")  # on before the driver came: not ours
+    _apply(SysctlWriter(root, originals=SysctlOriginals(state)))
+    assert V4 not in SysctlOriginals(state)
+    # Changed again after we set it (any value but ours): the operator's now.
+    (root / V6).write_text("2\n")
+    _cleanup(root, state)
+    assert (root / V4).read_text() == "1\n"
+    assert (root / V6).read_text() == "2\n"
+    assert not state.exists()
+
+
+def test_without_its_records_cleanup_restores_nothing(tmp_path: Path) -> None:
+    root, state = tmp_path / "proc", tmp_path / "sysctls.json"
+    _tree(root)
+    _apply(SysctlWriter(root, originals=SysctlOriginals(state)))
+    state.write_text("{not json")
+    _cleanup(root, state)
+    assert (root / V4).read_text() == (root / V6).read_text() == "1"
+
+
+def test_a_missing_ipv6_sysctl_is_not_recorded(tmp_path: Path) -> None:
+    # IPv6 disabled on the host: there is nothing to set, so nothing to restore.
+    root, state = tmp_path / "proc", tmp_path / "sysctls.json"
+    _tree(root)
+    (root / V6).unlink()
+    _apply(SysctlWriter(root, originals=SysctlOriginals(state)))
+    assert [k for k, *_ in SysctlOriginals(state).items()] == [V4]
