@@ -20,7 +20,8 @@ import pstats
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -130,3 +131,34 @@ class GCTimes:
         self.count = [0, 0, 0]
         self.longest = 0.0
         return out
+
+
+# Stage timings (child side): wrappers put around the programmers' entry
+# points, so the product code stays unchanged. Label -> durations.
+STAGES: dict[str, list[float]] = defaultdict(list)
+
+
+def wrap_async(cls: type, attr: str, label: Callable[[Any], str]) -> None:
+    original: Callable[..., Awaitable[Any]] = getattr(cls, attr)
+
+    async def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await original(self, *args, **kwargs)
+        finally:
+            STAGES[label(self)].append(time.perf_counter() - start)
+
+    setattr(cls, attr, timed)
+
+
+def wrap_sync(cls: type, attr: str, label: str) -> None:
+    original: Callable[..., Any] = getattr(cls, attr)
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            STAGES[label].append(time.perf_counter() - start)
+
+    setattr(cls, attr, timed)

@@ -81,7 +81,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -94,12 +93,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import machine, markdown_table, percentile, timed_tool
 from benchmarks._node import ROUTE_PROTOCOL
 from benchmarks._runs import (
+    STAGES,
     GCTimes,
     ThreadProfiles,
     apply_quick,
     profile_text,
     require_root,
     run_child,
+    wrap_async,
+    wrap_sync,
 )
 from dataplane.core.loop import Dataplane
 from dataplane.linux.ipset_names import main_name
@@ -454,46 +456,18 @@ _NTF_SELF = 0x02
 # Stage timings (child side): wrap the programmers' entry points.
 # ---------------------------------------------------------------------------
 
-STAGES: dict[str, list[float]] = defaultdict(list)
-
-
-def _wrap_async(cls: type, attr: str, label: Callable[[Any], str]) -> None:
-    original: Callable[..., Awaitable[Any]] = getattr(cls, attr)
-
-    async def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return await original(self, *args, **kwargs)
-        finally:
-            STAGES[label(self)].append(time.perf_counter() - start)
-
-    setattr(cls, attr, timed)
-
-
-def _wrap_sync(cls: type, attr: str, label: str) -> None:
-    original: Callable[..., Any] = getattr(cls, attr)
-
-    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            STAGES[label].append(time.perf_counter() - start)
-
-    setattr(cls, attr, timed)
-
 
 def instrument() -> None:
-    _wrap_sync(Dataplane, "_phase1", "phase 1 (managers)")
-    _wrap_async(Dataplane, "_apply", lambda _s: "apply: total")
-    _wrap_async(LinuxPlatform, "_start", lambda _s: "apply: platform start")
-    _wrap_sync(LinuxPlatform, "_write", "apply: render")
-    _wrap_async(IPSetsProgrammer, "apply_updates", lambda _s: "apply: ipsets update")
-    _wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
-    _wrap_async(VxlanProgrammer, "apply", lambda _s: "apply: vxlan (device, neigh, fdb)")
-    _wrap_async(RouteProgrammer, "apply", lambda _s: "apply: routes")
-    _wrap_async(SysctlWriter, "apply", lambda _s: "apply: sysctls")
-    _wrap_async(IPSetsProgrammer, "apply_deletions", lambda _s: "apply: ipsets delete")
+    wrap_sync(Dataplane, "_phase1", "phase 1 (managers)")
+    wrap_async(Dataplane, "_apply", lambda _s: "apply: total")
+    wrap_async(LinuxPlatform, "_start", lambda _s: "apply: platform start")
+    wrap_sync(LinuxPlatform, "_write", "apply: render")
+    wrap_async(IPSetsProgrammer, "apply_updates", lambda _s: "apply: ipsets update")
+    wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
+    wrap_async(VxlanProgrammer, "apply", lambda _s: "apply: vxlan (device, neigh, fdb)")
+    wrap_async(RouteProgrammer, "apply", lambda _s: "apply: routes")
+    wrap_async(SysctlWriter, "apply", lambda _s: "apply: sysctls")
+    wrap_async(IPSetsProgrammer, "apply_deletions", lambda _s: "apply: ipsets delete")
 
 
 class ApplyEnds:
