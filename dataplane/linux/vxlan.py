@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -79,7 +79,6 @@ class VxlanProgrammer:
         self._neighbours: dict[int, set[Neighbour]] | None = None
         self._fdb: dict[int, set[FdbEntry]] | None = None
         self.failing: dict[str, str] = {}  # what -> why, as of the last apply
-        self.devices: dict[str, int] = {}  # our devices present: name -> index
 
     def set_plan(self, plan: OverlayPlan) -> None:
         plans = dict(plan.families)
@@ -96,10 +95,6 @@ class VxlanProgrammer:
     def links_changed(self) -> None:
         """A link came, went or changed state: check the devices at the next apply."""
         self._dirty = True
-
-    @property
-    def wants_retry(self) -> bool:
-        return bool(self.failing)
 
     async def apply(self) -> None:
         if not self._dirty and not self.failing:
@@ -141,14 +136,12 @@ class VxlanProgrammer:
         link = self._get_link(handle, name)
         if plan.device is None:
             if link is None:
-                self.devices.pop(name, None)
                 return False
             info = link.get("IFLA_LINKINFO")
             if info is None or info.get("IFLA_INFO_KIND") != "vxlan":
                 failing[name] = "an interface of that name exists that is not VXLAN; left alone"
                 return False
             handle.link("del", index=link["index"])
-            self.devices.pop(name, None)
             return True
         device = plan.device
         parent = self._parent(handle, device.local)
@@ -156,7 +149,6 @@ class VxlanProgrammer:
             failing[name] = f"no interface holds the VTEP parent address {device.local}"
             return False
         index, changed = self._ensure_device(handle, device, link, parent)
-        self.devices[name] = index
         self._sync_address(handle, device, index)
         self._sync_entries(handle, version, index, plan, failing)
         return changed
@@ -303,6 +295,3 @@ class VxlanProgrammer:
                 held.discard(entry)
             else:
                 held.add(entry)
-
-    def dump(self) -> Mapping[int, FamilyPlan]:
-        return dict(self._plans)

@@ -12,9 +12,6 @@ route programmer take the plan from here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
-
 from dataplane.config import Config
 from dataplane.linux.overlay_plan import (
     ALL_HOSTS_SET,
@@ -75,18 +72,6 @@ class OverlayWriter:
     def set_encapsulation(self, encapsulation: Encapsulation) -> None:
         self.encapsulation = encapsulation
         self._changed()
-
-    @property
-    def vteps(self) -> Mapping[str, Vtep]:
-        return MappingProxyType(self._vteps)
-
-    @property
-    def node_routes(self) -> Mapping[str, Route]:
-        return MappingProxyType(self._routes)
-
-    @property
-    def hosts(self) -> Mapping[str, Host]:
-        return MappingProxyType(self._hosts)
 
     def plan(self, config: Config, versions: tuple[int, ...]) -> OverlayPlan:
         """The overlay for ``config`` (resolved), computed again only after a change."""
