@@ -77,6 +77,7 @@ from benchmarks._common import machine, markdown_table, percentile, timed_tool
 from benchmarks._runs import apply_quick, child_argv, profile_text, require_root, run_floor
 from dataplane.core.loop import Dataplane
 from dataplane.linux.cmd import CommandResult, ProcessRunner
+from dataplane.linux.overlay_plan import OverlayPlan
 from dataplane.linux.platform import LinuxPlatform
 from dataplane.linux.programmers import Programmers
 from dataplane.model.services import Service
@@ -314,10 +315,10 @@ class TimedPlatform(LinuxPlatform):
         self.services_set += 1
         super().set_service(service)
 
-    def _write(self, kernel: Programmers) -> None:
+    def _write(self, kernel: Programmers) -> OverlayPlan:
         start = time.perf_counter()
         try:
-            super()._write(kernel)
+            return super()._write(kernel)
         finally:
             self._render_s += time.perf_counter() - start
 

@@ -33,7 +33,7 @@ from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks
-from dataplane.linux.overlay_plan import resolve_encapsulation
+from dataplane.linux.overlay_plan import OverlayPlan, resolve_encapsulation
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_ipsets import PendingIPSets
 from dataplane.linux.programmers import TABLES, Programmers
@@ -127,6 +127,7 @@ class LinuxPlatform:
         self._routes_writer = RoutesWriter()
         self._overlay = OverlayWriter()
         self._everything = True  # first apply, or the configuration changed
+        self._effective = self.config  # no pool uses an overlay yet
         # Programmers, built at the first apply (backend detection is I/O).
         self._ipset_changes = PendingIPSets()
         self._kernel: Programmers | None = None
@@ -216,8 +217,7 @@ class LinuxPlatform:
         # here it only re-renders: the static chains and every workload's
         # chains depend on which overlays are on.
         self._overlay.set_encapsulation(encapsulation)
-        self._filters = {}
-        self._everything = True
+        self._config_changed()
 
     def set_service(self, service: Service) -> None:
         self._services.set(service)
@@ -234,6 +234,11 @@ class LinuxPlatform:
         ):
             log.warning("IptablesBackend/Ipv6Support changes take effect after a restart")
         self.config = config
+        self._config_changed()
+
+    def _config_changed(self) -> None:
+        """Render everything again, from the config with the pools' overlays filled in."""
+        self._effective = resolve_encapsulation(self.config, self._overlay.encapsulation)
         self._filters = {}
         self._everything = True
 
@@ -265,7 +270,7 @@ class LinuxPlatform:
     @property
     def effective_config(self) -> Config:
         """The configuration with the overlays the IP pools use filled in."""
-        return resolve_encapsulation(self.config, self._overlay.encapsulation)
+        return self._effective
 
     def _filter(self, version: int) -> FilterRenderer:
         renderer = self._filters.get(version)
@@ -308,7 +313,8 @@ class LinuxPlatform:
         finally:
             self._timers.rearm(fired, self.config)
 
-    def _write(self, kernel: Programmers) -> None:
+    def _write(self, kernel: Programmers) -> OverlayPlan:
+        """Let every writer write; the overlay plan they wrote for."""
         target, everything = self._target(kernel), self._everything
         plan = self._overlay.plan(target.config, target.versions)
         self._nat.set_tunnels(
@@ -325,9 +331,10 @@ class LinuxPlatform:
         ):
             writer.write(target, everything)
         self._everything = False
+        return plan
 
     async def _program(self, kernel: Programmers) -> None:
-        self._write(kernel)
+        plan = self._write(kernel)
         await kernel.ipsets.apply_updates()
         for set_id, message in kernel.ipsets.take_refusals():
             log.error(
@@ -343,7 +350,6 @@ class LinuxPlatform:
         # UDP/SCTP flows to removed backends: only now that the new rules
         # are in force, or the next packet would re-create them.
         await self._conntrack.apply()
-        plan = self._overlay.plan(self.effective_config, self._versions())
         kernel.vxlan.set_plan(plan)
         await kernel.vxlan.apply()
         kernel.routes.set_routes(plan.routes() | self._routes_writer.routes())
