@@ -27,6 +27,13 @@ from typing import Any, TypeVar
 
 import trio
 
+from dataplane.core.loop import Dataplane
+from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.platform import LinuxPlatform
+from dataplane.linux.routes import RouteProgrammer
+from dataplane.linux.sysctls import SysctlWriter
+from dataplane.linux.table import Table
+from dataplane.linux.vxlan import VxlanProgrammer
 from testbed.topology import Topology
 
 T = TypeVar("T")
@@ -162,3 +169,17 @@ def wrap_sync(cls: type, attr: str, label: str) -> None:
             STAGES[label].append(time.perf_counter() - start)
 
     setattr(cls, attr, timed)
+
+
+def instrument_linux() -> None:
+    """Time the loop's phases and each Linux programmer (labels land in :data:`STAGES`)."""
+    wrap_sync(Dataplane, "_phase1", "phase 1 (managers)")
+    wrap_async(Dataplane, "_apply", lambda _s: "apply: total")
+    wrap_async(LinuxPlatform, "_start", lambda _s: "apply: platform start")
+    wrap_sync(LinuxPlatform, "_write", "apply: render")
+    wrap_async(IPSetsProgrammer, "apply_updates", lambda _s: "apply: ipsets update")
+    wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
+    wrap_async(VxlanProgrammer, "apply", lambda _s: "apply: vxlan (device, neigh, fdb)")
+    wrap_async(RouteProgrammer, "apply", lambda _s: "apply: routes")
+    wrap_async(SysctlWriter, "apply", lambda _s: "apply: sysctls")
+    wrap_async(IPSetsProgrammer, "apply_deletions", lambda _s: "apply: ipsets delete")

@@ -77,41 +77,19 @@ from benchmarks._runs import (
     GCTimes,
     ThreadProfiles,
     apply_quick,
+    instrument_linux,
     profile_text,
     require_root,
     run_child,
-    wrap_async,
-    wrap_sync,
 )
 from dataplane.core.loop import Dataplane
-from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.platform import LinuxPlatform
-from dataplane.linux.routes import RouteProgrammer
-from dataplane.linux.sysctls import SysctlWriter
-from dataplane.linux.table import Table
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.framing import FrameDecoder
 from dataplane.wire.msglog import build_log
 from testbed.topology import Topology, sigterm_unwinds
 
 SCRIPT = Path(__file__).resolve()
-
-
-# ---------------------------------------------------------------------------
-# Stage timings (child side): wrap the programmers' entry points.
-# ---------------------------------------------------------------------------
-
-
-def instrument() -> None:
-    wrap_sync(Dataplane, "_phase1", "phase 1 (managers)")
-    wrap_async(Dataplane, "_apply", lambda _s: "apply: total")
-    wrap_async(LinuxPlatform, "_start", lambda _s: "apply: platform start")
-    wrap_sync(LinuxPlatform, "_write", "apply: render")
-    wrap_async(IPSetsProgrammer, "apply_updates", lambda _s: "apply: ipsets update")
-    wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
-    wrap_async(RouteProgrammer, "apply", lambda _s: "apply: routes")
-    wrap_async(SysctlWriter, "apply", lambda _s: "apply: sysctls")
-    wrap_async(IPSetsProgrammer, "apply_deletions", lambda _s: "apply: ipsets delete")
 
 
 # ---------------------------------------------------------------------------
@@ -261,7 +239,7 @@ GC = GCTimes()
 
 def child_measure(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="  [driver] %(levelname)s %(message)s")
-    instrument()
+    instrument_linux()
     gc.callbacks.append(GC.callback)
     workdir = Path(args.workdir)
     result = trio.run(_measure, args, workdir)

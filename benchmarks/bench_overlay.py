@@ -97,21 +97,15 @@ from benchmarks._runs import (
     GCTimes,
     ThreadProfiles,
     apply_quick,
+    instrument_linux,
     profile_text,
     require_root,
     run_child,
-    wrap_async,
-    wrap_sync,
 )
 from dataplane.core.loop import Dataplane
 from dataplane.linux.ipset_names import main_name
-from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.overlay_plan import VXLAN_SOURCES_SET
 from dataplane.linux.platform import LinuxPlatform
-from dataplane.linux.routes import RouteProgrammer
-from dataplane.linux.sysctls import SysctlWriter
-from dataplane.linux.table import Table
-from dataplane.linux.vxlan import VxlanProgrammer
 from dataplane.model import IPSetType
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.framing import FrameDecoder
@@ -452,24 +446,6 @@ class AddedProbe:
 _NTF_SELF = 0x02
 
 
-# ---------------------------------------------------------------------------
-# Stage timings (child side): wrap the programmers' entry points.
-# ---------------------------------------------------------------------------
-
-
-def instrument() -> None:
-    wrap_sync(Dataplane, "_phase1", "phase 1 (managers)")
-    wrap_async(Dataplane, "_apply", lambda _s: "apply: total")
-    wrap_async(LinuxPlatform, "_start", lambda _s: "apply: platform start")
-    wrap_sync(LinuxPlatform, "_write", "apply: render")
-    wrap_async(IPSetsProgrammer, "apply_updates", lambda _s: "apply: ipsets update")
-    wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
-    wrap_async(VxlanProgrammer, "apply", lambda _s: "apply: vxlan (device, neigh, fdb)")
-    wrap_async(RouteProgrammer, "apply", lambda _s: "apply: routes")
-    wrap_async(SysctlWriter, "apply", lambda _s: "apply: sysctls")
-    wrap_async(IPSetsProgrammer, "apply_deletions", lambda _s: "apply: ipsets delete")
-
-
 class ApplyEnds:
     """After every apply of the loop, the time it ended, and the probe's verdict then.
 
@@ -627,7 +603,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def child_measure(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, format="  [driver] %(levelname)s %(message)s")
-    instrument()
+    instrument_linux()
     ENDS.install()
     gc.callbacks.append(GC.callback)
     workdir = Path(args.workdir)
