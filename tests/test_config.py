@@ -82,6 +82,14 @@ def test_absent_keys_keep_the_base_value() -> None:
         ("WindowsServiceSourceVIP", "10.0.0.2,10.0.0.3"),
         ("WindowsServiceSourceVIP", "10.0.0.2;rm -rf"),
         ("WindowsServiceDSR", "maybe"),
+        ("VXLANPort", "0"),
+        ("VXLANPort", "65536"),
+        ("VXLANMTU", "100"),
+        ("VXLANMTUV6", "big"),
+        ("VXLANEnabled", "perhaps"),
+        ("ExternalNodesCIDRList", "10.0.0.0/8,not-a-net"),
+        ("ExternalNodesCIDRList", "10.0.0.0/8 -j ACCEPT"),
+        ("NATOutgoingExclusions", "Everything"),
     ],
 )
 def test_invalid_values_name_key_and_value(key: str, value: str) -> None:
@@ -109,6 +117,25 @@ def test_vxlan_vni_is_felixs_default_and_24_bits() -> None:
     assert parse_config({"VXLANVNI": "4097"}).vxlan_vni == 4097
     assert parse_config({"vxlanvni": "0x1000"}).vxlan_vni == 4096
     assert parse_config({"VXLANVNI": "16777215"}).vxlan_vni == 16777215
+
+
+def test_overlay_keys_and_their_defaults() -> None:
+    default = Config()
+    assert (default.vxlan_port, default.vxlan_mtu, default.vxlan_mtu_v6) == (4789, 0, 0)
+    assert default.vxlan_enabled is None and default.external_nodes_cidrs == ()
+    config = parse_config(
+        {
+            "VXLANPort": "8472",
+            "VXLANMTU": "1400",
+            "VXLANEnabled": "true",
+            "ExternalNodesCIDRList": " 10.1.2.3/8, fd00::1/64 ",
+            "NATOutgoingExclusions": "IPPoolsAndHostIPs",
+        }
+    )
+    assert (config.vxlan_port, config.vxlan_mtu, config.vxlan_enabled) == (8472, 1400, True)
+    # Canonical networks: they go into an IP set.
+    assert config.external_nodes_cidrs == ("10.0.0.0/8", "fd00::/64")
+    assert config.nat_outgoing_exclusions == "ippoolsandhostips"
 
 
 def test_windows_service_keys() -> None:

@@ -212,3 +212,54 @@ def test_restart_keeps_established_cross_node_connections(topology: Topology) ->
     finally:
         held.close()
         held6.close()
+
+
+def test_a_route_the_kernel_refuses_leaves_the_rest_of_the_apply_landing(
+    topology: Topology,
+) -> None:
+    cluster = OverlayCluster(topology)
+    cluster.start_all()
+    a = cluster.nodes["node-a"]
+    felix = cluster.drivers["node-a"]
+    felix.drain()
+    vxlan, remote = pb.VXLAN, pb.REMOTE_WORKLOAD
+    felix.send(
+        pb.VXLANTunnelEndpointUpdate(
+            node="node-c",
+            mac="66:00:00:00:03:04",
+            ipv4_addr="10.65.3.0",
+            parent_device_ip="192.168.103.2",
+        ),
+        # Said to share our subnet, but its address is nowhere we can reach:
+        # the kernel refuses the direct route (ENETUNREACH).
+        pb.RouteUpdate(
+            types=remote,
+            ip_pool_type=vxlan,
+            dst="10.65.3.0/26",
+            dst_node_name="node-c",
+            dst_node_ip="10.200.0.9",
+            same_subnet=True,
+        ),
+        pb.RouteUpdate(
+            types=remote,
+            ip_pool_type=vxlan,
+            dst="10.65.3.64/26",
+            dst_node_name="node-c",
+            dst_node_ip="192.168.103.2",
+        ),
+    )
+
+    def landed() -> bool:
+        return "10.65.3.64/26 via 10.65.3.0 dev vxlan.calico onlink" in _kernel(
+            a, "ip", "route", "show", "proto", "80"
+        )
+
+    eventually(landed, what="the other route of the same apply")
+    assert "10.65.3.0/26" not in _kernel(a, "ip", "route", "show", "proto", "80")
+    assert "66:00:00:00:03:04 dev vxlan.calico dst 192.168.103.2" in _kernel(
+        a, "bridge", "fdb", "show"
+    )
+    eventually(lambda: "route to 10.65.3.0/26 refused" in felix.stderr_so_far())
+    assert felix.stderr_so_far().count("route to 10.65.3.0/26 refused") == 1
+    # Everything programmed before is untouched.
+    assert _reach(cluster, "a1", "b1", 4) == []
