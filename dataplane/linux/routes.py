@@ -60,6 +60,16 @@ def _family(cidr: str) -> int:
     return socket.AF_INET6 if ":" in cidr else socket.AF_INET
 
 
+def _satisfies(held: _Held | None, wanted: _Held) -> bool:
+    """Whether the kernel's route is the one wanted; a gateway route may use
+    whichever interface the kernel picked (an index of -1 in ``wanted``)."""
+    if held is None:
+        return False
+    if wanted[1] == -1:
+        return (held[0], held[2]) == (wanted[0], wanted[2])
+    return held == wanted
+
+
 class RouteProgrammer:
     def __init__(
         self,
@@ -161,8 +171,7 @@ class RouteProgrammer:
             if wanted is None:
                 pending.append(cidr)
                 continue
-            held = actual.get(cidr)
-            if held == wanted or (held and wanted[1] == -1 and held[::2] == wanted[::2]):
+            if _satisfies(actual.get(cidr), wanted):
                 continue
             changes.append((cidr, wanted))
         results = self._writer([self._request("replace", c, w) for c, w in changes])
