@@ -27,6 +27,7 @@ import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
+from dataplane.linux.lazy_handle import OnFirstUse
 from dataplane.linux.links import LinkMonitor, LinkState
 from dataplane.linux.netlink_batch import NetlinkBatch, Request, RouteRequest
 from dataplane.linux.route_target import RouteKind, RouteTarget
@@ -146,7 +147,7 @@ class RouteProgrammer:
     def _sync(self, skip: frozenset[str]) -> list[tuple[str, Exception]]:
         # A handle per sync: pyroute2's handle belongs to the thread that
         # made it, and each sync may run in a different worker thread.
-        handle = self._netlink_factory()
+        handle = OnFirstUse(self._netlink_factory)
         try:
             return self._sync_with(handle, skip)
         finally:
@@ -162,7 +163,7 @@ class RouteProgrammer:
         actual = self._actual
         pending = []
         changes: list[tuple[str, _Held]] = []
-        for cidr, target in sorted(self._desired.items()):
+        for cidr, target in self._desired.items():
             if cidr in skip:
                 continue
             if _family(cidr) == socket.AF_INET6 and not self.ipv6:
@@ -174,6 +175,7 @@ class RouteProgrammer:
             if _satisfies(actual.get(cidr), wanted):
                 continue
             changes.append((cidr, wanted))
+        changes.sort()  # a stable order for the kernel (and for reading a trace)
         results = self._writer([self._request("replace", c, w) for c, w in changes])
         failed: list[tuple[str, Exception]] = []
         for (cidr, wanted), error in zip(changes, results, strict=True):

@@ -31,6 +31,7 @@ from typing import Any
 import trio
 
 from dataplane.errors import ProgrammingError
+from dataplane.linux.lazy_handle import OnFirstUse
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.netlink_batch import NeighRequest, NetlinkBatch, Request
 from dataplane.linux.overlay_plan import (
@@ -58,6 +59,10 @@ def _code(exc: Exception) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def _devices(plans: dict[int, FamilyPlan]) -> dict[int, VxlanDevice | None]:
+    return {version: plan.device for version, plan in plans.items()}
+
+
 def _data(link: Any) -> Any:
     info = link.get("IFLA_LINKINFO")
     return info.get("IFLA_INFO_DATA") if info is not None else None
@@ -75,6 +80,11 @@ class VxlanProgrammer:
         self._links = links
         self._plans: dict[int, FamilyPlan] = {}
         self._dirty = True
+        # Whether the next apply looks at the devices themselves (link,
+        # parent, address) or only at their entries: a VTEP joining changes
+        # entries only, and the link monitor reports any change to a device.
+        self._check_devices = True
+        self._indexes: dict[int, int] = {}  # version -> device index as last checked
         # Neighbour and FDB entries the kernel holds, per device; None: read again.
         self._neighbours: dict[int, set[Neighbour]] | None = None
         self._fdb: dict[int, set[FdbEntry]] | None = None
@@ -83,6 +93,8 @@ class VxlanProgrammer:
     def set_plan(self, plan: OverlayPlan) -> None:
         plans = dict(plan.families)
         if plans != self._plans:
+            if _devices(plans) != _devices(self._plans):
+                self._check_devices = True
             self._plans = plans
             self._dirty = True
 
@@ -90,21 +102,26 @@ class VxlanProgrammer:
         """Check the devices and re-read every entry at the next apply (refresh timer)."""
         self._neighbours = None
         self._fdb = None
+        self._check_devices = True
         self._dirty = True
 
     def links_changed(self) -> None:
         """A link came, went or changed state: check the devices at the next apply."""
+        self._check_devices = True
         self._dirty = True
 
     async def apply(self) -> None:
         if not self._dirty and not self.failing:
             return
+        # Cleared before the work, so that a link event arriving while the
+        # thread runs is kept for the next apply rather than lost.
+        check_devices = self._check_devices or bool(self.failing)
+        self._dirty = self._check_devices = False
         try:
-            await trio.to_thread.run_sync(self._sync)
+            await trio.to_thread.run_sync(self._sync, check_devices)
         except Exception as exc:
             self.mark_for_resync()
             raise ProgrammingError(f"vxlan: {type(exc).__name__}: {exc}") from None
-        self._dirty = False
 
     async def cleanup_all(self) -> None:
         self._plans = {}
@@ -113,14 +130,16 @@ class VxlanProgrammer:
 
     # --- the worker-thread side ---------------------------------------------------
 
-    def _sync(self) -> None:
-        handle = self._netlink()
+    def _sync(self, check_devices: bool) -> None:
+        handle = OnFirstUse(self._netlink)
         try:
             failing: dict[str, str] = {}
             changed = False
             for version, name in DEVICE_NAMES.items():
                 plan = self._plans.get(version, FamilyPlan())
-                changed |= self._sync_family(handle, version, name, plan, failing)
+                changed |= self._sync_family(
+                    handle, version, name, plan, failing, check_devices=check_devices
+                )
             for what, why in failing.items():
                 if self.failing.get(what) != why:  # one line per failure, not per retry
                     log.error("VXLAN %s: %s; retried", what, why)
@@ -131,8 +150,23 @@ class VxlanProgrammer:
             handle.close()
 
     def _sync_family(
-        self, handle: Any, version: int, name: str, plan: FamilyPlan, failing: dict[str, str]
+        self,
+        handle: Any,
+        version: int,
+        name: str,
+        plan: FamilyPlan,
+        failing: dict[str, str],
+        *,
+        check_devices: bool,
     ) -> bool:
+        if not check_devices:
+            index = self._indexes.get(version)
+            if index is not None and plan.device is not None:
+                self._sync_entries(handle, version, index, plan, failing)
+                return False
+            if index is None and plan.device is None:
+                return False
+        self._indexes.pop(version, None)
         link = self._get_link(handle, name)
         if plan.device is None:
             if link is None:
@@ -150,6 +184,7 @@ class VxlanProgrammer:
             return False
         index, changed = self._ensure_device(handle, device, link, parent)
         self._sync_address(handle, device, index)
+        self._indexes[version] = index
         self._sync_entries(handle, version, index, plan, failing)
         return changed
 
