@@ -67,18 +67,20 @@ class OverlayCluster:
             tiers=tiers,
         )
 
-    def messages(self, node: str, **config: str) -> list[Message]:
+    def messages(self, node: str, *extra: Message, **config: str) -> list[Message]:
+        """Node ``node``'s start-up: the overlay, its pods, ``extra``, then InSync."""
         local = self.pods_of(node)
         addresses = [a for p in local for a in (p.ipv4, p.ipv6) if a]
         msgs = overlay_messages(
             list(self.specs.values()), node, self.mode, local_pods=addresses, **config
         )
-        extra: list[Message] = [allow_all_profile(PROFILE), *map(self.endpoint, local)]
-        return [*msgs[:-1], *extra, msgs[-1]]
+        endpoints: list[Message] = [allow_all_profile(PROFILE), *map(self.endpoint, local)]
+        return [*msgs[:-1], *endpoints, *extra, msgs[-1]]
 
-    def start(self, node: str, **config: str) -> FelixHarness:
+    def start(self, node: str, *extra: Message, **config: str) -> FelixHarness:
+        """Start ``node``'s driver; ``extra`` go before InSync, so they are in place on return."""
         felix = FelixHarness("--platform", "linux", netns=self.nodes[node].netns)
-        felix.send(*self.messages(node, **config))
+        felix.send(*self.messages(node, *extra, **config))
         felix.recv_until("dataplane_in_sync", timeout=60)
         self.drivers[node] = felix
         return felix

@@ -7,7 +7,6 @@ server answers with its pod name, so a reply says which backend served.
 
 from __future__ import annotations
 
-import collections
 import math
 import re
 import shutil
@@ -20,50 +19,21 @@ from testbed.topology import Namespace, Topology
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster
 from tests.kernel.marks import requires_root
+from tests.kernel.services import VIP4, VIP6, backend_set, served_by, service
 
 pytestmark = [requires_root, pytest.mark.slow]
-
-VIP4, VIP6 = "10.96.0.10", "fd00:96::10"
-HTTP = [pb.ServicePort(Protocol="TCP", Port=80, name="http")]
-
-
-def service(name: str = "web", **kwargs: object) -> pb.ServiceUpdate:
-    base: dict[str, object] = {
-        "name": name,
-        "namespace": "prod",
-        "type": "ClusterIP",
-        "cluster_ips": [VIP4, VIP6],
-        "ports": HTTP,
-    }
-    base.update(kwargs)
-    return pb.ServiceUpdate(**base)  # type: ignore[arg-type]
 
 
 def backends(
     name: str, pods: list[str], *, remote: tuple[str, ...] = (), state: int = pb.BACKEND_ACTIVE
 ) -> pb.ServiceBackendsUpdate:
-    return pb.ServiceBackendsUpdate(
-        name=name,
-        namespace="prod",
-        backends=[
-            pb.ServiceBackend(
-                addresses=[scenario.pod(p).ipv4, scenario.pod(p).ipv6],
-                ports=[pb.ServiceBackendPort(name="http", protocol="TCP", port=8080)],
-                local=p not in remote,
-                state=state,  # type: ignore[arg-type]
-            )
-            for p in pods
-        ],
+    """``name``'s backends: the scenario's ``pods`` on 8080, all local but ``remote``."""
+    return backend_set(
+        name,
+        [((scenario.pod(p).ipv4, scenario.pod(p).ipv6), p not in remote) for p in pods],
+        [pb.ServiceBackendPort(name="http", protocol="TCP", port=8080)],
+        state,
     )
-
-
-def served_by(src: Namespace, dst: str, port: int, count: int) -> collections.Counter[str]:
-    """Which backend answered each of ``count`` fresh connections."""
-    seen: collections.Counter[str] = collections.Counter()
-    for _ in range(count):
-        result = src.connect("tcp", dst, port, timeout=3)
-        seen[result.reply if result.ok and result.reply else f"failed:{result.error}"] += 1
-    return seen
 
 
 def nat_rules(ns: Namespace, family: int) -> list[str]:
