@@ -3,9 +3,9 @@
 A thin coordinator. The managers hand it platform-neutral changes (a
 policy's rules, an endpoint and its effective policy, a service); it
 forwards each to the per-feature writers that keep it
-(:mod:`dataplane.linux.writers`), and at each apply lets them write into
-the programmers and runs those in the one order fixed here and nowhere
-else (see :meth:`LinuxPlatform.apply`).
+(:class:`~dataplane.linux.desired.Desired`), and at each apply lets them
+write into the programmers and runs those in the one order fixed here and
+nowhere else (see :meth:`LinuxPlatform.apply`).
 
 Start-up adopts what a previous run left: every programmer first reads the
 kernel and then writes only the difference, so a restart re-asserts the
@@ -28,28 +28,17 @@ from dataplane.core.platform import EndpointKey, NoPolicyUsers, PolicyUsers
 from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.conntrack import ConntrackCleaner
-from dataplane.linux.filter_render import FilterRenderer
+from dataplane.linux.desired import Desired
 from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
-from dataplane.linux.marks import Marks
-from dataplane.linux.overlay_plan import OverlayPlan, resolve_encapsulation
+from dataplane.linux.overlay_plan import OverlayPlan
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_ipsets import PendingIPSets
 from dataplane.linux.programmers import TABLES, Programmers
 from dataplane.linux.refresh import RefreshTimers
 from dataplane.linux.reports import Reports
 from dataplane.linux.routes import NetlinkHandle
-from dataplane.linux.rule_render import RuleRenderer
-from dataplane.linux.writers.base import FilterBase
-from dataplane.linux.writers.hosts import HostEndpointWriter
-from dataplane.linux.writers.nat import NatWriter
-from dataplane.linux.writers.overlay import OverlayWriter
-from dataplane.linux.writers.policy import PolicyWriter
-from dataplane.linux.writers.routes import RoutesWriter
-from dataplane.linux.writers.services import ServiceWriter
-from dataplane.linux.writers.target import Target
-from dataplane.linux.writers.workloads import WorkloadWriter
 from dataplane.model import (
     EffectivePolicy,
     EndpointStatus,
@@ -101,7 +90,6 @@ class LinuxPlatform:
         route_protocol: int = _ROUTE_PROTOCOL_DEFAULT,
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
-        self.config = Config()
         self._runner = runner or ProcessRunner()
         self._netlink = netlink
         self._sysctl_root = sysctl_root
@@ -117,25 +105,18 @@ class LinuxPlatform:
         self._links = LinkMonitor(netlink)
         self._links_changed = False
         self._wakeup: Callable[[], None] = lambda: None
-        # The writers, one per feature; each owns its desired state.
-        self._base = FilterBase()
-        self._policies = PolicyWriter()
-        self._workloads = WorkloadWriter()
-        self._hosts = HostEndpointWriter()
-        self._nat = NatWriter()
-        self._services = ServiceWriter(self._conntrack, self._health)
-        self._routes_writer = RoutesWriter()
-        self._overlay = OverlayWriter()
-        self._everything = True  # first apply, or the configuration changed
-        self._effective = self.config  # no pool uses an overlay yet
+        self._desired = Desired(self.names, self._conntrack, self._health, self._ipset_name)
         # Programmers, built at the first apply (backend detection is I/O).
         self._ipset_changes = PendingIPSets()
         self._kernel: Programmers | None = None
-        self._filters: dict[int, FilterRenderer] = {}
         self._timers = RefreshTimers(clock)
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
         self._sysctl_reported: set[str] = set()
+
+    @property
+    def config(self) -> Config:
+        return self._desired.config
 
     # --- sinks: forwarded to the writers that keep each value ----------------------
 
@@ -157,73 +138,67 @@ class LinuxPlatform:
         self._ipset_changes.remove(set_id, self._ipsets())
 
     def set_policy(self, key: PolicyKey, policy: Policy) -> None:
-        self._policies.set_policy(key, policy)
-        self._hosts.policy_changed(key, policy)
+        self._desired.policies.set_policy(key, policy)
+        self._desired.hosts.policy_changed(key, policy)
 
     def remove_policy(self, key: PolicyKey) -> None:
-        self._policies.remove_policy(key)
-        self._hosts.policy_changed(key, None)
+        self._desired.policies.remove_policy(key)
+        self._desired.hosts.policy_changed(key, None)
 
     def set_profile(self, profile_id: str, profile: Profile) -> None:
-        self._policies.set_profile(profile_id, profile)
+        self._desired.policies.set_profile(profile_id, profile)
 
     def remove_profile(self, profile_id: str) -> None:
-        self._policies.remove_profile(profile_id)
+        self._desired.policies.remove_profile(profile_id)
 
     def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
-        self._workloads.set(endpoint, policy)
-        self._nat.set_floating_ips(endpoint.key, endpoint.ipv4_nat + endpoint.ipv6_nat)
-        self._routes_writer.set(endpoint)
+        self._desired.workloads.set(endpoint, policy)
+        self._desired.nat.set_floating_ips(endpoint.key, endpoint.ipv4_nat + endpoint.ipv6_nat)
+        self._desired.routes.set(endpoint)
 
     def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
-        self._workloads.remove(key)
-        self._nat.remove_endpoint(key)
-        self._routes_writer.remove(key)
+        self._desired.workloads.remove(key)
+        self._desired.nat.remove_endpoint(key)
+        self._desired.routes.remove(key)
 
     def set_host_endpoint(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
-        self._hosts.set(endpoint, policy)
+        self._desired.hosts.set(endpoint, policy)
 
     def remove_host_endpoint(self, key: HostEndpointKey) -> None:
-        self._hosts.remove(key)
+        self._desired.hosts.remove(key)
 
     def set_ip_pool(self, pool_id: str, pool: IPPool) -> None:
-        self._nat.set_pool(pool_id, pool)
+        self._desired.nat.set_pool(pool_id, pool)
 
     def remove_ip_pool(self, pool_id: str) -> None:
-        self._nat.remove_pool(pool_id)
+        self._desired.nat.remove_pool(pool_id)
 
     def set_vtep(self, vtep: Vtep) -> None:
-        self._overlay.set_vtep(vtep)
+        self._desired.overlay.set_vtep(vtep)
 
     def remove_vtep(self, node: str) -> None:
-        self._overlay.remove_vtep(node)
+        self._desired.overlay.remove_vtep(node)
 
     def set_route(self, route: Route) -> None:
-        self._overlay.set_route(route)
+        self._desired.overlay.set_route(route)
 
     def remove_route(self, dst: str) -> None:
-        self._overlay.remove_route(dst)
+        self._desired.overlay.remove_route(dst)
 
     def set_host(self, host: Host) -> None:
-        self._overlay.set_host(host)
+        self._desired.overlay.set_host(host)
 
     def remove_host(self, name: str) -> None:
-        self._overlay.remove_host(name)
+        self._desired.overlay.remove_host(name)
 
     def set_encapsulation(self, encapsulation: Encapsulation) -> None:
-        if encapsulation == self._overlay.encapsulation:
-            return
-        # Felix restarts its dataplane when the pools' encapsulation changes;
-        # here it only re-renders: the static chains and every workload's
-        # chains depend on which overlays are on.
-        self._overlay.set_encapsulation(encapsulation)
-        self._config_changed()
+        self._desired.set_encapsulation(encapsulation)
 
     def set_service(self, service: Service) -> None:
-        self._services.set(service)
+        self._desired.services.set(service)
 
     def remove_service(self, key: ServiceKey) -> None:
-        self._services.remove(key)
+        self._desired.services.remove(key)
 
     # --- configuration and start-up -------------------------------------------------
 
@@ -233,17 +208,7 @@ class LinuxPlatform:
             or config.ipv6_support != self.config.ipv6_support
         ):
             log.warning("IptablesBackend/Ipv6Support changes take effect after a restart")
-        self.config = config
-        self._config_changed()
-
-    def _config_changed(self) -> None:
-        """Render everything again, from the config with the pools' overlays filled in."""
-        self._effective = resolve_encapsulation(self.config, self._overlay.encapsulation)
-        self._filters = {}
-        self._everything = True
-
-    def _versions(self) -> tuple[int, ...]:
-        return (4, 6) if self.config.ipv6_support else (4,)
+        self._desired.configure(config)
 
     async def _start(self) -> Programmers:
         kernel = await Programmers.start(
@@ -270,28 +235,7 @@ class LinuxPlatform:
     @property
     def effective_config(self) -> Config:
         """The configuration with the overlays the IP pools use filled in."""
-        return self._effective
-
-    def _filter(self, version: int) -> FilterRenderer:
-        renderer = self._filters.get(version)
-        if renderer is None:
-            marks = Marks.from_mask(self.config.iptables_mark_mask)
-            rules = RuleRenderer(version, marks, self._ipset_name, self.config.log_prefix)
-            config = self.effective_config
-            renderer = FilterRenderer(version, config, marks, self.names, rules)
-            self._filters[version] = renderer
-        return renderer
-
-    def _target(self, kernel: Programmers) -> Target:
-        versions = self._versions()
-        return Target(
-            versions,
-            self.effective_config,
-            self.names,
-            kernel.tables,
-            kernel.ipsets,
-            {v: self._filter(v) for v in versions},
-        )
+        return self._desired.effective
 
     # --- apply -------------------------------------------------------------------------
 
@@ -315,23 +259,7 @@ class LinuxPlatform:
 
     def _write(self, kernel: Programmers) -> OverlayPlan:
         """Let every writer write; the overlay plan they wrote for."""
-        target, everything = self._target(kernel), self._everything
-        plan = self._overlay.plan(target.config, target.versions)
-        self._nat.set_tunnels(
-            {v: f.device.name for v, f in plan.families.items() if f.device is not None}
-        )
-        for writer in (
-            self._overlay,  # first: the static chains match its IP sets
-            self._base,
-            self._policies,
-            self._workloads,
-            self._hosts,
-            self._nat,
-            self._services,
-        ):
-            writer.write(target, everything)
-        self._everything = False
-        return plan
+        return self._desired.write(kernel.tables, kernel.ipsets)
 
     async def _program(self, kernel: Programmers) -> None:
         plan = self._write(kernel)
@@ -344,7 +272,7 @@ class LinuxPlatform:
                 message,
             )
         for table in TABLES:
-            for version in self._versions():
+            for version in self._desired.versions():
                 await kernel.tables[(table, version)].apply()
         self._reports().log_refusals(kernel.tables)
         # UDP/SCTP flows to removed backends: only now that the new rules
@@ -352,30 +280,31 @@ class LinuxPlatform:
         await self._conntrack.apply()
         kernel.vxlan.set_plan(plan)
         await kernel.vxlan.apply()
-        kernel.routes.set_routes(plan.routes() | self._routes_writer.routes())
+        kernel.routes.set_routes(plan.routes() | self._desired.routes.routes())
         await kernel.routes.apply()
         for cidr, message in kernel.routes.take_refusals():
             log.error("route to %s refused by the kernel: %s; quarantined", cidr, message)
-        await kernel.sysctls.apply(self._routes_writer.sysctls(kernel.routes.links))
+        await kernel.sysctls.apply(self._desired.routes.sysctls(kernel.routes.links))
         for iface, message in kernel.sysctls.failed.items():
             if iface not in self._sysctl_reported:
                 log.error("interface %s: %s; retried at the next apply", iface, message)
         self._sysctl_reported = set(kernel.sysctls.failed)
         await kernel.ipsets.apply_deletions()
         self._links_changed = False
-        self._statuses = self._reports().statuses(kernel, self._routes_writer)
+        self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
 
     # --- quarantine and status -----------------------------------------------------------
 
     def _reports(self) -> Reports:
+        desired = self._desired
         return Reports(
             self.names,
-            lambda version: self._filter(version).rules,
-            self._policies,
-            self._workloads,
-            self._hosts,
-            self._services,
+            lambda version: desired.filter(version).rules,
+            desired.policies,
+            desired.workloads,
+            desired.hosts,
+            desired.services,
             self._users,
         )
 
@@ -445,10 +374,5 @@ class LinuxPlatform:
         out = [f"linux platform, iptables backend {self.backend}"]
         if self._kernel is not None:
             out += self._kernel.dump_tables()
-            plan = self._overlay.plan(self.effective_config, self._versions())
-            out.append("overlay:")
-            out.extend(self._overlay.dump(plan))
-            out.append("routes (ours):")
-            routes = plan.routes() | self._routes_writer.routes()
-            out.extend(f"  {dst} {target.text()}" for dst, target in sorted(routes.items()))
+            out += self._desired.dump()
         return "\n".join(out) + "\n"

@@ -1,0 +1,137 @@
+"""Desired: what the managers handed the Linux platform, kept by the per-feature writers.
+
+The platform forwards each sink call to the writers that keep that value
+(:mod:`dataplane.linux.writers`); at an apply :meth:`Desired.write` lets
+every writer write what changed into the programmers and returns the
+overlay plan that the VXLAN and route programmers take. The configuration
+lives here too, because rendering depends on it: the IP pools'
+encapsulation fills in the overlay switches Felix left unset, and any
+change to either renders everything again.
+
+No I/O here; the kernel side (programmers, their order, timers) is the
+platform's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from dataplane.config import Config
+from dataplane.linux.chain_names import ChainNames
+from dataplane.linux.conntrack import ConntrackCleaner
+from dataplane.linux.filter_render import FilterRenderer
+from dataplane.linux.healthcheck import HealthCheckServer
+from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.marks import Marks
+from dataplane.linux.overlay_plan import OverlayPlan, resolve_encapsulation
+from dataplane.linux.rule_render import RuleRenderer
+from dataplane.linux.table import Table
+from dataplane.linux.writers.base import FilterBase
+from dataplane.linux.writers.hosts import HostEndpointWriter
+from dataplane.linux.writers.nat import NatWriter
+from dataplane.linux.writers.overlay import OverlayWriter
+from dataplane.linux.writers.policy import PolicyWriter
+from dataplane.linux.writers.routes import RoutesWriter
+from dataplane.linux.writers.services import ServiceWriter
+from dataplane.linux.writers.target import Target
+from dataplane.linux.writers.workloads import WorkloadWriter
+from dataplane.model.hosts import Encapsulation
+
+__all__ = ["Desired"]
+
+
+class Desired:
+    def __init__(
+        self,
+        names: ChainNames,
+        conntrack: ConntrackCleaner,
+        health: HealthCheckServer,
+        ipset_name: Callable[[str, int], str | None],
+    ) -> None:
+        self.names = names
+        self._ipset_name = ipset_name
+        # The writers, one per feature; each owns its desired state.
+        self.base = FilterBase()
+        self.policies = PolicyWriter()
+        self.workloads = WorkloadWriter()
+        self.hosts = HostEndpointWriter()
+        self.nat = NatWriter()
+        self.services = ServiceWriter(conntrack, health)
+        self.routes = RoutesWriter()
+        self.overlay = OverlayWriter()
+        self.config = Config()
+        self.effective = self.config  # no pool uses an overlay yet
+        self._filters: dict[int, FilterRenderer] = {}
+        self._everything = True  # first apply, or the configuration changed
+
+    def configure(self, config: Config) -> None:
+        self.config = config
+        self._config_changed()
+
+    def set_encapsulation(self, encapsulation: Encapsulation) -> None:
+        if encapsulation == self.overlay.encapsulation:
+            return
+        # Felix restarts its dataplane when the pools' encapsulation changes;
+        # here it only re-renders: the static chains and every workload's
+        # chains depend on which overlays are on.
+        self.overlay.set_encapsulation(encapsulation)
+        self._config_changed()
+
+    def _config_changed(self) -> None:
+        """Render everything again, from the config with the pools' overlays filled in."""
+        self.effective = resolve_encapsulation(self.config, self.overlay.encapsulation)
+        self._filters = {}
+        self._everything = True
+
+    def versions(self) -> tuple[int, ...]:
+        return (4, 6) if self.config.ipv6_support else (4,)
+
+    def filter(self, version: int) -> FilterRenderer:
+        renderer = self._filters.get(version)
+        if renderer is None:
+            marks = Marks.from_mask(self.config.iptables_mark_mask)
+            rules = RuleRenderer(version, marks, self._ipset_name, self.config.log_prefix)
+            renderer = FilterRenderer(version, self.effective, marks, self.names, rules)
+            self._filters[version] = renderer
+        return renderer
+
+    def plan(self) -> OverlayPlan:
+        """The overlay for the current configuration (computed again only after a change)."""
+        return self.overlay.plan(self.effective, self.versions())
+
+    def write(
+        self, tables: Mapping[tuple[str, int], Table], ipsets: IPSetsProgrammer
+    ) -> OverlayPlan:
+        """Let every writer write what changed; the overlay plan they wrote for."""
+        versions = self.versions()
+        target = Target(
+            versions,
+            self.effective,
+            self.names,
+            tables,
+            ipsets,
+            {v: self.filter(v) for v in versions},
+        )
+        plan = self.plan()
+        self.nat.set_tunnels(
+            {v: f.device.name for v, f in plan.families.items() if f.device is not None}
+        )
+        for writer in (
+            self.overlay,  # first: the static chains match its IP sets
+            self.base,
+            self.policies,
+            self.workloads,
+            self.hosts,
+            self.nat,
+            self.services,
+        ):
+            writer.write(target, self._everything)
+        self._everything = False
+        return plan
+
+    def dump(self) -> list[str]:
+        plan = self.plan()
+        out = ["overlay:", *self.overlay.dump(plan), "routes (ours):"]
+        routes = plan.routes() | self.routes.routes()
+        out.extend(f"  {dst} {target.text()}" for dst, target in sorted(routes.items()))
+        return out
