@@ -32,6 +32,7 @@ from dataplane.linux.desired import Desired
 from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
+from dataplane.linux.netlink_dump import FastReads
 from dataplane.linux.overlay_plan import OverlayPlan
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_ipsets import PendingIPSets
@@ -72,8 +73,7 @@ _TABLES = ("raw", "mangle", "nat", "filter")
 def _default_netlink() -> NetlinkHandle:
     from pyroute2 import IPRoute  # type: ignore[import-untyped]  # noqa: PLC0415
 
-    handle: NetlinkHandle = IPRoute()
-    return handle
+    return FastReads(IPRoute)
 
 
 class LinuxPlatform:

@@ -27,7 +27,6 @@ import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
-from dataplane.linux.lazy_handle import OnFirstUse
 from dataplane.linux.links import LinkMonitor, LinkState
 from dataplane.linux.netlink_batch import NetlinkBatch, Request, RouteRequest
 from dataplane.linux.route_target import RouteKind, RouteTarget
@@ -147,7 +146,7 @@ class RouteProgrammer:
     def _sync(self, skip: frozenset[str]) -> list[tuple[str, Exception]]:
         # A handle per sync: pyroute2's handle belongs to the thread that
         # made it, and each sync may run in a different worker thread.
-        handle = OnFirstUse(self._netlink_factory)
+        handle = self._netlink_factory()
         try:
             return self._sync_with(handle, skip)
         finally:

@@ -31,7 +31,6 @@ from typing import Any
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.lazy_handle import OnFirstUse
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.netlink_batch import NeighRequest, NetlinkBatch, Request
 from dataplane.linux.overlay_plan import (
@@ -131,7 +130,7 @@ class VxlanProgrammer:
     # --- the worker-thread side ---------------------------------------------------
 
     def _sync(self, check_devices: bool) -> None:
-        handle = OnFirstUse(self._netlink)
+        handle = self._netlink()
         try:
             failing: dict[str, str] = {}
             changed = False

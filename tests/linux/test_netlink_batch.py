@@ -1,4 +1,5 @@
-"""The batch netlink writer: its encoding as pyroute2 decodes it, and the kernel's answers."""
+"""Raw netlink: the batch writer (its encoding as pyroute2 decodes it, the kernel's
+answers) and the dump reader (the same fields as pyroute2 reads)."""
 
 from __future__ import annotations
 
@@ -134,3 +135,70 @@ def test_the_kernel_answers_each_request_of_a_batch_on_its_own() -> None:
         assert "fd00:70::/64 dev eth0" in v6
         neigh = topology.run(netns, "ip", "neigh", "show", "dev", "eth0").stdout
         assert "10.66.0.9 lladdr 66:00:00:00:00:09 PERMANENT" in neigh
+
+
+_READ = """
+import json, socket
+from pyroute2 import IPRoute
+from dataplane.linux.netlink_dump import dump_links, dump_routes
+
+LINK = ("ifname", "index", "flags", "operstate")
+ROUTE = ("proto", "dst", "dst_len", "oif", "gateway", "type", "flags", "table")
+
+def fields(msg, keys):
+    return {k: msg.get(k) for k in keys}
+
+ipr = IPRoute()
+out = {
+    "links": [[fields(m, LINK) for m in ipr.get_links()], [fields(m, LINK) for m in dump_links()]],
+}
+for family in (socket.AF_INET, socket.AF_INET6):
+    for table in (254, 300):
+        key = f"routes {family} {table}"
+        theirs = [fields(m, ROUTE) for m in ipr.get_routes(family=family, table=table)]
+        out[key] = [theirs, [fields(m, ROUTE) for m in dump_routes(family, table)]]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(kernel_unavailable() is not None, reason=str(kernel_unavailable()))
+def test_the_dumps_read_links_and_routes_as_pyroute2_does() -> None:
+    with Topology() as topology:
+        netns = topology.new_netns("nd")
+        run = topology.run
+        run(netns, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+        run(netns, "ip", "link", "set", "eth0", "up")  # eth1 down: no carrier on eth0
+        run(netns, "ip", "link", "add", "up0", "type", "veth", "peer", "name", "up1")
+        run(netns, "ip", "link", "set", "up1", "up")
+        run(netns, "ip", "link", "set", "up0", "up")
+        run(netns, "ip", "link", "set", "lo", "up")
+        run(netns, "ip", "addr", "add", "192.168.5.1/24", "dev", "up0")
+        run(netns, "ip", "addr", "add", "fd00:5::1/64", "dev", "up0", "nodad")
+        for route in (
+            "10.70.0.0/24 via 10.66.0.9 dev eth0 onlink proto 80",
+            "10.70.1.0/24 via 192.168.5.9 proto 80",
+            "blackhole 10.70.2.0/26 proto 80",
+            "10.70.3.4 dev up0 scope link proto 80",
+            "10.70.4.0/24 dev up0 proto 17",
+            "10.70.5.0/24 dev up0 table 300 proto 80",
+            "0.0.0.0/0 via 192.168.5.254",
+        ):
+            run(netns, "ip", "route", "add", *route.split())
+        for route in ("fd00:70::/64 dev up0 proto 80", "blackhole fd00:71::/122 proto 80"):
+            run(netns, "ip", "-6", "route", "add", *route.split())
+        result = subprocess.run(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", _READ],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        )
+        answers = json.loads(result.stdout)
+        for what, (theirs, ours) in answers.items():
+            assert ours == theirs, what
+        links = {link["ifname"]: link for link in answers["links"][1]}
+        assert links["up0"]["operstate"] == "UP"
+        assert links["lo"]["operstate"] == "UNKNOWN"
+        assert links["eth0"]["operstate"] == "LOWERLAYERDOWN"
+        assert len(answers["routes 2 254"][1]) >= 7
+        assert [r["dst"] for r in answers["routes 2 300"][1]] == ["10.70.5.0"]
