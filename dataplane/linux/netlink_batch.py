@@ -21,10 +21,10 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["NeighRequest", "NetlinkBatch", "Request", "RouteRequest", "encode"]
+__all__ = ["NeighRequest", "NetlinkBatch", "Request", "RouteRequest", "encode", "replies"]
 
 _NLMSG_ERROR = 2
 _RTM_NEWROUTE, _RTM_DELROUTE = 24, 25
@@ -163,13 +163,19 @@ class NetlinkBatch:
         out: list[tuple[int, int]] = []
         while not out or out[-1][0] != last:
             data = sock.recv(1 << 20)
-            offset = 0
-            while offset + _NLMSG.size <= len(data):
-                length, kind, _flags, seq, _pid = _NLMSG.unpack_from(data, offset)
-                if length < _NLMSG.size:
-                    raise OSError(errno.EPROTO, "malformed netlink reply")
+            for kind, _flags, seq, start, _end in replies(data):
                 if kind == _NLMSG_ERROR:
-                    (code,) = _ERR.unpack_from(data, offset + _NLMSG.size)
+                    (code,) = _ERR.unpack_from(data, start)
                     out.append((seq, -code))
-                offset += (length + 3) & ~3
         return out
+
+
+def replies(data: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+    """(type, flags, seq, payload start, end) of each message one ``recv`` returned."""
+    offset = 0
+    while offset + _NLMSG.size <= len(data):
+        length, kind, flags, seq, _pid = _NLMSG.unpack_from(data, offset)
+        if length < _NLMSG.size:
+            raise OSError(errno.EPROTO, "malformed netlink reply")
+        yield kind, flags, seq, offset + _NLMSG.size, offset + length
+        offset += (length + 3) & ~3

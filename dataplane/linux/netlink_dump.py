@@ -25,6 +25,8 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from dataplane.linux.netlink_batch import replies
+
 __all__ = ["FastReads", "dump_links", "dump_routes"]
 
 _NLMSG_ERROR, _NLMSG_DONE = 2, 3
@@ -62,21 +64,16 @@ def _dump_once(kind: int, body: bytes) -> tuple[list[tuple[bytes, int, int]], bo
         interrupted = False
         while True:
             data = sock.recv(1 << 20)
-            offset = 0
-            while offset + _NLMSG.size <= len(data):
-                length, mtype, flags, _seq, _pid = _NLMSG.unpack_from(data, offset)
-                if length < _NLMSG.size:
-                    raise OSError(errno.EPROTO, "malformed netlink reply")
+            for mtype, flags, _seq, start, end in replies(data):
                 interrupted |= bool(flags & _F_DUMP_INTR)
                 if mtype == _NLMSG_DONE:
                     return answers, interrupted
                 if mtype == _NLMSG_ERROR:
-                    (code,) = _ERR.unpack_from(data, offset + _NLMSG.size)
+                    (code,) = _ERR.unpack_from(data, start)
                     if code:
                         raise OSError(-code, os.strerror(-code))
                 else:
-                    answers.append((data, offset + _NLMSG.size, offset + length))
-                offset += (length + 3) & ~3
+                    answers.append((data, start, end))
     finally:
         sock.close()
 

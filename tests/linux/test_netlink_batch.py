@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -81,6 +82,13 @@ def test_neighbour_requests_decode_to_what_was_asked(
     assert (msg.get("NDA_DST"), msg.get("NDA_LLADDR")) == (address, mac)
 
 
+def _python_in(netns: str, script: str) -> Any:
+    """What ``script`` prints as JSON, run in ``netns`` (its own netlink sockets live there)."""
+    argv = ["ip", "netns", "exec", netns, sys.executable, "-c", script]
+    result = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=REPO)
+    return json.loads(result.stdout)
+
+
 _WRITE = """
 import json, socket, sys
 from dataplane.linux.netlink_batch import NetlinkBatch, NeighRequest, RouteRequest
@@ -112,14 +120,7 @@ def test_the_kernel_answers_each_request_of_a_batch_on_its_own() -> None:
         # The kernel takes an onlink gateway only where some address of
         # that interface could reach out at all.
         topology.run(netns, "ip", "addr", "add", "192.168.5.1/24", "dev", "eth0")
-        result = subprocess.run(
-            ["ip", "netns", "exec", netns, sys.executable, "-c", _WRITE],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=REPO,
-        )
-        errors = json.loads(result.stdout)
+        errors = _python_in(netns, _WRITE)
         # More than two chunks, every answer matched to its request.
         assert len(errors) == 6 + 512 + 1
         assert errors[:6] == [0, 101, 0, 0, 3, 0]  # ENETUNREACH, ESRCH
@@ -186,14 +187,7 @@ def test_the_dumps_read_links_and_routes_as_pyroute2_does() -> None:
             run(netns, "ip", "route", "add", *route.split())
         for route in ("fd00:70::/64 dev up0 proto 80", "blackhole fd00:71::/122 proto 80"):
             run(netns, "ip", "-6", "route", "add", *route.split())
-        result = subprocess.run(
-            ["ip", "netns", "exec", netns, sys.executable, "-c", _READ],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=REPO,
-        )
-        answers = json.loads(result.stdout)
+        answers = _python_in(netns, _READ)
         for what, (theirs, ours) in answers.items():
             assert ours == theirs, what
         links = {link["ifname"]: link for link in answers["links"][1]}
