@@ -1,7 +1,8 @@
 """LinkMonitor: the node's interfaces and their state, kept by netlink events.
 
-Reading every link is expensive on a node with thousands of interfaces
-(pyroute2 decodes each one), so the monitor reads them all only at start
+Reading every link still costs milliseconds on a node with thousands of
+interfaces (even the lean dump of :mod:`dataplane.linux.netlink_dump`),
+so the monitor reads them all only at start
 and when the platform's route refresh asks for it, and otherwise follows
 the kernel's RTM_NEWLINK / RTM_DELLINK notifications. Each notification
 updates one entry and pokes the platform, which wakes the main loop so an

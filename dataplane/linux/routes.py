@@ -5,7 +5,8 @@ routes to other nodes' blocks via the VXLAN device or a node address, and
 our own blocks are blackholed (:mod:`dataplane.linux.route_target`). All
 are tagged with our route protocol number: the tag is how we find ours
 again, remove stale ones, and never touch anyone else's (BIRD's, the
-kernel's). Reads go through pyroute2 and writes many per system call
+kernel's). The whole-table read is a lean netlink dump
+(:mod:`dataplane.linux.netlink_dump`) and writes go many per system call
 (:mod:`dataplane.linux.netlink_batch`); both block, so they run in a
 worker thread.
 
@@ -82,7 +83,7 @@ class RouteProgrammer:
         writer: Callable[[Sequence[Request]], list[OSError | None]] | None = None,
     ) -> None:
         self._netlink_factory = netlink
-        # Writes go many per system call (reads stay with pyroute2).
+        # Writes go many per system call.
         self._writer = writer or NetlinkBatch()
         # Routes the kernel refused (the interface went, a clash with a
         # route we do not own): kept out of the way of the others and

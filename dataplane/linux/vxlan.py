@@ -13,8 +13,9 @@ Per family it makes the kernel match the plan (:mod:`dataplane.linux.overlay_pla
   MAC) and one FDB entry (VTEP MAC -> the node's parent address); stale
   ones go. Only permanent entries are ours: the kernel's own are left be.
 
-Blocking netlink calls (reads and the device through pyroute2, entries
-many per system call through :mod:`dataplane.linux.netlink_batch`), so
+Blocking netlink calls (the device, its address and reads of its entries
+through pyroute2, entries written many per system call through
+:mod:`dataplane.linux.netlink_batch`), so
 :meth:`apply` runs them in a worker thread with a fresh handle each time.
 What it could not do (the parent address is on no interface yet, the
 kernel refused an entry) is kept in :attr:`failing`
