@@ -34,6 +34,7 @@ from dataplane.linux.routes import RouteProgrammer
 from dataplane.linux.sysctls import SysctlWriter
 from dataplane.linux.table import Table
 from dataplane.linux.vxlan import VxlanProgrammer
+from dataplane.wire.framing import FrameDecoder
 from testbed.topology import Topology
 
 T = TypeVar("T")
@@ -183,3 +184,46 @@ def instrument_linux() -> None:
     wrap_async(RouteProgrammer, "apply", lambda _s: "apply: routes")
     wrap_async(SysctlWriter, "apply", lambda _s: "apply: sysctls")
     wrap_async(IPSetsProgrammer, "apply_deletions", lambda _s: "apply: ipsets delete")
+
+
+# The initial load (child side) and its stage table (parent side), the same
+# for every benchmark that loads a whole node.
+
+
+def feed(dp: Dataplane, data: bytes) -> tuple[float, float]:
+    """Decode a framed log as the pipe would and hand every envelope to the loop.
+
+    Returns (start, decoded): when decoding began and when it ended.
+    """
+    start = time.perf_counter()
+    envelopes = FrameDecoder().feed(data)
+    decoded = time.perf_counter()
+    for envelope in envelopes:
+        dp.send_message(envelope)
+    return start, decoded
+
+
+def load_figures(dp: Dataplane, start: float, decoded: float, done: float) -> dict[str, Any]:
+    """What a child reports of the initial load, ``done`` being DataplaneInSync."""
+    return {
+        "programmed_s": done - start,
+        "decode_s": decoded - start,
+        "first_stages": {k: sum(v) for k, v in STAGES.items()},
+        "applies_to_in_sync": dp.stats.applies + dp.stats.apply_failures,
+        "apply_failures": dp.stats.apply_failures,
+        "rejected": dp.stats.rejected,
+    }
+
+
+def stage_rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    """Per stage, one column per result: decode, every stage seen in any, programmed."""
+    labels: list[str] = []
+    for r in results:
+        labels += [k for k in r["first_stages"] if k not in labels]
+    rows = [["decode (FrameDecoder)", *(f"{r['decode_s']:.3f}" for r in results)]]
+    rows += [
+        [label, *(f"{r['first_stages'].get(label, 0.0):.3f}" for r in results)]
+        for label in sorted(labels)
+    ]
+    rows.append(["**programmed**", *(f"{r['programmed_s']:.3f}" for r in results)])
+    return rows

@@ -77,10 +77,13 @@ from benchmarks._runs import (
     GCTimes,
     ThreadProfiles,
     apply_quick,
+    feed,
     instrument_linux,
+    load_figures,
     profile_text,
     require_root,
     run_child,
+    stage_rows,
 )
 from dataplane.core.loop import Dataplane
 from dataplane.linux.platform import LinuxPlatform
@@ -151,12 +154,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             threads.active = True
             main_profile.enable()
         GC.take()
-        start = time.perf_counter()
-        envelopes = FrameDecoder().feed(data)
-        decoded = time.perf_counter()
-        for envelope in envelopes:
-            dp.send_message(envelope)
-        del envelopes
+        start, decoded = feed(dp, data)
         with trio.fail_after(args.timeout):
             while True:
                 msg = await dp.recv_message()
@@ -173,12 +171,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         if args.profile:
             main_profile.disable()
             threads.active = False
-        result["programmed_s"] = done - start
-        result["decode_s"] = decoded - start
-        result["first_stages"] = {k: sum(v) for k, v in STAGES.items()}
-        result["applies_to_in_sync"] = dp.stats.applies + dp.stats.apply_failures
-        result["apply_failures"] = dp.stats.apply_failures
-        result["rejected"] = dp.stats.rejected
+        result |= load_figures(dp, start, decoded, done)
         result["endpoints_up"] = sum(1 for s in statuses.values() if s == "up")
         result["rss_kb_after_load"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         STAGES.clear()
@@ -349,15 +342,7 @@ def report(results: list[dict[str, Any]], sizes: Sizes, elapsed: float) -> None:
     print(markdown_table(header, [_summary_row(r) for r in results]))
     print()
     print("Stage breakdown of the initial programming (seconds; phase 2 = one apply):")
-    labels: list[str] = []
-    for r in results:
-        labels += [k for k in r["first_stages"] if k not in labels]
-    rows = [["decode (FrameDecoder)", *(f"{r['decode_s']:.3f}" for r in results)]]
-    rows += [
-        [label, *(f"{r['first_stages'].get(label, 0.0):.3f}" for r in results)]
-        for label in sorted(labels)
-    ]
-    rows.append(["**programmed**", *(f"{r['programmed_s']:.3f}" for r in results)])
+    rows = stage_rows(results)
     print(markdown_table(["stage", *(r["backend"] for r in results)], rows))
     print()
     print("Applies while adding endpoints (median per apply, ms):")

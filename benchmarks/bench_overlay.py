@@ -97,10 +97,13 @@ from benchmarks._runs import (
     GCTimes,
     ThreadProfiles,
     apply_quick,
+    feed,
     instrument_linux,
+    load_figures,
     profile_text,
     require_root,
     run_child,
+    stage_rows,
 )
 from dataplane.core.loop import Dataplane
 from dataplane.linux.ipset_names import main_name
@@ -521,24 +524,14 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             threads.active = True
             main_profile.enable()
         GC.take()
-        start = time.perf_counter()
-        envelopes = FrameDecoder().feed(data)
-        decoded = time.perf_counter()
-        for envelope in envelopes:
-            dp.send_message(envelope)
-        del envelopes
+        start, decoded = feed(dp, data)
         await _wait_in_sync(dp, args.timeout)
         done = time.perf_counter()
         if args.profile:
             main_profile.disable()
             threads.active = False
         result["gc_first"] = GC.take()
-        result["programmed_s"] = done - start
-        result["decode_s"] = decoded - start
-        result["first_stages"] = {k: sum(v) for k, v in STAGES.items()}
-        result["applies_to_in_sync"] = dp.stats.applies + dp.stats.apply_failures
-        result["apply_failures"] = dp.stats.apply_failures
-        result["rejected"] = dp.stats.rejected
+        result |= load_figures(dp, start, decoded, done)
         result["rss_kb_after_load"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # No await since DataplaneInSync: the kernel is as the first apply left it.
         result["counts"] = check_state(expected["load"], "at DataplaneInSync")
@@ -718,15 +711,7 @@ def report(results: list[dict[str, Any]], cluster: Cluster, elapsed: float, back
     )
     print()
     print("Stage breakdown of the initial programming (seconds, per run; phase 2 = one apply):")
-    labels: list[str] = []
-    for r in results:
-        labels += [k for k in r["first_stages"] if k not in labels]
-    rows = [["decode (FrameDecoder)", *(f"{r['decode_s']:.3f}" for r in results)]]
-    rows += [
-        [label, *(f"{r['first_stages'].get(label, 0.0):.3f}" for r in results)]
-        for label in sorted(labels)
-    ]
-    rows.append(["**programmed**", *(f"{r['programmed_s']:.3f}" for r in results)])
+    rows = stage_rows(results)
     rows.append(["floor", *(f"{f:.3f}" for f in floors)])
     print(markdown_table(["stage", *(f"run {i + 1}" for i in range(len(results)))], rows))
     if lat:
