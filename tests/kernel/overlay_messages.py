@@ -42,6 +42,7 @@ from typing import Literal
 from google.protobuf.message import Message
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.topology import POD_CIDR_V4, POD_CIDR_V6, Family
 from tests.kernel import scenario
 
 __all__ = [
@@ -57,11 +58,10 @@ __all__ = [
 ]
 
 VxlanMode = Literal["Always", "CrossSubnet"]
-Family = Literal[4, 6]
 
 # testbed.topology's pod CIDRs: the one pool per family.
-POOL_V4 = "10.65.0.0/16"
-POOL_V6 = "fd00:10:65::/48"
+POOL_V4 = POD_CIDR_V4
+POOL_V6 = POD_CIDR_V6
 VXLAN_VNI = 4096  # Felix's default VXLANVNI
 VXLAN_PORT = 4789  # Felix's default VXLANPort
 # Calico's defaults for natOutgoing on the pools it creates (CALICO_IPV4POOL_
