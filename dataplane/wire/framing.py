@@ -22,6 +22,9 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from dataplane.errors import ProtocolError
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.decode import EnvelopeDecoder
+from dataplane.wire.pbwire import WireError
+from dataplane.wire.releases import FormatError, Release
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameDecoder", "encode_frame", "encode_frames"]
 
@@ -73,12 +76,18 @@ class FrameDecoder:
     Envelopes whose payload is a type this schema does not know (a newer
     Felix) are skipped with a warning rather than killing the driver; an
     envelope that is not a ``ToDataplane`` at all is a :class:`ProtocolError`.
+    Envelopes from older Felix releases come out in today's form (see
+    :mod:`dataplane.wire.decode`); ``release`` forces one release's format
+    instead of detecting it.
     """
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, release: Release | None = None
+    ) -> None:
         if max_frame_bytes <= 0:
             raise ValueError("max_frame_bytes must be positive")
         self.max_frame_bytes = max_frame_bytes
+        self.envelopes = EnvelopeDecoder(release)
         self._buf = bytearray()
         self._buf_offset = 0  # stream offset of _buf[0]
         self.frame_index = 0  # index of the next frame to decode
@@ -139,10 +148,12 @@ class FrameDecoder:
 
     def _decode(self, body: memoryview, pos: int) -> pb.ToDataplane | None:
         try:
-            envelope = pb.ToDataplane.FromString(body)  # type: ignore[arg-type]  # upb takes buffers
-        except DecodeError as exc:
+            envelope = self.envelopes.decode(body)
+        except (DecodeError, WireError) as exc:
             reason = f"undecodable envelope ({exc or 'protobuf parse failed'})"
             raise self._error(reason, pos) from None
+        except FormatError as exc:
+            raise self._error(str(exc), pos) from None
         kind = envelope.WhichOneof("payload")
         if kind is not None and not envelope.sequence_number:
             # A FromDataplane whose sequence number is zero has no top-level
@@ -159,7 +170,7 @@ class FrameDecoder:
         if not len(unknown):  # the common case: a well-formed envelope
             if kind is None:
                 raise self._error("envelope carries no payload", pos)
-            return envelope
+            return self._accept(envelope, pos)
         number = _misfit_field(envelope)
         if number is not None:
             raise self._error(
@@ -168,7 +179,7 @@ class FrameDecoder:
                 pos,
             )
         if kind is not None:
-            return envelope  # unknown extra fields beside a known payload
+            return self._accept(envelope, pos)  # unknown extra fields beside a known payload
         numbers = sorted({unknown[i].field_number for i in range(len(unknown))})
         log.warning(
             "frame %d (seq %d): skipping payload of unknown type (field %s);"
@@ -180,6 +191,15 @@ class FrameDecoder:
         self.skipped_unknown += 1
         self.last_good_seq = envelope.sequence_number
         return None
+
+    def _accept(self, envelope: pb.ToDataplane, pos: int) -> pb.ToDataplane | None:
+        try:
+            accepted = self.envelopes.accept(envelope)
+        except FormatError as exc:
+            raise self._error(str(exc), pos) from None
+        if accepted is None:  # consumed: nothing to hand on
+            self.last_good_seq = envelope.sequence_number
+        return accepted
 
     def close(self) -> None:
         """Declare end of input; raise if a partial frame is left over."""

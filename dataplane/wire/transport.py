@@ -29,7 +29,9 @@ import trio
 
 from dataplane.errors import ProtocolError
 from dataplane.wire._pb import felixbackend_pb2 as pb
+from dataplane.wire.decode import EnvelopeDecoder
 from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from dataplane.wire.releases import FormatError, parse_release
 
 __all__ = [
     "FileSource",
@@ -66,8 +68,8 @@ class MessageSink(Protocol):
 class _ByteSource:
     """Common decoding and recording for sources that read bytes."""
 
-    def __init__(self, max_frame_bytes: int, record_to: BinaryIO | None) -> None:
-        self.decoder = FrameDecoder(max_frame_bytes)
+    def __init__(self, max_frame_bytes: int, record_to: BinaryIO | None, release: str) -> None:
+        self.decoder = FrameDecoder(max_frame_bytes, parse_release(release))
         self._record_to = record_to
         self._eof = False
 
@@ -106,8 +108,9 @@ class PipeSource(_ByteSource):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         record_to: BinaryIO | None = None,
         max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+        release: str = "auto",
     ) -> None:
-        super().__init__(max_frame_bytes, record_to)
+        super().__init__(max_frame_bytes, record_to, release)
         self.fd = fd
         self.max_queued_bytes = max_queued_bytes
         os.set_blocking(fd, True)
@@ -214,8 +217,9 @@ class FileSource(_ByteSource):
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         record_to: BinaryIO | None = None,
+        release: str = "auto",
     ) -> None:
-        super().__init__(max_frame_bytes, record_to)
+        super().__init__(max_frame_bytes, record_to, release)
         self._file = file
 
     async def receive_batch(self) -> list[pb.ToDataplane]:
@@ -233,18 +237,39 @@ class FileSource(_ByteSource):
 
 
 class QueueSource:
-    """In-process source behind the embedding API's ``send_message``."""
+    """In-process source behind the embedding API's ``send_message``.
+
+    Objects get the same release handling as bytes: an embedder that sends
+    v3.32's split host messages gets v3.32's meaning.
+    """
 
     def __init__(self) -> None:
         self._queue: collections.deque[pb.ToDataplane] = collections.deque()
         self._wakeup = trio.Event()
         self._closed = False
+        self._envelopes = EnvelopeDecoder()
+        self._count = 0
+        self._last_seq: int | None = None
 
     def put(self, envelope: pb.ToDataplane) -> None:
+        """Queue one envelope.
+
+        Raises:
+            ProtocolError: it contradicts the Felix release seen so far.
+        """
         if self._closed:
             raise RuntimeError("the dataplane's input is closed")
-        self._queue.append(envelope)
-        self._wakeup.set()
+        try:
+            accepted = self._envelopes.accept(envelope)
+        except FormatError as exc:
+            raise ProtocolError(
+                str(exc), offset=0, frame_index=self._count, last_good_seq=self._last_seq
+            ) from None
+        self._count += 1
+        self._last_seq = envelope.sequence_number
+        if accepted is not None:
+            self._queue.append(accepted)
+            self._wakeup.set()
 
     def close(self) -> None:
         """End of input: the loop finishes what it has and stops."""

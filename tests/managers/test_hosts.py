@@ -1,8 +1,10 @@
-"""HostsManager: every way Felix sends node metadata merges into one Host; only changes out."""
+"""HostsManager: master's host messages become one Host per node; only changes out.
+
+Older releases' split messages are merged before the manager, in the wire
+layer (tests/test_wire_releases.py).
+"""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import pytest
 from google.protobuf.message import Message
@@ -73,20 +75,15 @@ def test_todays_felix_sends_both_addresses_in_cidr_form() -> None:
     }
 
 
-def test_older_releases_v4_then_v6_messages_merge_and_v6_remove_clears_only_v6() -> None:
+def test_an_update_replaces_the_whole_node_and_a_remove_removes_it() -> None:
     manager, sink = apply(
-        pb.HostMetadataV6Update(hostname="node-b", ipv6_addr="fd00::12"),
-        pb.HostMetadataUpdate(hostname="node-b", ipv4_addr="192.168.1.12"),
+        pb.HostMetadataUpdate(hostname="node-b", ipv4_addr="192.168.1.12/24", labels={"a": "1"})
     )
-    assert sink.hosts["node-b"] == Host("node-b", "192.168.1.12", "fd00::12")
-    manager.on_update(pb.HostMetadataV6Remove(hostname="node-b"))
+    manager.on_update(pb.HostMetadataUpdate(hostname="node-b", ipv6_addr="fd00::12/64"))
     manager.complete_deferred_work()
-    assert sink.hosts["node-b"] == Host("node-b", "192.168.1.12")
-    manager.on_update(pb.HostMetadataV4V6Update(hostname="node-b", ipv4_addr="192.168.1.13"))
-    manager.on_update(pb.HostMetadataV4V6Remove(hostname="node-c"))  # never seen: nothing
-    manager.complete_deferred_work()
-    assert sink.hosts["node-b"].ipv4 == "192.168.1.13"
+    assert sink.hosts["node-b"] == Host("node-b", ipv6="fd00::12", ipv6_prefix=64)
     manager.on_update(pb.HostMetadataRemove(hostname="node-b"))
+    manager.on_update(pb.HostMetadataRemove(hostname="node-c"))  # never seen: nothing
     manager.complete_deferred_work()
     assert sink.hosts == {}
 
@@ -112,10 +109,11 @@ def test_encapsulation_is_handed_over_when_it_changes() -> None:
         (pb.HostMetadataUpdate(hostname="b", ipv4_addr="fd00::1"), "ipv4_addr", "fd00::1"),
         (pb.HostMetadataUpdate(hostname="b", ipv6_addr="10.0.0.1"), "ipv6_addr", "10.0.0.1"),
         (
-            pb.HostMetadataV6Update(hostname="b", ipv6_addr="fd00::1/129"),
+            pb.HostMetadataUpdate(hostname="b", ipv6_addr="fd00::1/129"),
             "ipv6_addr",
             "fd00::1/129",
         ),
+        (pb.HostMetadataUpdate(hostname="b", labels={"": "x"}), "labels", ""),
     ],
 )
 def test_bad_input_names_the_field_and_changes_nothing(
@@ -139,9 +137,7 @@ _OPS = st.lists(
             ipv4_addr=st.sampled_from(["", "10.0.0.1", "10.0.0.2/24"]),
             ipv6_addr=st.sampled_from(["", "fd00::1", "fd00::2/64"]),
         ),
-        st.builds(pb.HostMetadataV6Update, hostname=_NAMES, ipv6_addr=st.sampled_from(["fd00::3"])),
         st.builds(pb.HostMetadataRemove, hostname=_NAMES),
-        st.builds(pb.HostMetadataV6Remove, hostname=_NAMES),
     ),
     max_size=30,
 )
@@ -172,18 +168,11 @@ def _reference(ops: list[Message]) -> dict[str, Host]:
         name = msg.hostname  # type: ignore[attr-defined]
         if isinstance(msg, pb.HostMetadataRemove):
             hosts.pop(name, None)
-        elif isinstance(msg, pb.HostMetadataV6Remove):
-            if name in hosts:
-                hosts[name] = replace(hosts[name], ipv6="", ipv6_prefix=0)
         else:
-            host = hosts.get(name, Host(name))
-            if isinstance(msg, pb.HostMetadataUpdate):
-                ipv4, p4 = _address(msg.ipv4_addr) if msg.ipv4_addr else ("", 0)
-                host = replace(host, ipv4=ipv4, ipv4_prefix=p4)
-            if msg.ipv6_addr:  # type: ignore[attr-defined]
-                ipv6, p6 = _address(msg.ipv6_addr)  # type: ignore[attr-defined]
-                host = replace(host, ipv6=ipv6, ipv6_prefix=p6)
-            hosts[name] = host
+            assert isinstance(msg, pb.HostMetadataUpdate)
+            ipv4, p4 = _address(msg.ipv4_addr) if msg.ipv4_addr else ("", 0)
+            ipv6, p6 = _address(msg.ipv6_addr) if msg.ipv6_addr else ("", 0)
+            hosts[name] = Host(name, ipv4, ipv6, p4, p6)
     return hosts
 
 
