@@ -4,6 +4,8 @@ Pure. Felix sends each endpoint its ordered tiers of policy ids and its
 profile ids; which of those are active changes as policies and profiles
 come and go. What a platform must enforce is the resolution of the two, and
 it is the same on every platform, so it is computed here, once.
+Staged policies are left out: Felix sends them for flow logs, and enforces
+none of them.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ def _direction(
 ) -> DirectionPolicy:
     resolved = []
     for tier in tiers:
+        # Staged policies are never enforced, and a tier of staged policies
+        # alone has no end-of-tier drop (Felix's rules/endpoints.go): both
+        # follow from leaving them out here.
         keys = tuple(
             k
             for k in (tier.ingress_policies if inbound else tier.egress_policies)
-            if active_policy(k)
+            if not k.staged and active_policy(k)
         )
         if keys:
             resolved.append(TierPolicies(tier.name, keys, tier.default_action))

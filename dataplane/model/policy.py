@@ -126,6 +126,11 @@ class PolicyKey:
     namespace: str = ""
     kind: str = ""
 
+    @property
+    def staged(self) -> bool:
+        """A staged policy (StagedNetworkPolicy, ...): Felix computes it, never enforces it."""
+        return self.kind.startswith("Staged")
+
     def __str__(self) -> str:
         scope = f"{self.namespace}/" if self.namespace else ""
         kind = f"{self.kind}:" if self.kind else ""
