@@ -1,4 +1,10 @@
-"""Command line: ``driver.py`` (Felix mode), ``replay``, ``version``."""
+"""Command line: ``dataplane-driver`` (Felix mode), ``replay``, ``cleanup``, ``version``.
+
+``dataplane-driver`` is the console script (``python -m dataplane`` and the
+repository's ``driver.py`` run the same :func:`main`). Felix starts it with
+no arguments, so every option can also come from a ``DATAPLANE_*``
+environment variable (:func:`_add_environment`).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,12 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import AsyncIterator, Mapping, Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 import trio
 
@@ -19,6 +27,7 @@ from dataplane.core.platform import Platform
 from dataplane.errors import PlatformUnavailableError, ProtocolError
 from dataplane.sim import SimPlatform
 from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES
+from dataplane.wire.releases import Release
 from dataplane.wire.transport import FileSource, PipeSink, PipeSource, check_pipe_fd
 
 if TYPE_CHECKING:
@@ -31,14 +40,42 @@ log = logging.getLogger("dataplane.cli")
 FELIX_INPUT_FD = 3
 FELIX_OUTPUT_FD = 4
 
+PROG = "dataplane-driver"
+ENV_PREFIX = "DATAPLANE_"
+FELIX_RELEASES = ("auto", *(release.value for release in Release))  # auto, v3.30, ...
+
+# SIGTERM: Felix SIGKILLs its driver 4 s after it, so the apply in progress
+# gets STOP_GRACE seconds to finish, and everything (the last status
+# messages to fd 4 included) STOP_DEADLINE seconds, leaving time to exit.
+# Both count from when the trio loop sees the signal, which a stretch of
+# pure-Python work in an apply (rendering a large node) can delay.
+STOP_GRACE = 1.5
+STOP_DEADLINE = 1.8
+# Past this, a watchdog thread exits the process whatever the loop is doing:
+# a stretch of rendering or a netlink call in a worker thread sees no
+# cancellation, and Felix's 2 s expectation (and its SIGKILL at 4 s) do not
+# wait. As safe as that SIGKILL: every kernel write is atomic on its own
+# (an iptables-restore per table, a netlink request), and the next start
+# adopts what is programmed.
+STOP_HARD_DEADLINE = 1.9
+
 _DESCRIPTION = """\
 A Felix-compatible node dataplane driver.
 
 With no command, runs as Calico Felix's external dataplane driver: reads
 length-prefixed ToDataplane envelopes from fd 3 and writes FromDataplane
-envelopes to fd 4 (Felix opens both pipes). Logs go to stderr, one event a
-line, with the message sequence number. Exits 0 when Felix closes fd 3,
-and 1 with a one-line error if the stream is malformed.
+envelopes to fd 4 (Felix opens both pipes). Give Felix the path of
+dataplane-driver as DataplaneDriver, with UseInternalDataplaneDriver false.
+Logs go to stderr, one event a line, with the message sequence number.
+Exits 0 when Felix closes fd 3, and 1 with a one-line error if the stream is
+malformed. On SIGTERM (or SIGINT) it lets the apply in progress finish for
+up to 1.5 s, logs one line and exits 0, leaving the dataplane as programmed.
+
+Every option can also be set by an environment variable, named after it:
+DATAPLANE_ and the option's name upper-cased with dashes as underscores
+(--chain-prefix: DATAPLANE_CHAIN_PREFIX); a list (--host-address) is
+comma-separated, and an empty variable counts as unset. An option given on
+the command line wins over its variable.
 """
 
 _EPILOG = """\
@@ -52,9 +89,9 @@ commands:
   version       print the version and the platforms available
 
 examples:
-  driver.py --record /var/log/calico/driver.log   # under Felix, keep a log
-  driver.py replay examples/demo-node.log         # what would be programmed
-  driver.py --platform windows --hns-fake host.json replay examples/demo-node.log
+  DATAPLANE_RECORD=/var/log/calico/driver.log %(prog)s   # under Felix, keep a log
+  %(prog)s replay examples/demo-node.log         # what would be programmed
+  %(prog)s --platform windows --hns-fake host.json replay examples/demo-node.log
 """
 
 
@@ -63,6 +100,20 @@ def _version() -> str:
         return metadata.version("dataplane")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _version_line() -> str:
+    return f"dataplane {_version()} (Felix felixbackend.proto; platforms: linux, windows, sim)"
+
+
+def _invoked_as(argv0: str) -> str:
+    """The program name to show: the one invoked if it is ours, else dataplane-driver."""
+    name = os.path.basename(argv0)
+    if name == "__main__.py":
+        return "python -m dataplane"
+    if name == "driver.py":  # the repository's wrapper script
+        return name
+    return PROG
 
 
 # capability(7): CAP_NET_ADMIN is bit 12 of the effective set.
@@ -165,12 +216,101 @@ def _linux_platform(args: argparse.Namespace) -> LinuxPlatform:
     return LinuxPlatform(chain_prefix=args.chain_prefix, sysctl_state=state)
 
 
-def _parser() -> argparse.ArgumentParser:
+class _Append(argparse.Action):
+    """``append``, except that the first use on the command line replaces the
+    default (which may come from the environment) instead of adding to it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        items = getattr(namespace, self.dest, None)
+        items = [] if items is None or items is self.default else list(items)
+        items.append(values)
+        setattr(namespace, self.dest, items)
+
+
+class _BadEnv:
+    """An option's default when its environment variable does not parse.
+
+    Reported (one line, exit 2) only if the option is not also given on
+    the command line, which would win anyway.
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def env_var(action: argparse.Action) -> str:
+    """The environment variable of an option: --chain-prefix -> DATAPLANE_CHAIN_PREFIX."""
+    long = next(opt for opt in action.option_strings if opt.startswith("--"))
+    return ENV_PREFIX + long[2:].upper().replace("-", "_")
+
+
+def _from_env(action: argparse.Action, text: str) -> object:
+    """``text`` converted and checked as argparse would the option's argument."""
+
+    def one(item: str) -> object:
+        value: object = item
+        if callable(action.type):
+            try:
+                value = action.type(item)
+            except (TypeError, ValueError):
+                name = getattr(action.type, "__name__", repr(action.type))
+                raise ValueError(f"invalid {name} value: {item!r}") from None
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(repr(choice) for choice in action.choices)
+            raise ValueError(f"invalid choice: {item!r} (choose from {choices})")
+        return value
+
+    if isinstance(action, _Append):
+        return [one(item.strip()) for item in text.split(",") if item.strip()]
+    return one(text)
+
+
+def _add_environment(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Let every option also come from its ``DATAPLANE_*`` variable.
+
+    Once for all options: each one's help names its variable, and a variable
+    that is set (and not empty) becomes the option's default, so that the
+    command line still wins. A value that does not parse becomes a _BadEnv
+    default, reported by :func:`_parse_args` if nothing overrides it.
+    """
+    for action in parser._actions:  # argparse has no public list of them
+        if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            continue
+        if not action.option_strings:
+            continue  # the COMMAND positional
+        if not isinstance(action, argparse._StoreAction | _Append):
+            raise TypeError(f"{action.option_strings}: no environment variable rule for it")
+        name = env_var(action)
+        action.help = f"{action.help} [env {name}]"
+        text = environ.get(name, "")
+        if not text:
+            continue
+        try:
+            action.default = _from_env(action, text)
+        except ValueError as exc:
+            action.default = _BadEnv(f"environment variable {name}: {exc}")
+
+
+def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argparse.ArgumentParser:
+    """The parser, with defaults from ``environ`` (``os.environ`` if None)."""
     parser = argparse.ArgumentParser(
-        prog="driver.py",
+        prog=prog,
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(prog=prog)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=_version_line(),
+        help="print the version and the platforms available, as the version command",
     )
     parser.add_argument(
         "--log-level",
@@ -208,7 +348,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--host-address",
-        action="append",
+        action=_Append,
         default=[],
         metavar="IP",
         help="with --platform windows: an address of this node, always allowed to reach"
@@ -232,6 +372,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="append every byte received on fd 3 to FILE (a replayable log)",
     )
+    parser.add_argument(
+        "--felix-release",
+        default="auto",
+        choices=FELIX_RELEASES,
+        help="which Felix release's wire format to decode; auto (default) detects it from"
+        " what arrives (the override is for the rare ambiguous case)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     replay = commands.add_parser("replay", help="replay a recorded log and print the state")
     replay.add_argument("file", metavar="FILE", help="log file ('-' for stdin)")
@@ -242,7 +389,19 @@ def _parser() -> argparse.ArgumentParser:
         " iptables backends) and restore the forwarding sysctls we changed; touches"
         " nothing else",
     )
+    _add_environment(parser, os.environ if environ is None else environ)
     return parser
+
+
+def _parse_args(
+    argv: Sequence[str] | None, environ: Mapping[str, str] | None
+) -> argparse.Namespace:
+    parser = _parser(environ, prog=_invoked_as(sys.argv[0]))
+    args = parser.parse_args(argv)
+    for value in vars(args).values():
+        if isinstance(value, _BadEnv):  # one line, as argparse's usage errors end
+            parser.exit(2, f"{parser.prog}: error: {value.message}\n")
+    return args
 
 
 def _setup_logging(level: str | None) -> None:
@@ -258,32 +417,139 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
         check_pipe_fd(FELIX_INPUT_FD, "input from Felix")
         check_pipe_fd(FELIX_OUTPUT_FD, "output to Felix")
     except OSError as exc:
+        prog = args.prog
         print(
-            f"driver.py: {exc.strerror}. With no command, driver.py runs as Felix's external"
-            " dataplane driver and needs pipes on fds 3 and 4; see 'driver.py --help', or"
-            " try 'driver.py replay FILE'.",
+            f"{prog}: {exc.strerror}. With no command, {prog} runs as Felix's external"
+            f" dataplane driver and needs pipes on fds 3 and 4; see '{prog} --help', or"
+            f" try '{prog} replay FILE'.",
             file=sys.stderr,
         )
         return 2
     try:
         platform = _platform(args.platform, args)
     except PlatformUnavailableError as exc:
-        print(f"driver.py: {exc}", file=sys.stderr)
+        print(f"{args.prog}: {exc}", file=sys.stderr)
         return 1
     with contextlib.ExitStack() as stack:
         record: BinaryIO | None = None
         if args.record:
             record = stack.enter_context(open(args.record, "ab"))
-        source = PipeSource(FELIX_INPUT_FD, max_frame_bytes=args.max_frame_bytes, record_to=record)
+        source = PipeSource(
+            FELIX_INPUT_FD,
+            max_frame_bytes=args.max_frame_bytes,
+            record_to=record,
+            release=args.felix_release,
+        )
         sink = PipeSink(FELIX_OUTPUT_FD)
         dataplane = Dataplane(platform, follow_log_severity=args.log_level is None)
         log.info("driver %s starting, platform %s", _version(), dataplane.platform.name)
         try:
-            trio.run(dataplane.run, source, sink)
+            stopped_by = trio.run(_serve, dataplane, source, sink)
         except ProtocolError as exc:
             log.critical("fatal: %s", exc)
             return 1
+    if stopped_by is not None:
+        _exit_now(_report_stop(dataplane, stopped_by))
+    # The pipe reader thread may still be blocked reading fd 3: it is a
+    # daemon thread, so the interpreter exits without waiting for it.
     return _report_end(dataplane, "stopped")
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit at once, without tearing the interpreter down.
+
+    After a stop signal every second counts (Felix's SIGKILL follows 4 s
+    after its SIGTERM), and the teardown of a large node's state costs a
+    good part of one (0.4 s measured at 5,000 endpoints) for nothing: the
+    dataplane stays as programmed by design, the record file is closed,
+    and the logs are flushed here.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+async def _serve(dataplane: Dataplane, source: PipeSource, sink: PipeSink) -> str | None:
+    """Run the loop until end of input or a stop signal; the signal's name, if one came."""
+    stopped_by: list[str] = []
+
+    async def on_signal(signals: AsyncIterator[int], cancel_scope: trio.CancelScope) -> None:
+        async for signum in signals:
+            if not stopped_by:  # a second signal changes nothing
+                signame = signal.Signals(signum).name
+                stopped_by.append(signame)
+                _start_watchdog(dataplane, signame)
+                dataplane.stop(grace=STOP_GRACE)
+                # Also bounds run()'s flush of the last messages to fd 4,
+                # which waits forever if Felix no longer reads it.
+                cancel_scope.deadline = trio.current_time() + STOP_DEADLINE
+
+    failure: ProtocolError | None = None
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(on_signal, signals, nursery.cancel_scope)
+            try:
+                await dataplane.run(source, sink)
+            except ProtocolError as exc:
+                failure = exc
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return stopped_by[0] if stopped_by else None
+
+
+def _start_watchdog(dataplane: Dataplane, signame: str) -> None:
+    def expire() -> None:
+        log.warning(
+            "%s: stopping after %d messages; the loop was still busy after %.1f s, so the apply"
+            " in progress was abandoned (each iptables table is all or nothing; the next start"
+            " adopts what is programmed); dataplane left as programmed",
+            signame,
+            dataplane.stats.messages,
+            STOP_HARD_DEADLINE,
+        )
+        _exit_now(0)
+
+    timer = threading.Timer(STOP_HARD_DEADLINE, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def _report_stop(dataplane: Dataplane, signame: str) -> int:
+    """The one line a stop signal gets; exit 0 whatever the dataplane's state.
+
+    Felix stops its driver this way at every shutdown (and restarts it
+    with a fresh snapshot); nothing is cleaned up, so the line says what
+    the dataplane is left with.
+    """
+    count = dataplane.stats.messages
+    if dataplane.apply_abandoned:
+        log.warning(
+            "%s: stopping after %d messages; the apply in progress did not finish within"
+            " %.1f s and was abandoned (each iptables table is all or nothing; the next start"
+            " adopts what is programmed); dataplane left as programmed",
+            signame,
+            count,
+            STOP_GRACE,
+        )
+    elif dataplane.last_apply_error is not None:
+        log.warning(
+            "%s: stopping after %d messages; dataplane left as programmed, which is NOT the"
+            " desired state: the last apply failed: %s",
+            signame,
+            count,
+            dataplane.last_apply_error,
+        )
+    elif not dataplane.in_sync:
+        log.info(
+            "%s: stopping after %d messages, before InSync; nothing was programmed",
+            signame,
+            count,
+        )
+    else:
+        log.info("%s: stopping after %d messages; dataplane left as programmed", signame, count)
+    return 0
 
 
 def _report_end(dataplane: Dataplane, verb: str) -> int:
@@ -310,7 +576,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     try:
         platform = _platform("sim" if args.platform == "auto" else args.platform, args)
     except PlatformUnavailableError as exc:
-        print(f"driver.py replay: {exc}", file=sys.stderr)
+        print(f"{args.prog} replay: {exc}", file=sys.stderr)
         return 1
     dataplane = Dataplane(platform, follow_log_severity=args.log_level is None)
     with contextlib.ExitStack() as stack:
@@ -319,10 +585,11 @@ def _run_replay(args: argparse.Namespace) -> int:
                 sys.stdin.buffer if args.file == "-" else stack.enter_context(open(args.file, "rb"))
             )
         except OSError as exc:
-            print(f"driver.py replay: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+            print(f"{args.prog} replay: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
             return 2
+        source = FileSource(file, max_frame_bytes=args.max_frame_bytes, release=args.felix_release)
         try:
-            trio.run(dataplane.run, FileSource(file, max_frame_bytes=args.max_frame_bytes))
+            trio.run(dataplane.run, source)
         except ProtocolError as exc:
             log.critical("fatal: %s", exc)
             return 1
@@ -343,7 +610,7 @@ def _run_cleanup(args: argparse.Namespace) -> int:
     try:
         platform = _linux_platform(args)
     except PlatformUnavailableError as exc:
-        print(f"driver.py cleanup: {exc}", file=sys.stderr)
+        print(f"{args.prog} cleanup: {exc}", file=sys.stderr)
         return 1
     trio.run(platform.cleanup)
     log.info(
@@ -353,10 +620,16 @@ def _run_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run the command line; the exit code.
+
+    Args:
+        argv: the arguments (``sys.argv[1:]`` if None).
+        environ: where ``DATAPLANE_*`` variables come from (``os.environ`` if None).
+    """
+    args = _parse_args(argv, environ)
     if args.command == "version":
-        print(f"dataplane {_version()} (Felix felixbackend.proto; platforms: linux, windows, sim)")
+        print(_version_line())
         return 0
     _setup_logging(args.log_level)
     if args.command == "replay":

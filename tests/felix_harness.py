@@ -42,12 +42,16 @@ class FelixHarness:
         netns: str | None = None,
         env: dict[str, str] | None = None,
         wrapper: Sequence[str] = (),
+        program: Sequence[str] | None = None,
+        cwd: Path = REPO,
     ) -> None:
         """Start ``driver.py ARGS``; inside network namespace ``netns`` if given.
 
         ``env`` replaces the driver's environment (e.g. a PATH whose tools
         misbehave on purpose); ``wrapper`` runs before the interpreter
-        (e.g. ``setpriv`` dropping a capability).
+        (e.g. ``setpriv`` dropping a capability); ``program`` replaces
+        ``python driver.py`` (e.g. the ``dataplane-driver`` console script),
+        started in ``cwd``.
         """
         to_driver_r, self.to_driver = os.pipe()
         self.from_driver, from_driver_w = os.pipe()
@@ -62,13 +66,14 @@ class FelixHarness:
             os.dup2(child_w, 4)
 
         prefix = ["ip", "netns", "exec", netns] if netns else []
+        driver = program or [sys.executable, str(REPO / "driver.py")]
         self.proc = subprocess.Popen(
-            [*prefix, *wrapper, sys.executable, str(REPO / "driver.py"), *args],
+            [*prefix, *wrapper, *driver, *args],
             preexec_fn=wire_fds,  # noqa: PLW1509 - single-threaded test process
             pass_fds=(3, 4),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=REPO,
+            cwd=cwd,
             env=env,
         )
         os.close(child_r)

@@ -41,6 +41,8 @@ def test_embedding_methods() -> None:
         "in_sync",
         "last_apply_error",
         "run",
+        "stop",  # SIGTERM: run() returns, the dataplane left as programmed
+        "apply_abandoned",
     }
     # The services manager is reachable for health sources (set_backend_health).
     assert hasattr(Dataplane(dataplane.SimPlatform()), "services")

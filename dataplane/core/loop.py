@@ -137,6 +137,12 @@ class Dataplane:
         self._started_at = 0.0
         self._heartbeat_scope: trio.CancelScope | None = None
         self._wait_scope: trio.CancelScope | None = None
+        # For stop(): the scope around the message loop, whether a stop was
+        # asked for, and whether platform.apply() is running (left True if a
+        # stop cancelled it: see apply_abandoned).
+        self._main_scope: trio.CancelScope | None = None
+        self._stopping = False
+        self._applying = False
         set_wakeup = getattr(platform, "set_wakeup", None)
         if set_wakeup is not None:
             set_wakeup(self._wake)
@@ -208,6 +214,32 @@ class Dataplane:
         """Why the last apply failed, while its state is still pending; else None."""
         return self._retries.last_error
 
+    @property
+    def apply_abandoned(self) -> bool:
+        """True if :meth:`stop` cancelled an apply that had not finished."""
+        return self._stopping and self._applying
+
+    def stop(self, grace: float) -> None:
+        """Make :meth:`run` return soon, leaving the dataplane as programmed.
+
+        For SIGTERM (Felix stops its driver so, and SIGKILLs it 4 s later).
+        Waiting for input, the loop stops at once. In phase 2, the apply in
+        progress may finish if it does within ``grace`` seconds; after that
+        it is cancelled, which is safe: each iptables-restore is atomic per
+        table, and the next start reads back and adopts whatever is
+        programmed. No further apply starts, and nothing is cleaned up.
+        Call it from within the trio run; ``run`` must not be called again.
+        """
+        self._stopping = True
+        scope = self._main_scope
+        if scope is None:  # not running yet: run() will return at once
+            return
+        if self._applying:
+            # A deadline, not a timer: the apply ends early if it can.
+            scope.deadline = min(scope.deadline, trio.current_time() + grace)
+        else:
+            scope.cancel()
+
     # --- running ---------------------------------------------------------------
 
     async def run(
@@ -232,7 +264,8 @@ class Dataplane:
                 inner.start_soon(self._heartbeat)
                 inner.start_soon(self.platform.serve)
                 try:
-                    await self._main(source or self._input)
+                    with trio.CancelScope() as self._main_scope:  # stop() cancels it
+                        await self._main(source or self._input)
                 except ProtocolError as exc:
                     failure = exc
                 inner.cancel_scope.cancel()
@@ -242,7 +275,7 @@ class Dataplane:
             raise failure
 
     async def _main(self, source: MessageSource) -> None:
-        while True:
+        while not self._stopping:  # stop() during an apply that then finished
             batch: list[pb.ToDataplane] | None = None
             with trio.CancelScope(deadline=self._wake_at()) as self._wait_scope:
                 batch = await source.receive_batch()
@@ -353,9 +386,11 @@ class Dataplane:
         for manager in self._managers:
             manager.complete_deferred_work()
         self._dirty = False
+        self._applying = True
         try:
             await self.platform.apply()
         except (ProgrammingError, OSError) as exc:
+            self._applying = False
             self.stats.apply_failures += 1
             delay = self._retries.failed(str(exc), trio.current_time())
             log.warning(
@@ -365,6 +400,8 @@ class Dataplane:
                 exc,
             )
             return
+        # Not in a finally: if stop() cancels the apply, it stays True.
+        self._applying = False
         if ended := self._retries.succeeded():
             log.info("apply succeeded after %d failed attempt(s)", ended)
         self.stats.applies += 1
