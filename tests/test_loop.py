@@ -237,6 +237,42 @@ def test_endpoint_status_updates_and_removes() -> None:
     run_trio(main)
 
 
+def test_a_workload_status_carries_the_endpoint_felix_writes_its_status_file_from() -> None:
+    """Felix (v3.30+) writes endpoint-status files only from updates carrying field 3."""
+
+    def updates(dp: Dataplane) -> list[pb.WorkloadEndpointStatusUpdate]:
+        return [
+            e.workload_endpoint_status_update
+            for e in dp.drain_output()
+            if e.HasField("workload_endpoint_status_update")
+        ]
+
+    async def main() -> None:
+        dp = Dataplane(SimPlatform(), config=None)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            first = workload("ns/a", "cali1", "10.0.0.1/32")
+            dp.send_message(first)
+            dp.send_message(pb.InSync())
+            await _settle()
+            (update,) = updates(dp)
+            assert (update.status.status, update.endpoint) == ("up", first.endpoint)
+            # Same status, new data: reported again, or the file goes stale.
+            moved = workload("ns/a", "cali1", "10.0.0.9/32")
+            dp.send_message(moved)
+            await _settle()
+            (update,) = updates(dp)
+            assert update.endpoint == moved.endpoint
+            # A rejected update changes nothing programmed, so nothing reported.
+            dp.send_message(workload("ns/a", "cali1", "10.0.0.999/32"))
+            await _settle()
+            assert updates(dp) == []
+            assert dp.stats.rejected == 1
+            dp.close_input()
+
+    run_trio(main)
+
+
 def test_registered_manager_sees_messages_and_applies() -> None:
     class Counter:
         def __init__(self) -> None:

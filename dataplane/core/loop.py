@@ -57,6 +57,11 @@ __all__ = ["Dataplane", "LoopStats"]
 log = logging.getLogger(__name__)
 
 
+# Workload endpoints as accepted go to the status reporter: Felix's
+# endpoint-status files are written from what its status updates carry.
+_WORKLOAD_KINDS = frozenset({"workload_endpoint_update", "workload_endpoint_remove"})
+
+
 @dataclass(slots=True)
 class LoopStats:
     messages: int = 0
@@ -327,6 +332,8 @@ class Dataplane:
                         )
                 for manager in managers:
                     manager.on_update(payload)
+                if kind in _WORKLOAD_KINDS:  # accepted: its status will carry it
+                    self._status.record(payload)  # type: ignore[arg-type]
             except InputError as exc:
                 self.stats.rejected += 1
                 log.error(

@@ -3,6 +3,16 @@
 After every successful apply the loop asks the platform for the status of
 each endpoint; the reporter sends only what changed since it last reported,
 plus a remove for each endpoint that disappeared, as Felix expects.
+
+A workload's update carries the endpoint as Felix sent it (field 3,
+``endpoint``), as Felix's own dataplane does: from v3.30 Felix's
+endpoint-status file reporter (``EndpointStatusPathPrefix``, on by default)
+reads the interface, MAC, addresses and BGP peer from it and writes
+``<prefix>/endpoint-status/<id>``, the file the CNI plugin waits for. It
+runs under an external driver too, and skips an update without the field.
+So the reporter keeps each workload endpoint as last accepted
+(:meth:`StatusReporter.record`) and reports again when it changes, not
+only when the status does, or the file would go stale.
 """
 
 from __future__ import annotations
@@ -26,15 +36,6 @@ def _workload_id(key: WorkloadEndpointKey) -> pb.WorkloadEndpointID:
     )
 
 
-def _update(key: EndpointKey, status: EndpointStatus) -> Message:
-    body = pb.EndpointStatus(status=status.value)
-    if isinstance(key, HostEndpointKey):
-        return pb.HostEndpointStatusUpdate(
-            id=pb.HostEndpointID(endpoint_id=key.endpoint_id), status=body
-        )
-    return pb.WorkloadEndpointStatusUpdate(id=_workload_id(key), status=body)
-
-
 def _remove(key: EndpointKey) -> Message:
     if isinstance(key, HostEndpointKey):
         return pb.HostEndpointStatusRemove(id=pb.HostEndpointID(endpoint_id=key.endpoint_id))
@@ -43,15 +44,48 @@ def _remove(key: EndpointKey) -> Message:
 
 class StatusReporter:
     def __init__(self) -> None:
-        self._reported: dict[EndpointKey, EndpointStatus] = {}
+        # What Felix was last told: the status, and which version of the
+        # workload endpoint went with it.
+        self._reported: dict[EndpointKey, tuple[EndpointStatus, int]] = {}
+        self._endpoints: dict[WorkloadEndpointKey, tuple[int, pb.WorkloadEndpoint]] = {}
+        self._version = 0
+
+    def record(self, msg: pb.WorkloadEndpointUpdate | pb.WorkloadEndpointRemove) -> None:
+        """Keep a workload endpoint as accepted (call after the managers took it)."""
+        wid = msg.id
+        key = WorkloadEndpointKey(wid.orchestrator_id, wid.workload_id, wid.endpoint_id)
+        if isinstance(msg, pb.WorkloadEndpointRemove):
+            self._endpoints.pop(key, None)
+            return
+        self._version += 1
+        self._endpoints[key] = (self._version, msg.endpoint)
+
+    def _update(self, key: EndpointKey, status: EndpointStatus) -> Message:
+        body = pb.EndpointStatus(status=status.value)
+        if isinstance(key, HostEndpointKey):
+            return pb.HostEndpointStatusUpdate(
+                id=pb.HostEndpointID(endpoint_id=key.endpoint_id), status=body
+            )
+        update = pb.WorkloadEndpointStatusUpdate(id=_workload_id(key), status=body)
+        recorded = self._endpoints.get(key)
+        if recorded is not None:
+            update.endpoint.CopyFrom(recorded[1])
+        return update
+
+    def _version_of(self, key: EndpointKey) -> int:
+        if isinstance(key, HostEndpointKey):
+            return 0
+        recorded = self._endpoints.get(key)
+        return 0 if recorded is None else recorded[0]
 
     def changes(self, current: Mapping[EndpointKey, EndpointStatus]) -> list[Message]:
         """Status payloads that bring Felix's view up to ``current``."""
+        reported = {key: (status, self._version_of(key)) for key, status in current.items()}
         out = [
-            _update(key, status)
-            for key, status in current.items()
-            if self._reported.get(key) is not status
+            self._update(key, status)
+            for key, (status, version) in reported.items()
+            if self._reported.get(key) != (status, version)
         ]
         out.extend(_remove(key) for key in self._reported if key not in current)
-        self._reported = dict(current)
+        self._reported = reported
         return out
