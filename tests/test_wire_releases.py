@@ -39,7 +39,7 @@ IFACES = {p.name: p.iface for p in scenario.PODS}
 
 def _session(overlay: bool = True) -> list[pb.ToDataplane]:
     first = master_session(IFACES, overlay=overlay)
-    return first + after_sync(len(first) + 1)
+    return first + after_sync(len(first) + 1)  # one Felix says it all: one speaker
 
 
 def _replay(data: bytes, release: str = "auto") -> tuple[str, FileSource]:

@@ -31,7 +31,7 @@ from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.framing import encode_frame
 from tests.felix_releases import schema
 
-__all__ = ["legacy_name", "speak"]
+__all__ = ["Speaker", "legacy_name", "speak"]
 
 _LEGACY_POLICY = ("v3.30", "v3.31")
 _LEGACY_HOSTS = ("v3.30", "v3.31", "v3.32")
@@ -56,7 +56,9 @@ def legacy_name(policy_id: dict[str, str]) -> str:
     raise ValueError(f"no v3.31 name for {policy_id}: set a kind as v3.32+ Felix always does")
 
 
-class _Speaker:
+class Speaker:
+    """One Felix of ``release``: keeps what later messages depend on (tiers, hosts sent)."""
+
     def __init__(self, release: str) -> None:
         self.release = release
         self.schema = schema(release)
@@ -130,8 +132,11 @@ class _Speaker:
             body["sequence_number"] = str(seq)
         return bodies
 
+    def say(self, envelopes: list[pb.ToDataplane]) -> bytes:
+        """The bytes this Felix sends for these master-form envelopes."""
+        return b"".join(self.frames(envelope) for envelope in envelopes)
+
 
 def speak(envelopes: list[pb.ToDataplane], release: str) -> bytes:
     """The byte stream ``release``'s Felix sends for this master-form session."""
-    speaker = _Speaker(release)
-    return b"".join(speaker.frames(envelope) for envelope in envelopes)
+    return Speaker(release).say(envelopes)
