@@ -1,12 +1,13 @@
 # Two entry points for a fresh machine (both install what they need):
 #   make demo   the main job: program a throwaway node from the example log, probe it
-#   make test   everything CI checks: lint, types, unit/golden/property/process tests
+#   make test   everything CI checks: lint, types, unit/golden/property/process tests,
+#               and the checks of deploy/ (manifests, image recipe, probe)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest proto bench system-deps clean
+.PHONY: demo test lint typecheck pytest deploy-check proto bench system-deps clean
 
 # With the bench extra: mypy checks benchmarks/ too, and bench_iptc.py
 # imports python-iptables (without it, `make typecheck` fails on that import).
@@ -38,6 +39,11 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q
+
+# Only the checks of deploy/ (image recipe, manifests, probe); `make test`
+# runs them too, as part of pytest (tests/test_deploy.py).
+deploy-check: $(STAMP)
+	$(BIN)/pytest -q tests/test_deploy.py
 
 # Regenerate dataplane/wire/_pb from proto/ (tests/test_proto_generated.py fails
 # when the committed output is stale).
