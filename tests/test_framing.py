@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import struct
 
 import pytest
@@ -59,6 +60,18 @@ def test_oversize_length_names_offset_frame_and_last_seq() -> None:
     assert (err.offset, err.frame_index, err.last_good_seq) == (len(good), 2, 2)
     assert f"byte offset {len(good)} (frame 2, last good seq 2)" in str(err)
     assert "exceeds the limit" in str(err)
+
+
+def test_envelopes_before_a_bad_frame_come_out_before_the_error() -> None:
+    # Found by fuzzing: they were lost when they arrived in the same feed.
+    decoder = FrameDecoder()
+    bad = struct.pack("<Q", 2) + b"\xff\xff"
+    assert decoder.feed(STREAM + bad) == MESSAGES
+    where = f"byte offset {len(STREAM)} (frame 5, last good seq 5)"
+    with pytest.raises(ProtocolError, match=re.escape(where)):
+        decoder.feed(b"more")
+    with pytest.raises(ProtocolError, match=re.escape(where)):
+        decoder.close()
 
 
 def test_truncated_body_at_end_of_input() -> None:

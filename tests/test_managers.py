@@ -102,6 +102,10 @@ def test_remove_then_recreate_in_one_batch_is_a_replace() -> None:
         (ipset("s:a", "1.2.3.4,icmp:3", kind=pb.IPSetUpdate.IP_AND_PORT), "members[0]"),
         (ipset("s:a", "1.2.3.4,tcp:99999", kind=pb.IPSetUpdate.IP_AND_PORT), "members[0]"),
         (ipset("s:a", "nonsense", kind=pb.IPSetUpdate.NET), "members[0]"),
+        # Found by fuzzing: a bad address inside a member crashed with ValueError.
+        (ipset("s:a", "10.0.0.1", "10.0.0.999/32"), "members[1]"),
+        (ipset("s:a", "1.2.3.4,tcp:80", "x,tcp:80", kind=pb.IPSetUpdate.IP_AND_PORT), "members[1]"),
+        (ipset("s:a", "10.0.0.1\x00"), "members[0]"),
         (ipset("", "1.2.3.4"), "id"),
         (pb.IPSetDeltaUpdate(id="s:never", added_members=["1.2.3.4"]), "id"),
         (pb.IPSetUpdate(id="s:a", type=7), "type"),  # type: ignore[arg-type]

@@ -75,7 +75,7 @@ def _ip_member(text: str, field: str) -> str:
         # Fast path for the common case, a plain IPv4 address.
         try:
             socket.inet_pton(socket.AF_INET, text)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: an embedded NUL
             raise InputError(field, text, "not an IP address") from None
         return text
     # Felix sends bare addresses; accept a full-length prefix too.
@@ -128,9 +128,16 @@ def ipset_members(kind: IPSetType, members: Sequence[str], field: str) -> set[st
     parse = _MEMBER_PARSERS[kind]
     try:
         return {parse(member, field) for member in members}
-    except InputError as exc:
-        index = list(members).index(str(exc.value))
-        raise at(exc, f"{field}[{index}]") from None
+    except InputError:
+        pass
+    # A bad member: find it again to name its index and the whole member (the
+    # parsers may complain about a part of it, e.g. the address of "x,tcp:80").
+    for index, member in enumerate(members):
+        try:
+            parse(member, field)
+        except InputError as exc:
+            raise type(exc)(f"{field}[{index}]", member, exc.reason) from None
+    raise AssertionError("unreachable: a member failed to parse once, not twice")
 
 
 def at(exc: InputError, field: str) -> InputError:

@@ -93,6 +93,7 @@ class FrameDecoder:
         self.frame_index = 0  # index of the next frame to decode
         self.last_good_seq: int | None = None
         self.skipped_unknown = 0
+        self.error: ProtocolError | None = None  # the stream broke here; it stays broken
 
     @property
     def offset(self) -> int:
@@ -113,7 +114,14 @@ class FrameDecoder:
         )
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[pb.ToDataplane]:
-        """Add ``data`` to the stream; return the envelopes it completed."""
+        """Add ``data`` to the stream; return the envelopes it completed.
+
+        A bad frame raises :class:`ProtocolError`; if ``data`` completed good
+        envelopes before it, they are returned first, :attr:`error` is set,
+        and the next call (``feed`` or ``close``) raises it.
+        """
+        if self.error is not None:
+            raise self.error
         buf = self._buf
         buf += data
         out: list[pb.ToDataplane] = []
@@ -136,6 +144,15 @@ class FrameDecoder:
                 if envelope is not None:
                     self.last_good_seq = envelope.sequence_number
                     out.append(envelope)
+        except ProtocolError as exc:
+            self.error = exc
+            if not out:
+                raise
+            # Hand out what came before the bad frame. The error's traceback
+            # may still hold a view of the buffer: copy the rest, not resize.
+            self._buf = buf[pos:]
+            self._buf_offset += pos
+            return out
         finally:
             view.release()
         self._consume(pos)
@@ -203,6 +220,8 @@ class FrameDecoder:
 
     def close(self) -> None:
         """Declare end of input; raise if a partial frame is left over."""
+        if self.error is not None:
+            raise self.error
         if not self._buf:
             return
         if len(self._buf) < 8:

@@ -157,8 +157,11 @@ class PipeSource(_ByteSource):
                     self.peak_queued_bytes = max(self.peak_queued_bytes, self._queued_bytes)
                 if not data:
                     self._ended = True
+                if self.decoder.error is not None:  # a bad frame after this batch
+                    self._error = self.decoder.error
+                    self._ended = True
             self._notify()
-            if not data:
+            if self._ended:
                 return
 
     def _notify(self) -> None:
