@@ -134,6 +134,7 @@ class Table:
 
     def remove_chain(self, name: str) -> None:
         self.quarantine.release(name)
+        self._fail_closed_hashes.pop(name, None)  # chain names come and go with pods
         if self._desired.pop(name, None) is not None:
             del self._hashes[name]
             self._dirty.add(name)

@@ -10,6 +10,7 @@ rejected message leaves all state untouched.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
@@ -193,27 +194,40 @@ class _Memo(Generic[T]):
     Felix re-sends a whole policy whenever any part of it changes, and every
     endpoint of a namespace carries the same tier lists, so the same rules
     and tiers arrive many times over. Model values are immutable, so each
-    distinct message is converted (and validated) once. Bounded: dropped
-    wholesale when full, which is cheap and keeps the common case fast.
+    distinct message is converted (and validated) once while its value is
+    in use. Values are held weakly: an entry goes when the last policy,
+    profile or endpoint holding its value does, so the memo is bounded by
+    what the node holds, however many distinct rules churn through it.
     """
 
-    def __init__(self, limit: int) -> None:
-        self._values: dict[bytes, T] = {}
-        self._limit = limit
+    def __init__(self) -> None:
+        refs: dict[bytes, weakref.KeyedRef[bytes, T]] = {}
+
+        def forget(ref: weakref.KeyedRef[bytes, T]) -> None:
+            # Its value is gone; unless the key was converted again since.
+            if refs.get(ref.key) is ref:
+                refs.pop(ref.key, None)
+
+        self._refs = refs
+        self._forget = forget
+
+    def __len__(self) -> int:
+        return len(self._refs)
 
     def get(self, msg: Message, convert: Callable[[], T]) -> T:
         key = msg.SerializeToString(deterministic=True)
-        value = self._values.get(key)
-        if value is None:
-            value = convert()
-            if len(self._values) >= self._limit:
-                self._values.clear()
-            self._values[key] = value
+        ref = self._refs.get(key)
+        if ref is not None:
+            value = ref()
+            if value is not None:
+                return value
+        value = convert()
+        self._refs[key] = weakref.KeyedRef(value, self._forget, key)
         return value
 
 
-_RULES: _Memo[Rule] = _Memo(50_000)
-_TIERS: _Memo[TierInfo] = _Memo(10_000)
+_RULES: _Memo[Rule] = _Memo()
+_TIERS: _Memo[TierInfo] = _Memo()
 
 
 def _rules(rules: Sequence[pb.Rule], field: str) -> tuple[Rule, ...]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TypeVar
 
 from dataplane.core.platform import EndpointKey, EndpointsSink, RulesSink
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
@@ -41,6 +42,8 @@ from dataplane.model import (
 __all__ = ["PolicyIndex"]
 
 _Endpoint = WorkloadEndpoint | HostEndpoint
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 def _all_tiers(endpoint: _Endpoint) -> tuple[TierInfo, ...]:
@@ -58,6 +61,19 @@ def _policy_keys(endpoint: _Endpoint) -> set[PolicyKey]:
     return {
         key for tier in _all_tiers(endpoint) for key in tier.ingress_policies + tier.egress_policies
     }
+
+
+def _unlink(index: dict[_K, set[_V]], key: _K, value: _V) -> None:
+    """Take ``value`` out of ``index[key]``, and the key too once nothing is left.
+
+    Policy names, profile names and set ids come and go by the thousand on
+    a busy node; an emptied entry kept would outlive them for good.
+    """
+    values = index.get(key)
+    if values is not None:
+        values.discard(value)
+        if not values:
+            del index[key]
 
 
 def _stage_flags(policy: Policy | None) -> tuple[bool, bool] | None:
@@ -91,15 +107,16 @@ class PolicyIndex:
     def set_policy(self, key: PolicyKey, policy: Policy | None) -> None:
         old = self._policies.get(key)
         self._policies_before.setdefault(key, old)
-        if old is not None:
-            for set_id in old.ip_set_ids():
-                self._set_policies[set_id].discard(key)
+        old_sets = old.ip_set_ids() if old is not None else frozenset()
+        new_sets = policy.ip_set_ids() if policy is not None else frozenset()
+        for set_id in old_sets - new_sets:
+            _unlink(self._set_policies, set_id, key)
+        for set_id in new_sets - old_sets:
+            self._set_policies[set_id].add(key)
         if policy is None:
             self._policies.pop(key, None)
         else:
             self._policies[key] = policy
-            for set_id in policy.ip_set_ids():
-                self._set_policies[set_id].add(key)
         if _stage_flags(old) != _stage_flags(policy):
             # Became active or inactive, or moved to or from untracked or
             # pre-DNAT: the endpoints naming it resolve anew.
@@ -108,33 +125,39 @@ class PolicyIndex:
     def set_profile(self, name: str, profile: Profile | None) -> None:
         old = self._profiles.get(name)
         self._profiles_before.setdefault(name, old)
-        if old is not None:
-            for set_id in old.ip_set_ids():
-                self._set_profiles[set_id].discard(name)
+        old_sets = old.ip_set_ids() if old is not None else frozenset()
+        new_sets = profile.ip_set_ids() if profile is not None else frozenset()
+        for set_id in old_sets - new_sets:
+            _unlink(self._set_profiles, set_id, name)
+        for set_id in new_sets - old_sets:
+            self._set_profiles[set_id].add(name)
         if profile is None:
             self._profiles.pop(name, None)
         else:
             self._profiles[name] = profile
-            for set_id in profile.ip_set_ids():
-                self._set_profiles[set_id].add(name)
         if (old is None) != (profile is None):
             self._dirty_endpoints |= self._profile_users.get(name, set())
 
     def set_endpoint(self, key: EndpointKey, endpoint: _Endpoint | None) -> None:
         old = self._endpoints.get(key)
-        if old is not None:
-            for pkey in _policy_keys(old):
-                self._policy_users[pkey].discard(key)
-            for name in old.profile_ids:
-                self._profile_users[name].discard(key)
+        # Only what changed moves in the reverse indexes (most updates keep
+        # their policies and profiles).
+        old_policies = _policy_keys(old) if old is not None else set()
+        new_policies = _policy_keys(endpoint) if endpoint is not None else set()
+        for pkey in old_policies - new_policies:
+            _unlink(self._policy_users, pkey, key)
+        for pkey in new_policies - old_policies:
+            self._policy_users[pkey].add(key)
+        old_profiles = set(old.profile_ids) if old is not None else set()
+        new_profiles = set(endpoint.profile_ids) if endpoint is not None else set()
+        for name in old_profiles - new_profiles:
+            _unlink(self._profile_users, name, key)
+        for name in new_profiles - old_profiles:
+            self._profile_users[name].add(key)
         if endpoint is None:
             self._endpoints.pop(key, None)
         else:
             self._endpoints[key] = endpoint
-            for pkey in _policy_keys(endpoint):
-                self._policy_users[pkey].add(key)
-            for name in endpoint.profile_ids:
-                self._profile_users[name].add(key)
         self._dirty_endpoints.add(key)
 
     def ip_set_changed_shape(self, set_id: str) -> None:

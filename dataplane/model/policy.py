@@ -69,7 +69,9 @@ class IcmpMatch:
         return str(self.type) if self.code is None else f"{self.type}/{self.code}"
 
 
-@dataclass(frozen=True, slots=True)
+# Rules and tiers are weakly referenceable: the converter's memo holds them
+# only while a policy, profile or endpoint does (managers/convert.py).
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Rule:
     """One policy rule; every match field of Felix's ``Rule``.
 
@@ -159,7 +161,7 @@ class Profile:
         return frozenset().union(*(r.ip_set_ids() for r in self.inbound + self.outbound))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class TierInfo:
     """One tier's ordered policies for an endpoint, per direction.
 

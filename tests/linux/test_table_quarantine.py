@@ -138,3 +138,23 @@ def test_a_chain_only_the_nft_commit_refuses_is_quarantined_too(netns: str) -> N
         assert _rules(netns, "nft", "cali-pol")[0].endswith("-j ACCEPT")
 
     trio.run(main)
+
+
+def test_a_removed_quarantined_chain_leaves_nothing_behind(netns: str) -> None:
+    # Chains come and go with pods and policies: what the table keeps about
+    # a refused one (its quarantine, its fail-closed version) goes with it.
+    async def main() -> None:
+        table = _table(netns, "nft", Clock())
+        for i in range(20):
+            table.set_chains([*_chains((GOOD,)), Chain(f"cali-bad-{i}", (BAD,))])
+            await table.apply()
+            assert [r.chain for r in table.take_refusals()] == [f"cali-bad-{i}"]
+            assert table.keeps_last_good(f"cali-bad-{i}") is False  # written fail-closed
+        assert len(table.quarantine) == 1
+        assert set(table._fail_closed_hashes) == {"cali-bad-19"}
+        table.set_chains(_chains((GOOD,)))
+        await table.apply()
+        assert len(table.quarantine) == 0
+        assert table._fail_closed_hashes == {}
+
+    trio.run(main)
