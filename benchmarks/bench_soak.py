@@ -1,6 +1,10 @@
 """Soak: a million messages of churn into a live Linux node; memory, latency, leaks.
 
-MEASURED
+Measured 2026-11-24 on 2 cores, nft, defaults (1,000,000 messages in 986 s):
+RSS 57.1 MB loaded, 64.9 MB after warm-up, 70.6 MB at the end (+8.8 %, goal
+<= 10 %); apply latency p50 798 ms in the 2nd tenth, 897 ms in the last
+(1.12x, goal <= 1.2x); kernel state equal to a clean start. Before the memo,
+index and table fixes: +52 % over 400,000 messages.
 
 A real driver (the ``dataplane-driver`` console script, no arguments,
 ``DATAPLANE_PLATFORM=linux``, on Felix's pipes, fds 3 and 4) programs a
