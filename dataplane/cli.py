@@ -25,6 +25,9 @@ import trio
 from dataplane.core.loop import Dataplane
 from dataplane.core.platform import Platform
 from dataplane.errors import PlatformUnavailableError, ProtocolError
+from dataplane.ops.health import DEFAULT_LIVENESS_DEADLINE
+from dataplane.ops.logfmt import LOG_FORMATS, formatter
+from dataplane.ops.server import listen_address
 from dataplane.sim import SimPlatform
 from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES
 from dataplane.wire.releases import Release
@@ -304,6 +307,8 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        # A command's --log must not be taken for an abbreviation of --log-level.
+        allow_abbrev=False,
     )
     parser.set_defaults(prog=prog)
     parser.add_argument(
@@ -373,6 +378,33 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         help="append every byte received on fd 3 to FILE (a replayable log)",
     )
     parser.add_argument(
+        "--listen",
+        type=listen_address,
+        metavar="HOST:PORT",
+        help="serve /metrics, /livez, /readyz, /state and /explain over HTTP here; :PORT"
+        " binds 127.0.0.1 (default: off; never Felix's 9091/9099 unless asked)",
+    )
+    parser.add_argument(
+        "--liveness-deadline",
+        type=float,
+        default=DEFAULT_LIVENESS_DEADLINE,
+        metavar="SECONDS",
+        help="/livez answers 503 once the main loop has been busy this long (default: 60)",
+    )
+    parser.add_argument(
+        "--ready-quarantine-grace",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="/readyz answers 503 once an object has been refused this long (default: 0, at once)",
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="log lines as text (default) or one JSON object per line, with the same fields",
+    )
+    parser.add_argument(
         "--felix-release",
         default="auto",
         choices=FELIX_RELEASES,
@@ -383,6 +415,32 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     replay = commands.add_parser("replay", help="replay a recorded log and print the state")
     replay.add_argument("file", metavar="FILE", help="log file ('-' for stdin)")
     commands.add_parser("version", help="print the version")
+    show = commands.add_parser(
+        "show",
+        help="the desired state, each object with its status (pending, done, error), since"
+        " when and its error: from a live driver (--address) or a replayed log (--log)",
+    )
+    _add_source(show)
+    show.add_argument("--json", action="store_true", help="one JSON record per object")
+    show.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeatable)")
+    explain = commands.add_parser(
+        "explain",
+        help="which endpoint, service, tier, policy and rule decide a packet, from a live"
+        " driver's state (--address) or a replayed log (--log)",
+    )
+    _add_source(explain)
+    explain.add_argument("--from", dest="src", required=True, metavar="IP")
+    explain.add_argument("--to", dest="dst", required=True, metavar="IP")
+    explain.add_argument("--proto", required=True, choices=["tcp", "udp", "icmp", "sctp"])
+    explain.add_argument("--port", type=int, metavar="N", help="destination port (tcp, udp)")
+    explain.add_argument("--json", action="store_true", help="the verdict and steps as JSON")
+    health = commands.add_parser(
+        "health",
+        help="probe a driver's /livez (or /readyz with --ready) for an exec probe: exit 0"
+        " when it answers 200, else 1",
+    )
+    health.add_argument("--address", type=listen_address, metavar="HOST:PORT")
+    health.add_argument("--ready", action="store_true", help="probe /readyz instead")
     commands.add_parser(
         "cleanup",
         help="remove every chain, rule, IP set, route and sysctl change we own (both"
@@ -391,6 +449,17 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     )
     _add_environment(parser, os.environ if environ is None else environ)
     return parser
+
+
+def _add_source(command: argparse.ArgumentParser) -> None:
+    source = command.add_mutually_exclusive_group()
+    source.add_argument(
+        "--address",
+        type=listen_address,
+        metavar="HOST:PORT",
+        help="a live driver's --listen address (default: DATAPLANE_LISTEN)",
+    )
+    source.add_argument("--log", metavar="FILE", help="replay this recorded log instead")
 
 
 def _parse_args(
@@ -404,12 +473,10 @@ def _parse_args(
     return args
 
 
-def _setup_logging(level: str | None) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, level or "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def _setup_logging(level: str | None, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(log_format))
+    logging.basicConfig(level=getattr(logging, level or "INFO"), handlers=[handler])
 
 
 def _run_felix_mode(args: argparse.Namespace) -> int:
@@ -441,7 +508,11 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
             release=args.felix_release,
         )
         sink = PipeSink(FELIX_OUTPUT_FD)
-        dataplane = Dataplane(platform, follow_log_severity=args.log_level is None)
+        try:
+            dataplane = _observed_dataplane(platform, args, stack)
+        except OSError as exc:
+            print(f"{args.prog}: --listen {args.listen}: {exc.strerror}", file=sys.stderr)
+            return 1
         log.info("driver %s starting, platform %s", _version(), dataplane.platform.name)
         try:
             stopped_by = trio.run(_serve, dataplane, source, sink)
@@ -453,6 +524,37 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
     # The pipe reader thread may still be blocked reading fd 3: it is a
     # daemon thread, so the interpreter exits without waiting for it.
     return _report_end(dataplane, "stopped")
+
+
+def _observed_dataplane(
+    platform: Platform, args: argparse.Namespace, stack: contextlib.ExitStack
+) -> Dataplane:
+    """The loop, watched and served over HTTP if ``--listen`` asks for it.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    follow = args.log_level is None
+    if args.listen is None:
+        return Dataplane(platform, follow_log_severity=follow)
+    from dataplane.ops.explain_cmd import explain_handler  # noqa: PLC0415
+    from dataplane.ops.health import Health  # noqa: PLC0415
+    from dataplane.ops.observer import Observer  # noqa: PLC0415
+    from dataplane.ops.server import OpsServer  # noqa: PLC0415
+
+    health = Health(
+        liveness_deadline=args.liveness_deadline, quarantine_grace=args.ready_quarantine_grace
+    )
+    observer = Observer(platform, health=health)
+    server = OpsServer(observer, args.listen, explain=explain_handler(observer))
+    stack.callback(server.close)
+    server.start()
+    log.info(
+        "serving /metrics, /livez, /readyz, /state and /explain on http://%s:%d",
+        args.listen.host,
+        server.port,
+    )
+    return Dataplane(observer.platform, follow_log_severity=follow, observer=observer)
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -631,9 +733,25 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.command == "version":
         print(_version_line())
         return 0
-    _setup_logging(args.log_level)
+    operator_command = args.command in {"show", "explain", "health"}
+    # Their output is the answer; the replay's INFO lines would bury it.
+    _setup_logging(args.log_level or ("WARNING" if operator_command else None), args.log_format)
     if args.command == "replay":
         return _run_replay(args)
+    # The operator's commands import rich and the evaluator only when used:
+    # the driver's own start stays as fast as it was.
+    if args.command == "show":
+        from dataplane.ops.commands import run_show  # noqa: PLC0415
+
+        return run_show(args)
+    if args.command == "explain":
+        from dataplane.ops.explain_cmd import run_explain  # noqa: PLC0415
+
+        return run_explain(args)
+    if args.command == "health":
+        from dataplane.ops.commands import run_health  # noqa: PLC0415
+
+        return run_health(args)
     if args.command == "cleanup":
         return _run_cleanup(args)
     return _run_felix_mode(args)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from dataplane import cli
+from dataplane.ops.server import ListenAddress
 from tests.conftest import REPO
 
 SCRIPT = Path(sys.executable).parent / "dataplane-driver"
@@ -56,6 +57,10 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_SYSCTL_STATE": "/tmp/sysctls.json",
         "DATAPLANE_RECORD": "/tmp/felix.log",
         "DATAPLANE_FELIX_RELEASE": "v3.31",
+        "DATAPLANE_LISTEN": ":9095",
+        "DATAPLANE_LIVENESS_DEADLINE": "30",
+        "DATAPLANE_READY_QUARANTINE_GRACE": "2.5",
+        "DATAPLANE_LOG_FORMAT": "json",
     }
     assert len(environ) == len(options(cli._parser({})))  # one per option
     args = cli._parse_args([], environ)
@@ -69,6 +74,10 @@ def test_every_variable_takes_effect() -> None:
     assert args.sysctl_state == "/tmp/sysctls.json"
     assert args.record == "/tmp/felix.log"
     assert args.felix_release == "v3.31"
+    assert args.listen == ListenAddress("127.0.0.1", 9095)
+    assert args.liveness_deadline == 30.0
+    assert args.ready_quarantine_grace == 2.5
+    assert args.log_format == "json"
 
 
 def test_without_variables_the_defaults_hold() -> None:
@@ -217,10 +226,16 @@ def test_readme_command_line_block_matches_the_parser() -> None:
     block = section.split("```", 2)[1]
     in_readme = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", block))
     parser = cli._parser({})
-    in_parser = {opt for a in parser._actions for opt in a.option_strings if opt.startswith("--")}
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    in_parser = {
+        opt
+        for p in (parser, *subparsers.choices.values())
+        for a in p._actions
+        for opt in a.option_strings
+        if opt.startswith("--") and (p is parser or opt != "--help")
+    }
     assert in_readme == in_parser
     commands = set(re.findall(r"^dataplane-driver (\w+)", block, re.M))
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert commands == set(subparsers.choices)
     for claim in ("DATAPLANE_", "dataplaneDriver", "python -m dataplane", "SIGTERM"):
         assert claim in section, claim

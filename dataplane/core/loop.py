@@ -34,6 +34,7 @@ from google.protobuf.message import Message
 
 from dataplane.config import LOG_LEVELS, Config, parse_config
 from dataplane.core.backoff import ApplyRetries, Backoff
+from dataplane.core.observer import LoopObserver, NullObserver
 from dataplane.core.platform import Platform
 from dataplane.core.status import StatusReporter
 from dataplane.errors import InputError, ProgrammingError, ProtocolError
@@ -93,6 +94,8 @@ class Dataplane:
         backoff: retry schedule for failed applies.
         wall_clock: source of the timestamp in ``ProcessStatusUpdate``.
         follow_log_severity: let ``LogSeverityScreen`` set our log level.
+        observer: told of every batch, rejection and apply (metrics, health,
+            ``show``); see :mod:`dataplane.ops.observer`.
     """
 
     def __init__(
@@ -103,8 +106,11 @@ class Dataplane:
         backoff: Backoff | None = None,
         wall_clock: Callable[[], datetime] = _utc_now,
         follow_log_severity: bool = False,
+        observer: LoopObserver | None = None,
     ) -> None:
         self.platform = platform
+        self.observer: LoopObserver = observer or NullObserver()
+        self._observed = observer is not None
         self.config = config or Config()
         self.platform.configure(self.config)
         self.backoff = backoff or Backoff()
@@ -294,10 +300,14 @@ class Dataplane:
                 if not batch:
                     await self._finish()
                     return
+                self.observer.busy("decode")
+                started = trio.current_time()
                 self._phase1(batch)
                 while more := source.poll():
                     self._phase1(more)
+                self.observer.decoded(trio.current_time() - started)
             await self._maybe_apply()
+            self.observer.idle()
 
     # --- phase 1 ---------------------------------------------------------------
 
@@ -306,6 +316,10 @@ class Dataplane:
         self.stats.messages += len(batch)
         routes = self._routes
         debug = log.isEnabledFor(logging.DEBUG)
+        if self._observed:
+            self.observer.received(
+                [str(e.WhichOneof("payload")) for e in batch], trio.current_time()
+            )
         for envelope in batch:
             kind = envelope.WhichOneof("payload")
             payload: Message = getattr(envelope, str(kind))
@@ -336,6 +350,7 @@ class Dataplane:
                     self._status.record(payload)  # type: ignore[arg-type]
             except InputError as exc:
                 self.stats.rejected += 1
+                self.observer.rejected(str(kind))
                 log.error(
                     "seq=%d %s rejected: %s",
                     envelope.sequence_number,
@@ -348,6 +363,7 @@ class Dataplane:
     def _on_in_sync(self, seq: int) -> None:
         if not self._in_sync:
             log.info("seq=%d InSync received; programming the dataplane", seq)
+            self.observer.in_sync_received()
         self._in_sync = True
 
     def _on_config(self, update: pb.ConfigUpdate) -> None:
@@ -390,14 +406,19 @@ class Dataplane:
         await self._apply()
 
     async def _apply(self) -> None:
+        self.observer.busy("apply")
+        started = trio.current_time()
         for manager in self._managers:
             manager.complete_deferred_work()
         self._dirty = False
         self._applying = True
+        completed = trio.current_time()
         try:
             await self.platform.apply()
         except (ProgrammingError, OSError) as exc:
             self._applying = False
+            now = trio.current_time()
+            self.observer.applied(str(exc), completed - started, now - completed, now)
             self.stats.apply_failures += 1
             delay = self._retries.failed(str(exc), trio.current_time())
             log.warning(
@@ -409,6 +430,8 @@ class Dataplane:
             return
         # Not in a finally: if stop() cancels the apply, it stays True.
         self._applying = False
+        now = trio.current_time()
+        self.observer.applied(None, completed - started, now - completed, now)
         if ended := self._retries.succeeded():
             log.info("apply succeeded after %d failed attempt(s)", ended)
         self.stats.applies += 1

@@ -16,6 +16,7 @@ with whatever has changed since folded in.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from dataplane.config import Config
@@ -43,6 +44,8 @@ __all__ = [
     "HostsSink",
     "IPSetsSink",
     "NoPolicyUsers",
+    "ObjectError",
+    "ObjectErrors",
     "Platform",
     "PolicyUsers",
     "PoolsSink",
@@ -52,6 +55,31 @@ __all__ = [
 ]
 
 EndpointKey = WorkloadEndpointKey | HostEndpointKey
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectError:
+    """One desired object the dataplane refused (quarantined) as of the last apply.
+
+    ``kind`` and ``id`` name it as ``show`` does: ``policy`` (``str`` of its
+    :class:`PolicyKey`), ``profile``, ``workload_endpoint`` / ``host_endpoint``
+    (``str`` of the key), ``ipset`` (the set id), ``service``
+    (``namespace/name``), ``route`` (the destination CIDR), ``vtep`` (the
+    node), ``ip_pool``, ``host``; or a kind of the platform's own for
+    objects the messages do not name (``interface``, ``chain``,
+    ``load_balancer``).
+    """
+
+    kind: str
+    id: str
+    reason: str
+
+
+class ObjectErrors(Protocol):
+    """Optional on a platform: what it holds in quarantine, by object."""
+
+    def object_errors(self) -> list[ObjectError]:
+        """Every object refused and held back now (empty when all is programmed)."""
 
 
 class IPSetsSink(Protocol):

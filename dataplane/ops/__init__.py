@@ -1,0 +1,1 @@
+"""Operations: metrics, health, per-object status, ``show`` and ``explain``."""

@@ -1,0 +1,240 @@
+"""``show``, ``explain`` and ``health``: the operator's commands.
+
+Each reads one of three sources: a live driver (``--address``, its HTTP
+server), a recorded log (``--log``, replayed through the loop into the
+in-memory platform with the same tracking a live driver has), or, for
+``show``, nothing else. Output is aligned tables (rich) for people and
+``--json`` for tools; a long replay shows a progress bar, on a terminal
+only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+import trio
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from dataplane.core.loop import Dataplane
+from dataplane.errors import ProtocolError
+from dataplane.ops.metrics import Metrics
+from dataplane.ops.objects import Snapshot
+from dataplane.ops.observer import Observer
+from dataplane.ops.records import KIND_ORDER, records
+from dataplane.ops.server import ListenAddress
+from dataplane.sim import SimPlatform
+from dataplane.wire.transport import FileSource
+
+__all__ = ["SourceError", "fetch_json", "replay_snapshot", "run_health", "run_show"]
+
+# How long a probe or a query waits for the driver's answer.
+HTTP_TIMEOUT = 5.0
+
+
+class SourceError(Exception):
+    """The source cannot be read (one line for the operator, exit 2)."""
+
+
+def fetch_json(address: ListenAddress, path: str) -> tuple[int, Any]:
+    """GET ``path`` from a live driver; (HTTP status, decoded JSON body)."""
+    url = f"http://{address}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT) as response:
+            return int(response.status), json.load(response)
+    except urllib.error.HTTPError as exc:  # 503 and friends still carry a body
+        with exc:
+            try:
+                return exc.code, json.load(exc)
+            except json.JSONDecodeError:
+                return exc.code, {"error": exc.reason}
+    except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SourceError(f"cannot read {url}: {reason}") from exc
+
+
+class _Counting:
+    """A file wrapper that reports bytes read (for the progress bar)."""
+
+    def __init__(self, file: BinaryIO, advance: Callable[[int], None]) -> None:
+        self._file = file
+        self._advance = advance
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._file.read(size)
+        self._advance(len(data))
+        return data
+
+
+@contextmanager
+def _progress(file: BinaryIO, path: str) -> Iterator[BinaryIO]:
+    """``file``, with a progress bar on stderr while it is read, on a terminal only."""
+    try:
+        total = os.fstat(file.fileno()).st_size
+    except (OSError, ValueError):
+        total = 0
+    if not sys.stderr.isatty() or total < (1 << 20):
+        yield file
+        return
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(f"replaying {path}", total=total)
+        counting = _Counting(file, lambda n: progress.advance(task, n))
+        yield counting  # type: ignore[misc]  # read() is all FileSource uses
+
+
+def replay_snapshot(path: str, *, max_frame_bytes: int, release: str) -> tuple[Snapshot, Dataplane]:
+    """Replay the log at ``path`` into the in-memory platform; its last snapshot.
+
+    Raises:
+        SourceError: the file cannot be read, or its stream is malformed.
+    """
+    observer = Observer(SimPlatform(), metrics=Metrics(process=False))
+    dataplane = Dataplane(observer.platform, observer=observer)
+    try:
+        with open(path, "rb") as raw, _progress(raw, path) as file:
+            source = FileSource(file, max_frame_bytes=max_frame_bytes, release=release)
+            trio.run(dataplane.run, source)
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {exc.strerror}") from exc
+    except ProtocolError as exc:
+        raise SourceError(f"{path}: {exc}") from exc
+    return observer.platform.publish(), dataplane
+
+
+def _state_records(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.log is not None:
+        snap, _ = replay_snapshot(
+            args.log, max_frame_bytes=args.max_frame_bytes, release=args.felix_release
+        )
+        return records(snap)
+    status, body = fetch_json(source_address(args), "/state")
+    if status != 200:
+        raise SourceError(f"{source_address(args)}/state answered {status}: {body}")
+    objects: list[dict[str, Any]] = body["objects"]
+    return objects
+
+
+def source_address(args: argparse.Namespace) -> ListenAddress:
+    address: ListenAddress | None = args.address or args.listen
+    if address is None:
+        raise SourceError(
+            "no source: give --address HOST:PORT (a driver started with --listen)"
+            " or --log FILE (or set DATAPLANE_LISTEN)"
+        )
+    return address
+
+
+# --- show ------------------------------------------------------------------------------
+
+_BASE = ("kind", "id", "status", "since", "error")
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, list):
+        return "\n".join(_cell(v) for v in value)
+    if isinstance(value, dict):
+        if "tier" in value and "policies" in value:
+            return f"{value['tier']}: {', '.join(value['policies']) or '-'}"
+        return ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+# Columns a table leaves out (still in --json): detail an operator rarely
+# reads beside the others.
+_HIDDEN = {
+    "workload_endpoint": {"state", "profiles"},
+    "host_endpoint": {"untracked", "pre_dnat", "forward"},
+}
+
+
+def _age(since: str, now: datetime) -> str:
+    """``2026-11-24T06:00:12.355Z`` -> ``3m12s``, as kubectl and cilium print ages."""
+    s = max(0, int((now - datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds()))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60}m"
+    return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def _table(kind: str, rows: list[dict[str, Any]], now: datetime) -> Table:
+    hidden = _HIDDEN.get(kind, set())
+    extra = [
+        k
+        for k in dict.fromkeys(k for row in rows for k in row)
+        if k not in _BASE and k not in hidden
+    ]
+    columns = ["id", "status", "age", *extra, "error"]
+    table = Table(title=f"{kind} ({len(rows)})", title_justify="left")
+    for column in columns:
+        table.add_column(column.upper().replace("_", " "), overflow="fold")
+    style = {"error": "red", "pending": "yellow"}
+    for row in rows:
+        cells = [_age(row["since"], now) if c == "age" else _cell(row.get(c)) for c in columns]
+        table.add_row(*cells, style=style.get(row["status"]))
+    return table
+
+
+def render_tables(objects: list[dict[str, Any]], console: Console) -> None:
+    """One table per kind, in the order a packet meets them."""
+    now = datetime.now(UTC)
+    kinds = [*KIND_ORDER, *sorted({o["kind"] for o in objects} - set(KIND_ORDER))]
+    for kind in kinds:
+        rows = [o for o in objects if o["kind"] == kind]
+        if rows:
+            console.print(_table(kind, rows, now))
+    errors = sum(1 for o in objects if o["status"] == "error")
+    pending = sum(1 for o in objects if o["status"] == "pending")
+    console.print(f"{len(objects)} objects: {errors} error, {pending} pending")
+
+
+def run_show(args: argparse.Namespace) -> int:
+    try:
+        objects = _state_records(args)
+    except SourceError as exc:
+        print(f"{args.prog} show: {exc}", file=sys.stderr)
+        return 2
+    if args.kind:
+        objects = [o for o in objects if o["kind"] in args.kind]
+    if args.json:
+        json.dump(objects, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        # Off a terminal (a pipe, a file) rows stay whole for grep.
+        render_tables(objects, Console(width=None if sys.stdout.isatty() else 250))
+    return 0
+
+
+# --- health ----------------------------------------------------------------------------
+
+
+def run_health(args: argparse.Namespace) -> int:
+    """Probe ``/livez`` (or ``/readyz``); exit 0 when it answers 200, else 1."""
+    path = "/readyz" if args.ready else "/livez"
+    try:
+        status, body = fetch_json(source_address(args), path)
+    except SourceError as exc:
+        print(f"{args.prog} health: {exc}", file=sys.stderr)
+        return 1
+    failing = [c for c in body.get("checks", []) if not c.get("ok")]
+    shown = failing or body.get("checks", [])
+    summary = "; ".join(f"{c['name']}: {c['detail']}" for c in shown)
+    print(f"{path} {status} {'ok' if status == 200 else 'fail'}: {summary}")
+    return 0 if status == 200 else 1

@@ -1,0 +1,162 @@
+"""The operator's HTTP server: ``/metrics``, ``/livez``, ``/readyz``, ``/state``.
+
+Off unless asked for (``--listen``), on a port of its own: never Felix's
+9091 (metrics) or 9099 (health). It runs in a daemon thread and only ever
+reads values the main loop has already published (prometheus-client's
+thread-safe metrics, the :class:`~dataplane.ops.health.Health` state, the
+last :class:`~dataplane.ops.objects.Snapshot`), so a scrape never waits for
+the loop and a stuck loop still gets its ``/livez`` 503 served.
+
+``/healthz`` answers as ``/livez`` (kube-proxy serves both). ``/explain``
+answers ``explain`` for a live node from the same snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client.exposition import choose_encoder
+
+from dataplane.ops.observer import Observer
+from dataplane.ops.records import records, rfc3339
+
+__all__ = ["FELIX_PORTS", "ListenAddress", "OpsServer", "listen_address"]
+
+log = logging.getLogger(__name__)
+
+# Felix's own Prometheus (9091) and health (9099) ports, on the same host
+# network: never ours unless named on purpose.
+FELIX_PORTS = frozenset({9091, 9099})
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def listen_address(text: str) -> ListenAddress:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback only); an argparse type.
+
+    Raises:
+        ValueError: not an IP address and a port.
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: expected HOST:PORT or :PORT")
+    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
+    ipaddress.ip_address(host)  # ValueError if not an address
+    return ListenAddress(host, int(port_text))
+
+
+Handler = Callable[[dict[str, list[str]]], tuple[int, dict[str, Any]]]
+
+
+class OpsServer:
+    """The HTTP server of one driver, in a daemon thread.
+
+    Args:
+        observer: what is served (metrics registry, health, snapshots).
+        address: where to listen (port 0: any free port, see :attr:`port`).
+        explain: answers ``/explain`` queries (None: 404).
+    """
+
+    def __init__(
+        self, observer: Observer, address: ListenAddress, explain: Handler | None = None
+    ) -> None:
+        self._observer = observer
+        self._explain = explain
+        handler = self._handler_class()
+        family_server = ThreadingHTTPServer
+        if ":" in address.host:
+            family_server = _V6Server
+        self._httpd = family_server((address.host, address.port), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="dataplane-ops-http", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    # --- endpoints -----------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        snap = self._observer.snapshot()
+        return {"taken_at": rfc3339(snap.taken_at), "objects": records(snap)}
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            server_version = "dataplane"
+
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                # A client that went away needs no answer.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    server._route(self, url.path, parse_qs(url.query))
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("http %s", format % args)
+
+        return _Handler
+
+    def _route(
+        self, request: BaseHTTPRequestHandler, path: str, query: dict[str, list[str]]
+    ) -> None:
+        obs = self._observer
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+            _send(request, 200, encoder(obs.metrics.registry), content_type)
+        elif path in {"/livez", "/healthz"}:
+            report = obs.health.liveness()
+            _send_json(request, report.status, report.to_json())
+        elif path == "/readyz":
+            report = obs.health.readiness()
+            _send_json(request, report.status, report.to_json())
+        elif path == "/state":
+            _send_json(request, 200, self._state())
+        elif path == "/explain" and self._explain is not None:
+            status, body = self._explain(query)
+            _send_json(request, status, body)
+        else:
+            _send_json(request, 404, {"error": f"no such path {path!r}"})
+
+
+class _V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _send(request: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str) -> None:
+    request.send_response(status)
+    request.send_header("Content-Type", content_type)
+    request.send_header("Content-Length", str(len(body)))
+    request.end_headers()
+    request.wfile.write(body)
+
+
+def _send_json(request: BaseHTTPRequestHandler, status: int, body: object) -> None:
+    data = (json.dumps(body, indent=1) + "\n").encode()
+    _send(request, status, data, "application/json")

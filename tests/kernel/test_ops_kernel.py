@@ -1,0 +1,176 @@
+"""Health against the real kernel: a refused write, a hanging restore tool.
+
+The driver runs in the node's namespace with ``--listen``; the probes run
+there too, as a kubelet exec probe would (``dataplane-driver health``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.topology import Topology
+from tests.felix_harness import REPO, FelixHarness
+from tests.kernel import scenario
+from tests.kernel.cluster import Cluster, Probe
+from tests.kernel.marks import requires_root
+from tests.kernel.refusing_tools import refusing_env
+
+pytestmark = [requires_root, pytest.mark.slow]
+
+PORT = 19321  # inside the node's own namespace: nothing else listens there
+MARKER = "7777"
+REFUSED = pb.PolicyID(name="refuse-me")
+
+
+def _in_node(netns: str) -> list[str]:
+    return ["ip", "netns", "exec", netns, sys.executable, "-m", "dataplane"]
+
+
+def _probe(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_in_node(netns), "health", "--address", f"127.0.0.1:{PORT}", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        timeout=30,
+    )
+
+
+def _until(what: str, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def _policy(port: int) -> pb.ActivePolicyUpdate:
+    return pb.ActivePolicyUpdate(
+        id=REFUSED,
+        policy=pb.Policy(
+            tier="default",
+            inbound_rules=[
+                pb.Rule(
+                    action="allow",
+                    protocol=pb.Protocol(name="tcp"),
+                    dst_ports=[pb.PortRange(first=port, last=port)],
+                )
+            ],
+        ),
+    )
+
+
+def _db_endpoint(iface: str) -> pb.WorkloadEndpointUpdate:
+    update = scenario.endpoint(scenario.pod("db-1"), iface)
+    update.endpoint.tiers[1].ingress_policies.insert(0, REFUSED)
+    return update
+
+
+def test_readiness_follows_the_kernel_refusing_and_accepting(
+    topology: Topology, tmp_path: Path
+) -> None:
+    cluster = Cluster(topology)
+    netns = cluster.node.netns
+    felix = FelixHarness(
+        "--platform",
+        "linux",
+        "--listen",
+        f"127.0.0.1:{PORT}",
+        netns=netns,
+        env=refusing_env(tmp_path, MARKER),
+    )
+    felix.drain()
+    try:
+        _until("never live", lambda: _probe(netns).returncode == 0)
+        before = _probe(netns, "--ready")
+        assert before.returncode == 1
+        assert "in-sync: waiting for InSync" in before.stdout
+        felix.send(
+            *scenario.node_messages(
+                cluster.ifaces,
+                extra=[_policy(int(MARKER)), _db_endpoint(cluster.ifaces["db-1"])],
+                IptablesBackend="nft",
+            )
+        )
+        # Programmed, but one policy refused: not ready, and it says which.
+        _until(
+            "never unready for the refused policy",
+            lambda: "quarantine: policy refuse-me refused" in _probe(netns, "--ready").stdout,
+            timeout=60,
+        )
+        assert _probe(netns, "--ready").returncode == 1
+        cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True))
+        # The kernel accepts the fixed policy: ready again.
+        felix.send(_policy(7778))
+        _until("never ready again", lambda: _probe(netns, "--ready").returncode == 0)
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+_HANGING = """#!{python}
+import os, subprocess, sys, time
+data = sys.stdin.buffer.read()
+while os.path.exists("{flag}"):
+    time.sleep(0.05)
+sys.exit(subprocess.run(["{real}", *sys.argv[1:]], input=data).returncode)
+"""
+
+
+def _hanging_env(directory: Path, flag: Path) -> dict[str, str]:
+    """Restore tools that hang while ``flag`` exists, then do their work."""
+    for tool in ("iptables-nft-restore", "ip6tables-nft-restore"):
+        real = shutil.which(tool)
+        assert real is not None
+        wrapper = directory / tool
+        wrapper.write_text(_HANGING.format(python=sys.executable, flag=flag, real=real))
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    env = dict(os.environ)
+    env["PATH"] = f"{directory}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    return env
+
+
+def test_liveness_fails_while_a_restore_tool_hangs_and_recovers(
+    topology: Topology, tmp_path: Path
+) -> None:
+    cluster = Cluster(topology)
+    netns = cluster.node.netns
+    flag = tmp_path / "hang"
+    felix = FelixHarness(
+        "--platform",
+        "linux",
+        "--listen",
+        f"127.0.0.1:{PORT}",
+        "--liveness-deadline",
+        "1",
+        netns=netns,
+        env=_hanging_env(tmp_path, flag),
+    )
+    felix.drain()
+    try:
+        felix.send(*scenario.node_messages(cluster.ifaces, IptablesBackend="nft"))
+        _until("never ready", lambda: _probe(netns, "--ready").returncode == 0, timeout=60)
+        flag.touch()
+        felix.send(_policy(8081))  # any change: the next apply runs a restore
+        _until("never not live", lambda: _probe(netns).returncode == 1)
+        stuck = _probe(netns)
+        assert "main-loop: busy apply for" in stuck.stdout
+        assert "over the liveness deadline of 1s" in stuck.stdout
+        flag.unlink()
+        _until("never live again", lambda: _probe(netns).returncode == 0)
+        _until("never ready again", lambda: _probe(netns, "--ready").returncode == 0)
+    finally:
+        flag.unlink(missing_ok=True)
+        felix.close_input()
+        felix.wait()

@@ -1,0 +1,248 @@
+"""Operations, in process: health, per-object status, records, log format, --listen."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+import trio
+import trio.testing
+
+from dataplane.core.loop import Dataplane
+from dataplane.core.platform import ObjectError
+from dataplane.ops.health import Health
+from dataplane.ops.logfmt import JSONFormatter
+from dataplane.ops.metrics import Metrics
+from dataplane.ops.observer import Observer, object_kind
+from dataplane.ops.records import records
+from dataplane.ops.server import ListenAddress, listen_address
+from dataplane.sim import SimPlatform
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from tests.conftest import REPO
+
+# The kernel's rule counters, exported by dataplane/ops/policy_counters.py.
+POLICY_COUNTER_NAMES = ("dataplane_policy_packets", "dataplane_policy_bytes")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- health --------------------------------------------------------------------------
+
+
+def test_liveness_fails_only_when_busy_past_the_deadline() -> None:
+    clock = _Clock()
+    health = Health(liveness_deadline=60, clock=clock)
+    assert health.liveness().status == 200
+    clock.now += 1000  # idle for ever is healthy
+    assert health.liveness().status == 200
+    health.busy("apply")
+    clock.now += 60
+    assert health.liveness().status == 200
+    clock.now += 0.5
+    report = health.liveness()
+    assert report.to_json() == {
+        "status": "fail",
+        "checks": [
+            {
+                "name": "main-loop",
+                "ok": False,
+                "detail": "busy apply for 60.5s, over the liveness deadline of 60s",
+            }
+        ],
+    }
+    health.idle()
+    assert health.liveness().status == 200
+
+
+def test_readiness_names_each_reason() -> None:
+    clock = _Clock()
+    health = Health(quarantine_grace=5, clock=clock)
+
+    def failing() -> list[tuple[str, str]]:
+        return [(c.name, c.detail) for c in health.readiness().checks if not c.ok]
+
+    assert failing() == [("in-sync", "waiting for InSync from the calculation graph")]
+    health.in_sync_received()
+    health.applied("iptables-restore: exit 1", {})
+    assert failing() == [
+        ("in-sync", "InSync received; the first apply has not succeeded"),
+        ("last-apply", "failed, retrying: iptables-restore: exit 1"),
+    ]
+    health.applied(None, {("policy", "p1"): "refused"})
+    assert failing() == []  # within the grace period
+    clock.now += 5
+    health.applied(None, {("policy", "p1"): "refused", ("ipset", "s"): "bad"})
+    assert failing() == [("quarantine", "policy p1 refused: refused")]
+    clock.now += 5
+    assert failing() == [("quarantine", "ipset s refused: bad (and 1 more)")]
+    health.applied(None, {})
+    assert health.readiness().status == 200
+
+
+# --- per-object status through the loop ---------------------------------------------------
+
+
+class _RefusingSim(SimPlatform):
+    """The sim, refusing named policies the way a kernel platform quarantines them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse: dict[str, str] = {}
+
+    def object_errors(self) -> list[ObjectError]:
+        return [
+            ObjectError("policy", str(key), self.refuse[key.name])
+            for key in self.desired.policies
+            if key.name in self.refuse
+        ]
+
+
+def _policy(name: str) -> pb.ActivePolicyUpdate:
+    return pb.ActivePolicyUpdate(id=pb.PolicyID(name=name), policy=pb.Policy(tier="default"))
+
+
+def _status(observer: Observer) -> dict[tuple[str, str], tuple[str, str | None]]:
+    return {k: (r.status, r.error) for k, r in observer.snapshot().records.items()}
+
+
+def test_objects_go_pending_done_error_and_back() -> None:
+    platform = _RefusingSim()
+    wall = _Clock()
+    observer = Observer(platform, metrics=Metrics(process=False), wall_clock=wall)
+    dp = Dataplane(observer.platform, observer=observer)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            dp.send_message(_policy("a"))
+            dp.send_message(pb.InSync())
+            await trio.testing.wait_all_tasks_blocked()
+            assert _status(observer) == {("policy", "a"): ("done", None)}
+
+            platform.fail_applies = 1
+            dp.send_message(_policy("b"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert _status(observer) == {
+                ("policy", "a"): ("done", None),
+                ("policy", "b"): ("error", "sim: injected apply failure"),
+            }
+            assert not observer.health.readiness().ok
+
+            platform.refuse["c"] = "chain refused"
+            wall.now += 7
+            dp.send_message(_policy("c"))
+            await trio.sleep(2)  # the loop's retry backoff, on the mock clock
+            await trio.testing.wait_all_tasks_blocked()
+            snap = observer.snapshot()
+            assert _status(observer) == {
+                ("policy", "a"): ("done", None),
+                ("policy", "b"): ("done", None),
+                ("policy", "c"): ("error", "chain refused"),
+            }
+            assert snap.records[("policy", "c")].since == 107.0
+            readiness = observer.health.readiness()
+            assert [c.detail for c in readiness.checks if not c.ok] == [
+                "policy c refused: chain refused"
+            ]
+
+            del platform.refuse["c"]
+            dp.send_message(_policy("d"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert {s for s, _ in _status(observer).values()} == {"done"}
+            assert observer.health.readiness().ok
+            dp.close_input()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_records_carry_the_base_fields_and_detail() -> None:
+    observer = Observer(SimPlatform(), metrics=Metrics(process=False), wall_clock=lambda: 0.0)
+    dp = Dataplane(observer.platform, observer=observer)
+    dp.send_message(pb.IPSetUpdate(id="s1", members=["10.0.0.1", "10.0.0.2"]))
+    dp.send_message(pb.InSync())
+    dp.send_message(pb.IPSetDeltaUpdate(id="s1", added_members=["10.0.0.3"]))
+    dp.close_input()
+    trio.run(dp.run)
+    assert records(observer.snapshot()) == [
+        {
+            "kind": "ipset",
+            "id": "s1",
+            "status": "done",
+            "since": "1970-01-01T00:00:00.000Z",
+            "error": None,
+            "type": "ip",
+            "size": 3,
+        }
+    ]
+
+
+def test_object_kinds_of_payloads() -> None:
+    assert object_kind("workload_endpoint_update") == "workload_endpoint"
+    assert object_kind("ipset_delta_update") == "ipset"
+    assert object_kind("service_backends_update") == "service"
+    assert object_kind("wireguard_endpoint_update") == "wireguard_endpoint"
+
+
+# --- log format, --listen ------------------------------------------------------------
+
+
+def test_json_log_lines_carry_the_text_lines_fields() -> None:
+    record = logging.LogRecord(
+        "dataplane.core.loop",
+        logging.ERROR,
+        __file__,
+        1,
+        "seq=%d %s rejected: %s",
+        (3, "IPSetUpdate", "field members[1]='10.0.0.999': not an IP address"),
+        None,
+    )
+    line = json.loads(JSONFormatter().format(record))
+    assert line.pop("time").endswith("+00:00")
+    assert line == {
+        "level": "ERROR",
+        "logger": "dataplane.core.loop",
+        "message": "seq=3 IPSetUpdate rejected: field members[1]='10.0.0.999': not an IP address",
+        "seq": 3,
+        "type": "IPSetUpdate",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        (":9095", ListenAddress("127.0.0.1", 9095)),
+        ("0.0.0.0:9095", ListenAddress("0.0.0.0", 9095)),
+        ("[::1]:9095", ListenAddress("::1", 9095)),
+        ("10.0.0.1:0", ListenAddress("10.0.0.1", 0)),
+    ],
+)
+def test_listen_addresses(text: str, address: ListenAddress) -> None:
+    assert listen_address(text) == address
+
+
+@pytest.mark.parametrize("text", ["9095", "host:9095", ":99999", "1.2.3.4:", ":-1", "[::1]"])
+def test_bad_listen_addresses(text: str) -> None:
+    with pytest.raises(ValueError):
+        listen_address(text)
+
+
+def test_readme_lists_every_metric() -> None:
+    """The README's metrics table names exactly what the driver exports."""
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("<!-- metrics-table: every metric the driver exports -->", 1)[1]
+    table = table.split("\n\n", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z_*]+)` \|", table, re.M))
+    exported = set()
+    for family in Metrics(process=False).registry.collect():
+        suffix = "_total" if family.type == "counter" else ""
+        exported.add(family.name + suffix)
+    exported |= {f"{name}_total" for name in POLICY_COUNTER_NAMES}
+    assert listed == exported | {"process_*"}
