@@ -48,6 +48,7 @@ import yaml
 from referencing import Registry, Resource
 
 from dataplane import cli
+from dataplane.ops.server import FELIX_PORTS, listen_address
 from tests.conftest import REPO
 
 DEPLOY = REPO / "deploy"
@@ -804,3 +805,47 @@ def test_the_probe_looks_for_the_driver_felix_runs_by_default() -> None:
     # the image's driver path, the one every file here names.
     assert f"${{FELIX_DATAPLANEDRIVER:-{DRIVER}}}" in LIVEZ.read_text()
     assert os.access(LIVEZ, os.X_OK)
+
+
+@pytest.fixture
+def driver_health(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A running "driver" whose ``health`` command answers as ``status`` says."""
+    status = tmp_path / "status"
+    status.write_text("0")
+    path = tmp_path / "bin" / "dataplane-driver"
+    path.parent.mkdir()
+    path.write_text(f'#!/bin/sh\n[ "$1" = health ] && exit "$(cat {status})"\nexit 9\n')
+    path.chmod(0o755)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", str(path)], stdin=subprocess.PIPE
+    )
+    try:
+        yield str(path), status
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=10)
+
+
+def test_the_probe_asks_the_driver_when_it_serves_livez(
+    driver_health: tuple[str, Path],
+) -> None:
+    path, status = driver_health
+    env = {
+        "FELIX_USEINTERNALDATAPLANEDRIVER": "false",
+        "FELIX_DATAPLANEDRIVER": path,
+        "DATAPLANE_LISTEN": "127.0.0.1:9095",
+    }
+    assert livez(env, *exits(0)).returncode == 0
+    status.write_text("1")  # /livez 503: the driver runs but is stuck
+    out = livez(env, *exits(0))
+    assert (out.returncode, out.stderr) == (1, f"dataplane-livez: {path} is not live\n")
+    # Without DATAPLANE_LISTEN there is no /livez to ask.
+    del env["DATAPLANE_LISTEN"]
+    assert livez(env, *exits(0)).returncode == 0
+
+
+def test_the_patch_serves_livez_on_loopback_off_felixs_ports() -> None:
+    address = listen_address(env_of(container(load(PATCH)))["DATAPLANE_LISTEN"])
+    assert address.host == "127.0.0.1"
+    assert address.port not in FELIX_PORTS
