@@ -219,3 +219,37 @@ def test_health_of_no_driver_is_a_failure_in_one_line(tmp_path: Path) -> None:
         "python -m dataplane health: cannot read http://127.0.0.1:9/livez: "
     )
     assert done.stderr.count("\n") == 1
+
+
+EXPLAINED = [
+    ("10.65.0.10", "10.65.0.20", "tcp", "8080"),  # web -> api: allowed by the KNP
+    ("10.65.0.40", "10.65.0.30", "tcp", "5432"),  # prometheus -> db: end of tier
+    ("fd00:10:65::a", "fd00:10:65::14", "icmp", None),
+]
+
+
+def test_explain_of_a_live_node_equals_the_same_log_replayed(
+    live: tuple[FelixHarness, int],
+) -> None:
+    harness, port = live
+    harness.send_raw(DEMO_LOG.read_bytes())
+    _until("never ready", lambda: _json(port, "/readyz")[0] == 200)
+    for src, dst, proto, dport in EXPLAINED:
+        query = ["--from", src, "--to", dst, "--proto", proto]
+        query += ["--port", dport] if dport else []
+
+        def explain(*source: str, query: list[str] = query) -> Any:
+            done = subprocess.run(
+                [*DRIVER, "explain", *source, *query, "--json"],
+                capture_output=True,
+                check=True,
+                cwd=REPO,
+            )
+            return json.loads(done.stdout)
+
+        replayed = explain("--log", str(DEMO_LOG))
+        assert explain("--address", f"127.0.0.1:{port}") == replayed
+        assert replayed["verdict"] in {"allow", "deny"}
+    # A query the evaluator cannot answer is a 400 naming why.
+    status, body = _json(port, "/explain?from=10.65.0.10&to=10.65.0.20&proto=tcp")
+    assert (status, body) == (400, {"error": "tcp needs --port: policy and services match on it"})

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from dataplane.config import Config
@@ -68,6 +68,7 @@ class Snapshot:
     records: Mapping[Key, ObjectRecord]
     oper: Mapping[EndpointKey, EndpointStatus]
     taken_at: float
+    config: Config = field(default_factory=Config)
 
 
 class TrackedPlatform:
@@ -88,6 +89,7 @@ class TrackedPlatform:
         self._pending: set[Key] = set()
         # What the platform reported refused at the last apply, with why.
         self._refused: dict[Key, str] = {}
+        self.config = Config()
         self._snapshot = Snapshot(SimState(), {}, {}, wall_clock())
 
     def __getattr__(self, name: str) -> object:
@@ -166,6 +168,7 @@ class TrackedPlatform:
             dict(self._records),
             dict(self.inner.endpoint_statuses()),
             self._clock(),
+            self.config,
         )
         return self._snapshot
 
@@ -309,6 +312,7 @@ class TrackedPlatform:
         return self.inner.wants_apply_at()
 
     def configure(self, config: Config) -> None:
+        self.config = config  # explain judges pod-to-host traffic by it
         self.inner.configure(config)
 
     async def apply(self) -> None:
