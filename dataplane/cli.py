@@ -420,7 +420,11 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         help="the desired state, each object with its status (pending, done, error), since"
         " when and its error: from a live driver (--address) or a replayed log (--log)",
     )
-    _add_source(show)
+    _add_source(show).add_argument(
+        "--hns",
+        metavar="FILE",
+        help="the objects a simulated HNS host holds (the file of --hns-fake FILE)",
+    )
     show.add_argument("--json", action="store_true", help="one JSON record per object")
     show.add_argument("--kind", action="append", metavar="KIND", help="only this kind (repeatable)")
     explain = commands.add_parser(
@@ -451,7 +455,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     return parser
 
 
-def _add_source(command: argparse.ArgumentParser) -> None:
+def _add_source(command: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
     source = command.add_mutually_exclusive_group()
     source.add_argument(
         "--address",
@@ -460,6 +464,7 @@ def _add_source(command: argparse.ArgumentParser) -> None:
         help="a live driver's --listen address (default: DATAPLANE_LISTEN)",
     )
     source.add_argument("--log", metavar="FILE", help="replay this recorded log instead")
+    return source
 
 
 def _parse_args(

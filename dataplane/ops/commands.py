@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import trio
@@ -29,6 +30,7 @@ from rich.table import Table
 
 from dataplane.core.loop import Dataplane
 from dataplane.errors import ProtocolError
+from dataplane.ops.hns_records import hns_records
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.objects import Snapshot
 from dataplane.ops.observer import Observer
@@ -113,6 +115,13 @@ def replay_snapshot(path: str, *, max_frame_bytes: int, release: str) -> tuple[S
 
 
 def _state_records(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if getattr(args, "hns", None) is not None:
+        try:
+            return hns_records(Path(args.hns))
+        except OSError as exc:
+            raise SourceError(f"cannot read {args.hns}: {exc.strerror}") from exc
+        except ValueError as exc:  # JSONDecodeError too
+            raise SourceError(f"{args.hns}: not an HNS host file: {exc}") from exc
     if args.log is not None:
         snap, _ = replay_snapshot(
             args.log, max_frame_bytes=args.max_frame_bytes, release=args.felix_release
