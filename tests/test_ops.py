@@ -11,7 +11,6 @@ import trio
 import trio.testing
 
 from dataplane.core.loop import Dataplane
-from dataplane.core.platform import ObjectError
 from dataplane.ops.health import Health
 from dataplane.ops.logfmt import JSONFormatter
 from dataplane.ops.metrics import Metrics
@@ -90,21 +89,6 @@ def test_readiness_names_each_reason() -> None:
 # --- per-object status through the loop ---------------------------------------------------
 
 
-class _RefusingSim(SimPlatform):
-    """The sim, refusing named policies the way a kernel platform quarantines them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refuse: dict[str, str] = {}
-
-    def object_errors(self) -> list[ObjectError]:
-        return [
-            ObjectError("policy", str(key), self.refuse[key.name])
-            for key in self.desired.policies
-            if key.name in self.refuse
-        ]
-
-
 def _policy(name: str) -> pb.ActivePolicyUpdate:
     return pb.ActivePolicyUpdate(id=pb.PolicyID(name=name), policy=pb.Policy(tier="default"))
 
@@ -114,7 +98,7 @@ def _status(observer: Observer) -> dict[tuple[str, str], tuple[str, str | None]]
 
 
 def test_objects_go_pending_done_error_and_back() -> None:
-    platform = _RefusingSim()
+    platform = SimPlatform()
     wall = _Clock()
     observer = Observer(platform, metrics=Metrics(process=False), wall_clock=wall)
     dp = Dataplane(observer.platform, observer=observer)
@@ -136,7 +120,7 @@ def test_objects_go_pending_done_error_and_back() -> None:
             }
             assert not observer.health.readiness().ok
 
-            platform.refuse["c"] = "chain refused"
+            platform.refuse_objects[("policy", "c")] = "chain refused"
             wall.now += 7
             dp.send_message(_policy("c"))
             await trio.sleep(2)  # the loop's retry backoff, on the mock clock
@@ -153,7 +137,7 @@ def test_objects_go_pending_done_error_and_back() -> None:
                 "policy c refused: chain refused"
             ]
 
-            del platform.refuse["c"]
+            del platform.refuse_objects[("policy", "c")]
             dp.send_message(_policy("d"))
             await trio.testing.wait_all_tasks_blocked()
             assert {s for s, _ in _status(observer).values()} == {"done"}

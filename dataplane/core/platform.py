@@ -66,8 +66,11 @@ class ObjectError:
     (``str`` of the key), ``ipset`` (the set id), ``service``
     (``namespace/name``), ``route`` (the destination CIDR), ``vtep`` (the
     node), ``ip_pool``, ``host``; or a kind of the platform's own for
-    objects the messages do not name (``interface``, ``chain``,
-    ``load_balancer``).
+    objects the messages do not name: on Linux ``interface`` (a sysctl or a
+    VXLAN device), ``chain`` (one of our static chains), ``vxlan`` (a
+    neighbour or FDB entry); on Windows ``network`` (set writes that named
+    no IP set), ``remote_endpoint`` (by address), ``load_balancer`` (one no
+    service wants).
     """
 
     kind: str

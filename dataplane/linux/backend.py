@@ -15,9 +15,9 @@ import shutil
 from dataclasses import dataclass
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.cmd import CommandRunner
+from dataplane.linux.cmd import CommandRunner, run_sync
 
-__all__ = ["IptablesCommands", "detect_backend"]
+__all__ = ["IptablesCommands", "detect_backend", "read_counters"]
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +67,19 @@ class IptablesCommands:
             save=(f"{base}{mode}-save",),
             restore=(f"{base}{mode}-restore", "--noflush", "--wait", "10"),
         )
+
+
+def read_counters(
+    commands: IptablesCommands, netns: str | None, *, timeout: float, table: str = "filter"
+) -> str:
+    """``iptables-save -c -t TABLE``, blocking (for a thread off the main loop).
+
+    Raises:
+        ProgrammingError: the tool could not run, timed out or failed.
+    """
+    argv = [*commands.save, "-c", "-t", table]
+    result = run_sync(argv, netns, timeout=timeout)
+    if result.returncode != 0:
+        stderr = result.stderr.decode(errors="replace").strip().replace("\n", " | ")
+        raise ProgrammingError(f"{' '.join(argv)}: exit {result.returncode}: {stderr[:300]}")
+    return result.stdout.decode(errors="replace")

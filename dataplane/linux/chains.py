@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "IptRule",
     "SavedChain",
     "SavedTable",
+    "parse_counters",
     "parse_save",
     "rule_hashes",
     "safe_comment",
@@ -29,6 +30,7 @@ __all__ = [
 
 HASH_COMMENT_PREFIX = "cali:"
 _HASH_LEN = 16
+_COUNTED_RULE = re.compile(r"\[(\d+):(\d+)\] -A (\S+) ")
 _COMMENT_RE = re.compile(
     r'--comment "?' + re.escape(HASH_COMMENT_PREFIX) + r'([A-Za-z0-9_-]{16})"?'
 )
@@ -141,3 +143,19 @@ def parse_save(text: str) -> dict[str, SavedTable]:
             chain.lines.append(line)
             chain.hashes.append(rule_hash_of(line))
     return tables
+
+
+def parse_counters(text: str) -> Iterator[tuple[str, str, int, int]]:
+    """(chain, rule hash, packets, bytes) of each of our rules in ``iptables-save -c``.
+
+    Both backends print a rule's counters before it (``[packets:bytes] -A
+    chain ...``); rules without our hash comment are skipped, as is
+    anything else the tool prints.
+    """
+    for line in text.splitlines():
+        counted = _COUNTED_RULE.match(line)
+        if counted is None:
+            continue
+        rule_hash = rule_hash_of(line)
+        if rule_hash is not None:
+            yield counted.group(3), rule_hash, int(counted.group(1)), int(counted.group(2))

@@ -18,7 +18,7 @@ import trio
 
 from dataplane.errors import ProgrammingError
 
-__all__ = ["CommandResult", "CommandRunner", "ProcessRunner"]
+__all__ = ["CommandResult", "CommandRunner", "ProcessRunner", "run_sync"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +74,20 @@ class ProcessRunner:
         return result
 
 
-def run_sync(argv: Sequence[str], netns: str | None = None) -> CommandResult:
-    """Blocking variant for tools and tests outside a trio loop."""
+def run_sync(
+    argv: Sequence[str], netns: str | None = None, *, timeout: float | None = None
+) -> CommandResult:
+    """Blocking variant for threads outside the trio loop (the metrics server's).
+
+    Raises:
+        ProgrammingError: the command could not run, or ran out of ``timeout``
+            (it is killed). A non-zero exit is the caller's to judge.
+    """
     full = list(argv) if netns is None else ["ip", "netns", "exec", netns, *argv]
-    proc = subprocess.run(full, capture_output=True, check=False)
+    try:
+        proc = subprocess.run(full, capture_output=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise ProgrammingError(f"{argv[0]}: no answer within {timeout} s") from exc
+    except OSError as exc:
+        raise ProgrammingError(f"{argv[0]}: cannot run: {exc}") from exc
     return CommandResult(proc.returncode, proc.stdout, proc.stderr)

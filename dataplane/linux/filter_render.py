@@ -57,8 +57,12 @@ from dataplane.model import (
     WorkloadEndpoint,
 )
 
-__all__ = ["FilterRenderer"]
+__all__ = ["END_OF_TIER", "NOTHING_ALLOWED", "FilterRenderer"]
 
+# Comments of the drops an endpoint chain ends its tiers and its profiles
+# with (read back by rule_labels to name their counters).
+END_OF_TIER = "end of tier "
+NOTHING_ALLOWED = "no policy or profile allowed it"
 _DISPATCH_LEAF = 16  # interfaces matched directly before the tree branches
 _ESTABLISHED = IptRule("-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT")
 _INVALID = IptRule("-m conntrack --ctstate INVALID", "-j DROP")
@@ -108,7 +112,7 @@ class FilterRenderer:
         for name in policy.profiles:
             out.append(IptRule("", f"-j {self.names.profile(name, inbound)}"))
             out.append(IptRule(has_mark(m.accept), "-j RETURN"))
-        out.append(IptRule("", "-j DROP", comment="no policy or profile allowed it"))
+        out.append(IptRule("", "-j DROP", comment=NOTHING_ALLOWED))
         return out
 
     def _tiers(
@@ -122,9 +126,7 @@ class FilterRenderer:
                 out.append(IptRule(lacks_mark(m.pass_), f"-j {self.names.policy(key, inbound)}"))
                 out.append(IptRule(has_mark(m.accept), "-j RETURN"))
             if end_of_tier_drop and tier.default_action is Action.DENY:
-                out.append(
-                    IptRule(lacks_mark(m.pass_), "-j DROP", comment=f"end of tier {tier.name}")
-                )
+                out.append(IptRule(lacks_mark(m.pass_), "-j DROP", comment=END_OF_TIER + tier.name))
         return out
 
     def _anti_spoof(self, endpoint: WorkloadEndpoint) -> list[IptRule]:

@@ -148,6 +148,10 @@ class IPSetsProgrammer:
         """Whether ``set_id`` is desired now (rules on an absent set match nothing)."""
         return set_id in self._wanted
 
+    def counts(self) -> dict[int, int]:
+        """Kernel sets desired per IP version (one per desired set and version)."""
+        return dict.fromkeys(self._versions, len(self._wanted))
+
     def desired_ids(self) -> frozenset[str]:
         """Ids of every set currently desired (programmed or not yet)."""
         return frozenset(self._wanted)

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
 from dataplane.config import Config
-from dataplane.core.platform import EndpointKey, NoPolicyUsers, PolicyUsers
+from dataplane.core.platform import EndpointKey, NoPolicyUsers, ObjectError, PolicyUsers
+from dataplane.linux.backend import IptablesCommands, read_counters
 from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.conntrack import ConntrackCleaner
@@ -32,6 +35,7 @@ from dataplane.linux.desired import Desired
 from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
+from dataplane.linux.metered import LinuxMeter
 from dataplane.linux.netlink_dump import FastReads
 from dataplane.linux.overlay_plan import OverlayPlan
 from dataplane.linux.owners import ChainOwner
@@ -40,6 +44,7 @@ from dataplane.linux.programmers import TABLES, Programmers
 from dataplane.linux.refresh import RefreshTimers
 from dataplane.linux.reports import Reports
 from dataplane.linux.routes import NetlinkHandle
+from dataplane.linux.rule_labels import RuleLabels, RuleMap
 from dataplane.model import (
     EffectivePolicy,
     EndpointStatus,
@@ -57,6 +62,11 @@ from dataplane.model import (
 from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from dataplane.ops.metrics import Metrics
 
 __all__ = ["LinuxPlatform"]
 
@@ -91,6 +101,8 @@ class LinuxPlatform:
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self._runner = runner or ProcessRunner()
+        # Where the policy counters' saves run (the runner's namespace).
+        self._netns = self._runner.netns if isinstance(self._runner, ProcessRunner) else None
         self._netlink = netlink
         self._sysctl_root = sysctl_root
         # Where the forwarding values found at start are kept for cleanup
@@ -113,6 +125,10 @@ class LinuxPlatform:
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
         self._sysctl_reported: set[str] = set()
+        # Metrics, when bound; the policy counters' labels, when asked for.
+        self._meter: LinuxMeter | None = None
+        self._labels: RuleLabels | None = None
+        self._rule_map: RuleMap = {}
 
     @property
     def config(self) -> Config:
@@ -140,16 +156,24 @@ class LinuxPlatform:
     def set_policy(self, key: PolicyKey, policy: Policy) -> None:
         self._desired.policies.set_policy(key, policy)
         self._desired.hosts.policy_changed(key, policy)
+        if self._labels is not None:
+            self._labels.policy_changed(key)
 
     def remove_policy(self, key: PolicyKey) -> None:
         self._desired.policies.remove_policy(key)
         self._desired.hosts.policy_changed(key, None)
+        if self._labels is not None:
+            self._labels.policy_changed(key)
 
     def set_profile(self, profile_id: str, profile: Profile) -> None:
         self._desired.policies.set_profile(profile_id, profile)
+        if self._labels is not None:
+            self._labels.profile_changed(profile_id)
 
     def remove_profile(self, profile_id: str) -> None:
         self._desired.policies.remove_profile(profile_id)
+        if self._labels is not None:
+            self._labels.profile_changed(profile_id)
 
     def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
         self._desired.workloads.set(endpoint, policy)
@@ -221,6 +245,7 @@ class LinuxPlatform:
             sysctl_root=self._sysctl_root,
             sysctl_state=self._sysctl_state,
             clock=self._clock,
+            meter=self._meter,
         )
         self._ipset_changes.replay_into(kernel.ipsets)
         self._timers.start()
@@ -293,6 +318,10 @@ class LinuxPlatform:
         self._links_changed = False
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
+        if self._meter is not None:
+            self._meter.observe(kernel.tables, kernel.ipsets.counts(), kernel.sysctls.writes)
+        if self._labels is not None:
+            self._publish_labels(kernel)
 
     # --- quarantine and status -----------------------------------------------------------
 
@@ -312,6 +341,10 @@ class LinuxPlatform:
         """(table, version, chain, owner) of every chain in quarantine now."""
         tables = self._kernel.tables if self._kernel else {}
         return self._reports().quarantined(tables)
+
+    def object_errors(self) -> list[ObjectError]:
+        """Everything held back now, named by object (see :meth:`Reports.object_errors`)."""
+        return self._reports().object_errors(self._kernel) if self._kernel else []
 
     def endpoint_statuses(self) -> Mapping[EndpointKey, EndpointStatus]:
         return self._statuses
@@ -365,6 +398,67 @@ class LinuxPlatform:
     def backend(self) -> str | None:
         """The iptables backend in use, once the first apply detected it."""
         return self._kernel.backend if self._kernel else None
+
+    # --- metrics -------------------------------------------------------------------------
+
+    def bind_metrics(self, metrics: Metrics) -> None:
+        """Count into ``metrics`` from now on; call once, before the first apply.
+
+        The kernel tools are counted by a wrapper around the command runner,
+        netlink writes by wrappers around the writers (see
+        :mod:`dataplane.linux.metered`); the gauges are set after each apply.
+        """
+        if self._kernel is not None:
+            raise RuntimeError("bind_metrics after the first apply: the programmers exist")
+        self._meter = LinuxMeter(metrics)
+        self._runner = self._meter.runner(self._runner)
+
+    def policy_counters(
+        self,
+        *,
+        min_interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        timeout: float = 5.0,
+    ) -> Collector:
+        """A collector of per policy rule counters (:mod:`dataplane.ops.policy_counters`).
+
+        From now on each apply publishes which policy rule each of our
+        filter rules was rendered from; the collector reads the kernel's
+        counters in the scrape thread, ``iptables-save -c`` in the runner's
+        namespace, at most every ``min_interval`` seconds.
+        """
+        from dataplane.ops.policy_counters import PolicyCounters  # noqa: PLC0415 - only if wanted
+
+        if self._labels is None:
+            self._labels = RuleLabels(self.names)
+            if self._kernel is not None:
+                self._publish_labels(self._kernel)
+        netns = self._netns
+
+        def save(version: int) -> str:
+            kernel = self._kernel  # set once, at the first apply
+            if kernel is None:
+                return ""
+            commands = IptablesCommands.for_backend(kernel.backend, version)
+            return read_counters(commands, netns, timeout=timeout)
+
+        return PolicyCounters(
+            lambda: self._rule_map,
+            save,
+            metrics=self._meter.metrics if self._meter else None,
+            min_interval=min_interval,
+            clock=clock,
+        )
+
+    def _publish_labels(self, kernel: Programmers) -> None:
+        assert self._labels is not None
+        versions = [v for (table, v) in kernel.tables if table == "filter"]
+        self._rule_map = self._labels.update(
+            {v: kernel.tables[("filter", v)] for v in versions},
+            {v: self._desired.filter(v).rules for v in versions},
+            self._desired.policies.policies,
+            self._desired.policies.profiles,
+        )
 
     def table_writes(self) -> int:
         """iptables restores run so far (observability, benchmarks)."""

@@ -19,6 +19,8 @@ from dataplane.linux.cmd import CommandRunner
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.marks import Marks, set_mark
+from dataplane.linux.metered import LinuxMeter
+from dataplane.linux.netlink_batch import NetlinkBatch
 from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.sysctl_state import SysctlOriginals
 from dataplane.linux.sysctls import SysctlWriter
@@ -61,6 +63,7 @@ class Programmers:
         sysctl_root: str,
         sysctl_state: Path | None = None,
         clock: Callable[[], float],
+        meter: LinuxMeter | None = None,
     ) -> Programmers:
         backend = await detect_backend(runner, config.iptables_backend)
         ipsets = IPSetsProgrammer(
@@ -85,12 +88,19 @@ class Programmers:
                     fail_closed=fail_closed.get(table, FAIL_CLOSED),
                     clock=clock,
                 )
+        # Netlink writes are counted through these (the runner counts the tools).
+        writer = meter.netlink_writer(NetlinkBatch()) if meter else None
         routes = RouteProgrammer(
-            netlink, links, protocol=route_protocol, ipv6=config.ipv6_support, clock=clock
+            netlink,
+            links,
+            protocol=route_protocol,
+            ipv6=config.ipv6_support,
+            clock=clock,
+            writer=writer,
         )
         originals = SysctlOriginals(sysctl_state)
         sysctls = SysctlWriter(sysctl_root, ipv6=config.ipv6_support, originals=originals)
-        vxlan = VxlanProgrammer(netlink, links)
+        vxlan = VxlanProgrammer(meter.netlink(netlink) if meter else netlink, links, writer)
         return cls(backend, ipsets, tables, routes, sysctls, vxlan)
 
     def mark_for_resync(self, timers: Iterable[str]) -> None:

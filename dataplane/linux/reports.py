@@ -4,6 +4,7 @@ Reads the writers through their public views and the programmers'
 quarantines; changes nothing. A refused chain is logged once with the
 policy, profile, endpoint or service it came from, and every endpoint whose
 traffic meets a held-back chain, route, sysctl or IP set reports ``error``.
+:meth:`Reports.object_errors` lists everything held back now by object.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from dataplane.core.platform import EndpointKey, PolicyUsers
+from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
 from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.owners import ChainOwner, find_owner
 from dataplane.linux.programmers import Programmers
@@ -27,6 +28,16 @@ from dataplane.model import EndpointStatus
 __all__ = ["Reports"]
 
 log = logging.getLogger(__name__)
+
+# ChainOwner kinds -> ObjectError kinds.
+_KINDS = {
+    "policy": "policy",
+    "profile": "profile",
+    "workload endpoint": "workload_endpoint",
+    "host endpoint": "host_endpoint",
+    "service": "service",
+    "chain": "chain",
+}
 
 
 class Reports:
@@ -91,6 +102,30 @@ class Reports:
             for (table, version), programmer in sorted(tables.items())
             for chain in programmer.quarantine
         ]
+
+    def object_errors(self, kernel: Programmers) -> list[ObjectError]:
+        """Every object held back now, once (the first reason found), sorted.
+
+        Chains are named by the object they were rendered from; IP sets by
+        their id, routes by CIDR, interfaces (sysctls, VXLAN devices) by
+        name; a VXLAN neighbour or FDB entry the kernel refuses is kind
+        ``vxlan``. The reason is the kernel's message, as logged.
+        """
+        found: dict[tuple[str, str], str] = {}
+        for (table, version), programmer in sorted(kernel.tables.items()):
+            for chain, rejection in programmer.quarantine.items():
+                owner = self.owner(table, version, chain, None)
+                found.setdefault((_KINDS[owner.kind], owner.name), rejection.reason)
+        for set_id, rejection in kernel.ipsets.quarantine.items():
+            found.setdefault(("ipset", set_id), rejection.reason)
+        for cidr, rejection in kernel.routes.quarantine.items():
+            found.setdefault(("route", cidr), rejection.reason)
+        for iface, message in kernel.sysctls.failed.items():
+            found.setdefault(("interface", iface), message)
+        for what, why in kernel.vxlan.failing.items():
+            # Entries are "neighbour ..." / "fdbentry ...", devices their name.
+            found.setdefault(("vxlan" if " " in what else "interface", what), why)
+        return [ObjectError(kind, ident, reason) for (kind, ident), reason in sorted(found.items())]
 
     def statuses(
         self, kernel: Programmers, routes: RoutesWriter

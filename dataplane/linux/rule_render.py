@@ -31,7 +31,7 @@ from dataplane.linux.chains import IptRule
 from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
 from dataplane.model import Action, IcmpMatch, PortRange, Rule
 
-__all__ = ["RuleRenderer", "is_whole_family"]
+__all__ = ["RuleRenderer", "is_whole_family", "verdict_index"]
 
 _MULTIPORT_MAX = 15  # entries per -m multiport; a range counts as two
 
@@ -204,6 +204,7 @@ class RuleRenderer:
         return f"-m icmp6 {bang}--icmpv6-type {icmp}"
 
     def _action(self, action: Action, match: str) -> list[IptRule]:
+        # The rule that carries the verdict comes first; keep verdict_index in step.
         m = self.marks
         if action is Action.ALLOW:
             return [IptRule(match, set_mark(m.accept)), IptRule(has_mark(m.accept), "-j RETURN")]
@@ -218,3 +219,13 @@ class RuleRenderer:
         for rule in rules:
             out.extend(self.render(rule))
         return tuple(out)
+
+
+def verdict_index(action: Action, rendered: Sequence[IptRule]) -> int:
+    """Index in ``rendered`` (one rule's non-empty rendering) of the rule whose
+    match is the model rule's: the one that DROPs, LOGs or sets the accept or
+    pass mark. Its packet counter counts the packets the model rule matched;
+    the mark blocks before it see every packet that reaches the rule, and the
+    RETURN after an accept or pass mark counts the same packets again.
+    """
+    return len(rendered) - (2 if action in (Action.ALLOW, Action.PASS) else 1)

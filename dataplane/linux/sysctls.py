@@ -58,6 +58,7 @@ class SysctlWriter:
         self.originals = originals if originals is not None else SysctlOriginals()
         self._done: dict[str, tuple[int, bool]] = {}  # iface -> (ifindex, strict rpf)
         self.failed: dict[str, str] = {}  # iface -> why, as of the last apply
+        self.writes = 0  # files written so far (metrics); read from the loop after apply
 
     def _write(self, key: str, value: str) -> None:
         path = self.root / key
@@ -65,6 +66,7 @@ class SysctlWriter:
             if path.read_text().strip() == value:
                 return
             path.write_text(value)
+            self.writes += 1
         except FileNotFoundError:
             return  # interface went away, or IPv6 disabled: nothing to configure
         except OSError as exc:

@@ -101,6 +101,10 @@ class Table:
         self.preload_batch = preload_batch
         self._desired: dict[str, tuple[IptRule, ...]] = {}
         self._hashes: dict[str, list[str]] = {}  # of desired chains, computed once
+        self.rule_count = 0  # rules in the desired chains, kept as they change (metrics)
+        # Chains whose desired rules changed since take_changed(); None while
+        # nobody asks (the policy counters' labels do).
+        self._changed: set[str] | None = None
         self._dirty: set[str] = set()  # chains to compare at the next apply
         self._hooks: dict[str, tuple[IptRule, ...]] = {}
         # What we believe the kernel holds: our chains' hashes, and our rule
@@ -128,16 +132,23 @@ class Table:
         if self._desired.get(chain.name) == chain.rules:
             return
         self.quarantine.release(chain.name)  # a new version gets a fresh chance
+        self.rule_count += len(chain.rules) - len(self._desired.get(chain.name, ()))
         self._desired[chain.name] = chain.rules
+        if self._changed is not None:
+            self._changed.add(chain.name)
         self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
         self._dirty.add(chain.name)
 
     def remove_chain(self, name: str) -> None:
         self.quarantine.release(name)
         self._fail_closed_hashes.pop(name, None)  # chain names come and go with pods
-        if self._desired.pop(name, None) is not None:
+        rules = self._desired.pop(name, None)
+        if rules is not None:
+            self.rule_count -= len(rules)
             del self._hashes[name]
             self._dirty.add(name)
+            if self._changed is not None:
+                self._changed.add(name)
 
     def set_chains(self, chains: Iterable[Chain]) -> None:
         """Replace the whole desired set of chains."""
@@ -153,6 +164,28 @@ class Table:
 
     def desired_chain_names(self) -> frozenset[str]:
         return frozenset(self._desired)
+
+    def take_changed(self) -> set[str]:
+        """Chains whose desired rules changed since the last call (every desired
+        chain at the first call: tracking starts then)."""
+        if self._changed is None:
+            self._changed = set()
+            return set(self._desired)
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def chain_count(self) -> int:
+        """How many chains are desired (metrics)."""
+        return len(self._desired)
+
+    def desired(self, name: str) -> tuple[tuple[IptRule, ...], Sequence[str]] | None:
+        """Chain ``name``'s desired rules and their hash comments; None if not desired.
+
+        The rules tuple is the very object the writer handed over, so a
+        caller may cache on its identity.
+        """
+        rules = self._desired.get(name)
+        return None if rules is None else (rules, self._hashes[name])
 
     def mark_for_resync(self) -> None:
         self._actual_chains = None

@@ -184,6 +184,8 @@ class TrackedPlatform:
         self, set_id: str, added: frozenset[str], removed: frozenset[str]
     ) -> None:
         self.inner.update_ipset_members(set_id, added, removed)
+        if set_id not in self.desired.ipsets:
+            return  # the platform took a delta for a set it never had; nothing to track
         members = self._members.get(set_id)
         if members is None:
             members = self._members[set_id] = set(self.desired.ipsets[set_id].members)
@@ -335,4 +337,6 @@ class TrackedPlatform:
 
 
 # Kinds a platform reports that no message names: shown only while refused.
-_OWN_KINDS = frozenset({"interface", "chain", "load_balancer"})
+_OWN_KINDS = frozenset(
+    {"interface", "chain", "vxlan", "load_balancer", "network", "remote_endpoint"}
+)

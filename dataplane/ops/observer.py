@@ -92,6 +92,10 @@ class Observer:
         bind = getattr(platform, "bind_metrics", None)
         if bind is not None:
             bind(self.metrics)
+        # The kernel's own per-rule counters, read at scrape time (Linux).
+        counters = getattr(platform, "policy_counters", None)
+        if counters is not None:
+            self.metrics.register(counters())
         self.metrics.in_sync.set(0)
 
     def snapshot(self) -> Snapshot:

@@ -5,7 +5,8 @@ the same semantics a kernel platform has: desired state accumulates between
 applies, ``apply`` makes the *programmed* state equal to the desired state
 in one step, and a failed apply changes nothing programmed and loses
 nothing desired. It counts applies (the loop's batching is measured through
-it) and has a fault switch so tests can make applies fail.
+it) and has fault switches so tests can make applies fail, or make it
+refuse single objects as a kernel quarantines them.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
 from dataplane.config import Config
-from dataplane.core.platform import EndpointKey, PolicyUsers
+from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
 from dataplane.errors import ProgrammingError
 from dataplane.model import (
     EffectivePolicy,
@@ -86,6 +88,11 @@ class SimPlatform:
         apply_count: applies attempted (successful or not).
         fail_applies: fault switch; while positive, each apply raises
             :class:`ProgrammingError` and decrements it.
+        refuse_objects: fault switch; objects, by (kind, id) as
+            :class:`~dataplane.core.platform.ObjectError` names them, that
+            every apply refuses with the given reason: they are kept out of
+            ``programmed`` and reported by :meth:`object_errors` while
+            desired, and the apply succeeds.
     """
 
     name = "sim"
@@ -97,6 +104,8 @@ class SimPlatform:
         self.apply_count = 0
         self.successful_applies = 0
         self.fail_applies = 0
+        self.refuse_objects: dict[tuple[str, str], str] = {}
+        self._refused: list[ObjectError] = []
         # Members of desired sets, mutable so deltas stay O(delta) until
         # apply freezes them.
         self._members: dict[str, set[str]] = {}
@@ -221,7 +230,12 @@ class SimPlatform:
             self.desired.ipsets[set_id] = IPSet(set_id, old.type, frozenset(self._members[set_id]))
         self._dirty_sets.clear()
         self.programmed = self.desired.copy()
+        self._refused = _hold_back(self.programmed, self.refuse_objects)
         self.successful_applies += 1
+
+    def object_errors(self) -> list[ObjectError]:
+        """The objects the last apply refused (see ``refuse_objects``), sorted."""
+        return list(self._refused)
 
     def endpoint_statuses(self) -> Mapping[EndpointKey, EndpointStatus]:
         # No links to watch: a workload is up exactly when it is admin-up.
@@ -234,3 +248,28 @@ class SimPlatform:
 
     def dump(self) -> str:
         return dump_state(self.programmed)
+
+
+def _hold_back(state: SimState, refuse: Mapping[tuple[str, str], str]) -> list[ObjectError]:
+    """Remove the refused objects ``state`` holds from it; what was removed."""
+    if not refuse:
+        return []
+    stores: dict[str, dict[Any, Any]] = {
+        "ipset": state.ipsets,
+        "policy": state.policies,
+        "profile": state.profiles,
+        "workload_endpoint": state.workload_endpoints,
+        "host_endpoint": state.host_endpoints,
+        "ip_pool": state.ip_pools,
+        "service": state.services,
+        "vtep": state.vteps,
+        "route": state.routes,
+        "host": state.hosts,
+    }
+    refused = []
+    for kind, store in stores.items():
+        for key in [k for k in store if (kind, str(k)) in refuse]:
+            del store[key]
+            state.effective.pop(key, None)
+            refused.append(ObjectError(kind, str(key), refuse[(kind, str(key))]))
+    return sorted(refused, key=lambda e: (e.kind, e.id))

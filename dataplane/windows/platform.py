@@ -35,13 +35,14 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
 from dataplane.config import Config
-from dataplane.core.platform import EndpointKey, PolicyUsers
+from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
 from dataplane.core.quarantine import Rejection
 from dataplane.model import (
     DirectionPolicy,
@@ -66,6 +67,7 @@ from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContex
 from dataplane.windows.desired import Desired
 from dataplane.windows.endpoint_render import render_endpoint, render_fail_closed
 from dataplane.windows.hcn import HCN, HnsVersion
+from dataplane.windows.hns_meter import HnsMeter
 from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView
 from dataplane.windows.lb_programmer import LbProgrammer, lb_options
 from dataplane.windows.lb_state import OwnedIds
@@ -78,6 +80,9 @@ from dataplane.windows.programmers import (
 )
 from dataplane.windows.set_policy import set_token, wanted_sets
 from dataplane.windows.vxlan_programmer import VxlanProgrammer
+
+if TYPE_CHECKING:
+    from dataplane.ops.metrics import Metrics
 
 __all__ = ["WindowsPlatform"]
 
@@ -129,6 +134,7 @@ class WindowsPlatform:
         self._unsupported_logged: set[str] = set()
         owned = OwnedIds() if owned_load_balancers is None else owned_load_balancers
         self._lbs = LbProgrammer(hcn, self._call, clock, owned)
+        self._meter: HnsMeter | None = None
 
     # --- sinks ----------------------------------------------------------------
 
@@ -224,8 +230,18 @@ class WindowsPlatform:
     # --- helpers ----------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
-        """One blocking HCN call, off the event loop."""
-        return await self._offload(functools.partial(fn, *args))
+        """One blocking HCN call, off the event loop: every HNS call comes through here."""
+        call: Callable[[], T] = functools.partial(fn, *args)
+        if self._meter is not None:
+            call = self._meter.wrap(fn, call)
+        return await self._offload(call)
+
+    def bind_metrics(
+        self, metrics: Metrics, *, timer: Callable[[], float] = time.perf_counter
+    ) -> None:
+        """Count every HNS call into ``metrics`` by function, with its latency
+        (read with ``timer``) and failures; call once, before the first apply."""
+        self._meter = HnsMeter(metrics, timer)
 
     @property
     def version(self) -> HnsVersion | None:
@@ -390,6 +406,31 @@ class WindowsPlatform:
             *self._vxlan.quarantined(),
             *self._lbs.quarantined(),
         ]
+
+    def object_errors(self) -> list[ObjectError]:
+        """Everything HNS refused and held back now, by object, with HNS's message.
+
+        Set writes are refused per network; they are named by the IP sets the
+        refused request carried (by the network if it named none). Load
+        balancers are named by their service, remote endpoints by address.
+        """
+        found: dict[tuple[str, str], str] = {}
+        for key, why in self._endpoints.held.items():
+            found.setdefault(("workload_endpoint", str(key)), why.reason)
+        for network_id, why in self._sets.held.items():
+            failed = self._sets.failed_sets.get(network_id)
+            named = [("ipset", s) for s in failed] if failed else [("network", network_id)]
+            for ident in named:
+                found.setdefault(ident, why.reason)
+        for (_network, prefix), why in self._vxlan.held.items():
+            found.setdefault(("route", prefix), why.reason)
+        for lb_key, why in self._lbs.held.items():
+            lb = self._lbs.wanted.get(lb_key)
+            ident = ("service", lb.service) if lb else ("load_balancer", str(lb_key))
+            found.setdefault(ident, why.reason)
+        for address, why in self._lbs.remotes_held.items():
+            found.setdefault(("remote_endpoint", address), why.reason)
+        return [ObjectError(kind, ident, reason) for (kind, ident), reason in sorted(found.items())]
 
     def fail_closed(self) -> list[FailClosed]:
         """Every rule in force now that HNS could not express exactly."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.topology import Topology
@@ -45,6 +46,23 @@ def _probe(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
         check=False,
         timeout=30,
     )
+
+
+def _metrics(netns: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A scrape of the driver's /metrics, from inside the node as Prometheus's agent would."""
+    fetch = f"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{PORT}/metrics').read().decode())"
+    done = subprocess.run(
+        ["ip", "netns", "exec", netns, sys.executable, "-c", fetch],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(done.stdout)
+        for s in family.samples
+    }
 
 
 def _until(what: str, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -111,6 +129,23 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
         )
         assert _probe(netns, "--ready").returncode == 1
         cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True))
+        # The refusal shows in the metrics too, beside the work done.
+        samples = _metrics(netns)
+        assert samples[("dataplane_quarantined_objects", (("kind", "policy"),))] == 1
+        assert samples[("dataplane_objects", (("kind", "policy"), ("status", "error")))] == 1
+        assert samples[("felix_iptables_restore_calls_total", ())] >= 8
+        assert samples[("felix_iptables_restore_errors_total", ())] >= 1
+        latency = (("kind", "workload_endpoint"),)
+        assert (
+            samples[("dataplane_network_programming_duration_seconds_count", latency)]
+            == len(cluster.ifaces) + 1
+        )  # db-1's update came twice: its own and with the refused policy
+        allowed = [
+            v
+            for (name, labels), v in samples.items()
+            if name == "dataplane_policy_packets_total" and ("action", "allow") in labels
+        ]
+        assert sum(allowed) > 0  # the probe's packets, counted by the kernel
         # The kernel accepts the fixed policy: ready again.
         felix.send(_policy(7778))
         _until("never ready again", lambda: _probe(netns, "--ready").returncode == 0)

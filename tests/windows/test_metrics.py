@@ -1,0 +1,78 @@
+"""Every HNS call counted by HCN function, with its latency and failures."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections import Counter
+
+from dataplane.ops.metrics import Metrics
+from dataplane.windows.hcn import HCN
+from dataplane.windows.hns_meter import FUNCTIONS
+from dataplane.windows.simhost import SimHost
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.hns import calico_host
+from tests.conftest import run_trio
+from tests.kernel import scenario as sc
+from tests.linux.metric_samples import samples
+from tests.windows.windows_node import messages, node, send
+
+
+def test_every_hcn_operation_has_its_function_name() -> None:
+    methods = {
+        name for name, _ in inspect.getmembers(HCN, inspect.isfunction) if not name.startswith("_")
+    }
+    assert methods - {"flush"} == set(FUNCTIONS)
+    assert set(FUNCTIONS) <= {n for n, _ in inspect.getmembers(SimHost, inspect.isfunction)}
+
+
+def _db(host: SimHost) -> str:
+    (found,) = [e["ID"] for e in host.endpoints.values() if e["Name"].endswith("db-1_eth0")]
+    return str(found)
+
+
+def test_calls_latency_and_failures_by_function() -> None:
+    host = calico_host(sc.PODS)
+    db = _db(host)
+    refused: Counter[str] = Counter()
+
+    def fault(call: str, target: str) -> bool:
+        if call == "ModifyEndpoint" and target == db:
+            refused[call] += 1
+            return True
+        return False
+
+    host.fault = fault
+    metrics = Metrics(process=False)
+    ticks = itertools.count()
+
+    async def main() -> None:
+        async with node(host) as (dp, platform):
+            # A fake timer: each call reads it twice, a quarter second apart.
+            platform.bind_metrics(metrics, timer=lambda: next(ticks) / 4)
+            await send(dp, *messages())
+            await send(
+                dp,
+                pb.ServiceUpdate(
+                    name="web", namespace="prod", type="ClusterIP", cluster_ips=["10.96.0.10"]
+                ),
+            )
+            assert dp.in_sync
+
+    run_trio(main)
+    r = metrics.registry
+    # The simulated host counts what it was asked (not its version query,
+    # which the real binding makes with HNSCall).
+    calls = {(name,): float(n) for name, n in {**host.calls, "HNSCall": 1}.items()}
+    assert refused["ModifyEndpoint"] > 0
+    assert {
+        "calls": samples(r, "dataplane_hns_calls_total"),
+        "errors": {k: v for k, v in samples(r, "dataplane_hns_call_errors_total").items() if v},
+        "latency count": samples(r, "dataplane_hns_call_duration_seconds_count"),
+        "latency sum": samples(r, "dataplane_hns_call_duration_seconds_sum"),
+    } == {
+        "calls": calls,
+        "errors": {("ModifyEndpoint",): float(refused["ModifyEndpoint"])},
+        "latency count": calls,
+        "latency sum": {k: v / 4 for k, v in calls.items()},
+    }
