@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import urllib.request
 
 import pytest
 import trio
@@ -16,7 +17,7 @@ from dataplane.ops.logfmt import JSONFormatter
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.observer import Observer, object_kind
 from dataplane.ops.records import records
-from dataplane.ops.server import ListenAddress, listen_address
+from dataplane.ops.server import ListenAddress, OpsServer, listen_address
 from dataplane.sim import SimPlatform
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.conftest import REPO
@@ -230,3 +231,30 @@ def test_readme_lists_every_metric() -> None:
         exported.add(family.name + suffix)
     exported |= {f"{name}_total" for name in POLICY_COUNTER_NAMES}
     assert listed == exported | {"process_*"}
+
+
+def test_metrics_page_is_rendered_at_most_once_per_max_age() -> None:
+    """A scraper every 100 ms costs one render a second, not ten."""
+    now = [0.0]
+    observer = Observer(SimPlatform(), metrics=Metrics(process=False))
+    server = OpsServer(observer, ListenAddress("127.0.0.1", 0), clock=lambda: now[0])
+    server.start()
+    try:
+
+        def rejected() -> str:
+            url = f"http://127.0.0.1:{server.port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                page: str = response.read().decode()
+            return next(
+                line for line in page.splitlines() if line.startswith("dataplane_messages_rejected")
+            )
+
+        observer.rejected("ipset_update")
+        assert rejected().endswith(" 1.0")
+        observer.rejected("ipset_update")
+        now[0] = 0.9
+        assert rejected().endswith(" 1.0")  # the same page
+        now[0] = 1.0
+        assert rejected().endswith(" 2.0")
+    finally:
+        server.close()

@@ -416,18 +416,24 @@ class LinuxPlatform:
     def policy_counters(
         self,
         *,
-        min_interval: float = 5.0,
+        min_interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         timeout: float = 5.0,
+        background: bool = True,
     ) -> Collector:
         """A collector of per policy rule counters (:mod:`dataplane.ops.policy_counters`).
 
         From now on each apply publishes which policy rule each of our
         filter rules was rendered from; the collector reads the kernel's
-        counters in the scrape thread, ``iptables-save -c`` in the runner's
-        namespace, at most every ``min_interval`` seconds.
+        counters, ``iptables-save -c`` in the runner's namespace, at most
+        every ``min_interval`` seconds (default 30), in a thread of its own
+        unless not ``background`` (then in the scrape, for tests).
         """
-        from dataplane.ops.policy_counters import PolicyCounters  # noqa: PLC0415 - only if wanted
+        from dataplane.ops.policy_counters import (  # noqa: PLC0415 - only if wanted
+            DEFAULT_INTERVAL,
+            PolicyCounters,
+            in_thread,
+        )
 
         if self._labels is None:
             self._labels = RuleLabels(self.names)
@@ -446,8 +452,9 @@ class LinuxPlatform:
             lambda: self._rule_map,
             save,
             metrics=self._meter.metrics if self._meter else None,
-            min_interval=min_interval,
+            min_interval=DEFAULT_INTERVAL if min_interval is None else min_interval,
             clock=clock,
+            refresh_with=in_thread if background else lambda refresh: refresh(),
         )
 
     def _publish_labels(self, kernel: Programmers) -> None:

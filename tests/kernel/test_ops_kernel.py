@@ -6,6 +6,7 @@ there too, as a kubelet exec probe would (``dataplane-driver health``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -140,12 +141,29 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
             samples[("dataplane_network_programming_duration_seconds_count", latency)]
             == len(cluster.ifaces) + 1
         )  # db-1's update came twice: its own and with the refused policy
-        allowed = [
-            v
-            for (name, labels), v in samples.items()
-            if name == "dataplane_policy_packets_total" and ("action", "allow") in labels
-        ]
-        assert sum(allowed) > 0  # the probe's packets, counted by the kernel
+
+        # The kernel's own counters of the probe's packets: read in the
+        # background once scraped, so they show on a later scrape.
+        def allowed_packets() -> float:
+            return sum(
+                value
+                for (name, labels), value in _metrics(netns).items()
+                if name == "dataplane_policy_packets_total" and ("action", "allow") in labels
+            )
+
+        _until("the probe's packets were never counted", lambda: allowed_packets() > 0)
+        # show names the refused policy, with the kernel's reason.
+        shown = subprocess.run(
+            [*_in_node(netns), "show", "--address", f"127.0.0.1:{PORT}", "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+            timeout=30,
+        )
+        errors = [o for o in json.loads(shown.stdout) if o["status"] == "error"]
+        assert [(o["kind"], o["id"]) for o in errors] == [("policy", "refuse-me")]
+        assert "refused by the test hook" in errors[0]["error"]
         # The kernel accepts the fixed policy: ready again.
         felix.send(_policy(7778))
         _until("never ready again", lambda: _probe(netns, "--ready").returncode == 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
 
 import pytest
@@ -138,3 +139,30 @@ def test_without_metrics_the_collector_still_serves(interval: float) -> None:
         ALLOW_LABELS: 11.0,
     }
     assert octets.name == "dataplane_policy_bytes"
+
+
+def test_a_background_refresh_never_holds_up_a_scrape() -> None:
+    """In the driver the save runs in a thread: scrapes get the last counters at once."""
+    kernel = FakeKernel()
+    now = [0.0]
+    started: list[Callable[[], None]] = []
+    metrics = Metrics(process=False)
+    metrics.register(
+        PolicyCounters(
+            lambda: RULES,
+            kernel.save,
+            metrics=metrics,
+            min_interval=5.0,
+            clock=lambda: now[0],
+            refresh_with=started.append,  # a thread that has not run yet
+        )
+    )
+    r = metrics.registry
+    assert samples(r, "dataplane_policy_packets_total") == {}  # nothing read yet
+    assert len(started) == 1
+    now[0] = 10.0
+    samples(r, "dataplane_policy_packets_total")
+    assert len(started) == 1  # one refresh at a time, however many scrapes
+    started[0]()  # the thread runs
+    assert samples(r, "dataplane_policy_packets_total") == {LABELS: 7.0, ALLOW_LABELS: 11.0}
+    assert len(started) == 2  # the scrape after it, due again, started the next
