@@ -256,5 +256,9 @@ def test_metrics_page_is_rendered_at_most_once_per_max_age() -> None:
         assert rejected().endswith(" 1.0")  # the same page
         now[0] = 1.0
         assert rejected().endswith(" 2.0")
+        # An apply that ends publishes a snapshot: the next scrape sees it.
+        observer.rejected("ipset_update")
+        observer.platform.publish()
+        assert rejected().endswith(" 3.0")
     finally:
         server.close()

@@ -10,8 +10,9 @@ the loop and a stuck loop still gets its ``/livez`` 503 served.
 ``/healthz`` answers as ``/livez`` (kube-proxy serves both). ``/explain``
 answers ``explain`` for a live node from the same snapshot.
 
-``/metrics`` is rendered at most once per :data:`METRICS_MAX_AGE`; a
-scraper asking more often gets the same page. Rendering the registry is
+``/metrics`` is rendered at most once per :data:`METRICS_MAX_AGE` while
+no apply ends; a scraper asking more often gets the same page, and the
+first scrape after an apply always sees its results. Rendering the registry is
 pure Python under the GIL (3.7 ms for the driver's families), and a
 scraper every 100 ms made small applies 8 % slower at 500 endpoints
 (``benchmarks/bench_scrape.py``); no scrape interval worth having is
@@ -99,7 +100,8 @@ class OpsServer:
         self._explain = explain
         self._max_age = metrics_max_age
         self._clock = clock
-        self._pages: dict[str, tuple[float, bytes]] = {}  # content type -> (rendered at, page)
+        # content type -> (rendered at, the snapshot then current, page)
+        self._pages: dict[str, tuple[float, Snapshot, bytes]] = {}
         self._pages_lock = threading.Lock()
         self._state_page: tuple[Snapshot, bytes] | None = None
         handler = self._handler_class()
@@ -180,15 +182,15 @@ class OpsServer:
             _send_json(request, 404, {"error": f"no such path {path!r}"})
 
     def _metrics_page(self, encoder: Callable[[Any], bytes], content_type: str) -> bytes:
-        now = self._clock()
+        now, snap = self._clock(), self._observer.snapshot()
         with self._pages_lock:
             cached = self._pages.get(content_type)
-            if cached is not None and now - cached[0] < self._max_age:
-                return cached[1]
+            if cached is not None and cached[1] is snap and now - cached[0] < self._max_age:
+                return cached[2]
             # Rendered under the lock: parallel scrapers wait for one render
             # rather than each paying for their own.
             page = encoder(self._observer.metrics.registry)
-            self._pages[content_type] = (now, page)
+            self._pages[content_type] = (now, snap, page)
             return page
 
 
