@@ -14,7 +14,40 @@ import stat
 import sys
 from pathlib import Path
 
-__all__ = ["refusing_env"]
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from tests.kernel import scenario
+
+__all__ = ["MARKER", "REFUSED", "refused_policy", "refusing_env", "using_refused_policy"]
+
+# The port the wrappers refuse (given to refusing_env), and the policy that
+# uses it: exactly "an object the kernel refuses".
+MARKER = "7777"
+REFUSED = pb.PolicyID(name="refuse-me")
+
+
+def refused_policy(port: int = int(MARKER)) -> pb.ActivePolicyUpdate:
+    """The policy, allowing TCP to ``port``: refused at MARKER, accepted at any other."""
+    return pb.ActivePolicyUpdate(
+        id=REFUSED,
+        policy=pb.Policy(
+            tier="default",
+            inbound_rules=[
+                pb.Rule(
+                    action="allow",
+                    protocol=pb.Protocol(name="tcp"),
+                    dst_ports=[pb.PortRange(first=port, last=port)],
+                )
+            ],
+        ),
+    )
+
+
+def using_refused_policy(iface: str) -> pb.WorkloadEndpointUpdate:
+    """db-1 on ``iface``, with the refused policy first in its default tier."""
+    update = scenario.endpoint(scenario.pod("db-1"), iface)
+    update.endpoint.tiers[1].ingress_policies.insert(0, REFUSED)
+    return update
+
 
 _TOOLS = (
     "iptables-nft-restore",

@@ -31,13 +31,16 @@ from tests.conftest import REPO
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster
 from tests.kernel.marks import requires_root
-from tests.kernel.refusing_tools import refusing_env
+from tests.kernel.refusing_tools import (
+    MARKER,
+    refused_policy,
+    refusing_env,
+    using_refused_policy,
+)
 from tests.linux.metric_samples import parsed
 
 pytestmark = [requires_root, pytest.mark.slow]
 
-MARKER = "7777"  # the refusing tools refuse any rule line naming it
-REFUSED = pb.PolicyID(name="refuse-me")
 BIG_SET = "s:big"
 LABELS = ("tier", "policy", "direction", "rule", "action")
 BUILTIN = ("INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING")
@@ -45,23 +48,9 @@ BUILTIN = ("INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING")
 
 def _refused_objects(db_iface: str) -> list[Message]:
     """A policy the refusing tools refuse, used by db-1; a set over MaxIpsetSize."""
-    db = scenario.endpoint(scenario.pod("db-1"), db_iface)
-    db.endpoint.tiers[1].ingress_policies.insert(0, REFUSED)
     return [
-        pb.ActivePolicyUpdate(
-            id=REFUSED,
-            policy=pb.Policy(
-                tier="default",
-                inbound_rules=[
-                    pb.Rule(
-                        action="allow",
-                        protocol=pb.Protocol(name="tcp"),
-                        dst_ports=[pb.PortRange(first=int(MARKER), last=int(MARKER))],
-                    )
-                ],
-            ),
-        ),
-        db,
+        refused_policy(),
+        using_refused_policy(db_iface),
         pb.IPSetUpdate(id=BIG_SET, members=["10.9.0.1", "10.9.0.2", "10.9.0.3"]),
     ]
 

@@ -19,19 +19,21 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.topology import Topology
 from tests.felix_harness import REPO, FelixHarness
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe
 from tests.kernel.marks import requires_root
-from tests.kernel.refusing_tools import refusing_env
+from tests.kernel.refusing_tools import (
+    MARKER,
+    refused_policy,
+    refusing_env,
+    using_refused_policy,
+)
 
 pytestmark = [requires_root, pytest.mark.slow]
 
 PORT = 19321  # inside the node's own namespace: nothing else listens there
-MARKER = "7777"
-REFUSED = pb.PolicyID(name="refuse-me")
 
 
 def _in_node(netns: str) -> list[str]:
@@ -74,28 +76,6 @@ def _until(what: str, predicate: Callable[[], bool], timeout: float = 30.0) -> N
         time.sleep(0.05)
 
 
-def _policy(port: int) -> pb.ActivePolicyUpdate:
-    return pb.ActivePolicyUpdate(
-        id=REFUSED,
-        policy=pb.Policy(
-            tier="default",
-            inbound_rules=[
-                pb.Rule(
-                    action="allow",
-                    protocol=pb.Protocol(name="tcp"),
-                    dst_ports=[pb.PortRange(first=port, last=port)],
-                )
-            ],
-        ),
-    )
-
-
-def _db_endpoint(iface: str) -> pb.WorkloadEndpointUpdate:
-    update = scenario.endpoint(scenario.pod("db-1"), iface)
-    update.endpoint.tiers[1].ingress_policies.insert(0, REFUSED)
-    return update
-
-
 def test_readiness_follows_the_kernel_refusing_and_accepting(
     topology: Topology, tmp_path: Path
 ) -> None:
@@ -118,7 +98,7 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
         felix.send(
             *scenario.node_messages(
                 cluster.ifaces,
-                extra=[_policy(int(MARKER)), _db_endpoint(cluster.ifaces["db-1"])],
+                extra=[refused_policy(int(MARKER)), using_refused_policy(cluster.ifaces["db-1"])],
                 IptablesBackend="nft",
             )
         )
@@ -165,7 +145,7 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
         assert [(o["kind"], o["id"]) for o in errors] == [("policy", "refuse-me")]
         assert "refused by the test hook" in errors[0]["error"]
         # The kernel accepts the fixed policy: ready again.
-        felix.send(_policy(7778))
+        felix.send(refused_policy(7778))
         _until("never ready again", lambda: _probe(netns, "--ready").returncode == 0)
     finally:
         felix.close_input()
@@ -215,7 +195,7 @@ def test_liveness_fails_while_a_restore_tool_hangs_and_recovers(
         felix.send(*scenario.node_messages(cluster.ifaces, IptablesBackend="nft"))
         _until("never ready", lambda: _probe(netns, "--ready").returncode == 0, timeout=60)
         flag.touch()
-        felix.send(_policy(8081))  # any change: the next apply runs a restore
+        felix.send(refused_policy(8081))  # any change: the next apply runs a restore
         _until("never not live", lambda: _probe(netns).returncode == 1)
         stuck = _probe(netns)
         assert "main-loop: busy apply for" in stuck.stdout

@@ -19,40 +19,20 @@ from tests.felix_harness import FelixHarness
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe
 from tests.kernel.marks import requires_root
-from tests.kernel.refusing_tools import refusing_env
+from tests.kernel.refusing_tools import (
+    MARKER,
+    refused_policy,
+    refusing_env,
+    using_refused_policy,
+)
 
 pytestmark = [requires_root, pytest.mark.slow]
-
-MARKER = "7777"
-REFUSED = pb.PolicyID(name="refuse-me")
 
 
 @pytest.fixture
 def refusing_path(tmp_path: Path) -> dict[str, str]:
     """An environment whose restore tools refuse lines with the marker."""
     return refusing_env(tmp_path, MARKER)
-
-
-def _policy(port: int) -> pb.ActivePolicyUpdate:
-    return pb.ActivePolicyUpdate(
-        id=REFUSED,
-        policy=pb.Policy(
-            tier="default",
-            inbound_rules=[
-                pb.Rule(
-                    action="allow",
-                    protocol=pb.Protocol(name="tcp"),
-                    dst_ports=[pb.PortRange(first=port, last=port)],
-                )
-            ],
-        ),
-    )
-
-
-def _db_endpoint(iface: str) -> pb.WorkloadEndpointUpdate:
-    update = scenario.endpoint(scenario.pod("db-1"), iface)
-    update.endpoint.tiers[1].ingress_policies.insert(0, REFUSED)
-    return update
 
 
 def _statuses_until(
@@ -80,7 +60,9 @@ def test_refused_policy_is_quarantined_and_the_node_carries_on(
     felix = FelixHarness("--platform", "linux", netns=cluster.node.netns, env=refusing_path)
     felix.send(
         *scenario.node_messages(
-            cluster.ifaces, extra=[_policy(int(MARKER)), _db_endpoint(db)], IptablesBackend="nft"
+            cluster.ifaces,
+            extra=[refused_policy(int(MARKER)), using_refused_policy(db)],
+            IptablesBackend="nft",
         )
     )
     try:
@@ -122,7 +104,7 @@ def test_refused_policy_is_quarantined_and_the_node_carries_on(
         cluster.wait_for(Probe("prom-1", "api-1", "tcp", 80, 4, True))
 
         # Fixing the object takes it out of quarantine.
-        felix.send(_policy(7778))
+        felix.send(refused_policy(7778))
         _statuses_until(felix, {"backend/db-1": "up"})
         cluster.wait_for(Probe("api-1", "db-1", "tcp", 5432, 4, True))
     finally:
