@@ -76,6 +76,7 @@ from dataplane.ops.evaluate import (
     resolved_policy,
 )
 from dataplane.sim.platform import SimState
+from dataplane.windows.lb_render import internal_port
 
 __all__ = ["Explanation", "Location", "ServiceHit", "describe", "explain", "locate", "make_packet"]
 
@@ -203,12 +204,27 @@ def _frontend(
     return None
 
 
-def _targets(service: Service, port: ServicePort, version: int, *, local_only: bool) -> list[str]:
-    """Backends of this family serving ``port``, as ``address:port``."""
+def _targets(
+    service: Service, port: ServicePort, version: int, *, local_only: bool, windows: bool
+) -> list[str]:
+    """Backends of this family serving ``port``, as ``address:port``.
+
+    On Windows only those on the target port number most backends use: an
+    HNS load balancer has one internal port (the platform leaves the
+    others out and logs it).
+    """
+    family = [
+        b
+        for b in service.usable(local_only=local_only)
+        if ipaddress.ip_address(b.address).version == version
+    ]
+    if windows:
+        number, family, _ = internal_port(port, family)
+        return [_endpoint_text(b.address, number) for b in family]
     out = []
-    for backend in service.usable(local_only=local_only):
+    for backend in family:
         target = backend.port_for(port)
-        if target is not None and ipaddress.ip_address(backend.address).version == version:
+        if target is not None:
             out.append(_endpoint_text(backend.address, target))
     return out
 
@@ -218,14 +234,18 @@ def _backends(
     packet: Packet,
     source: Location,
     frontend: tuple[Service, ServicePort, FrontendKind],
+    *,
+    windows: bool,
 ) -> tuple[list[str], Step | None]:
     """Where kube-proxy may send ``packet``, or the step refusing it (service_render.py)."""
     service, port, kind = frontend
     v = packet.version
-    everyone = _targets(service, port, v, local_only=False)
+    everyone = _targets(service, port, v, local_only=False, windows=windows)
     if kind == "cluster-ip":
         internal = (
-            _targets(service, port, v, local_only=True) if service.internal_local else everyone
+            _targets(service, port, v, local_only=True, windows=windows)
+            if service.internal_local
+            else everyone
         )
         return internal, None if internal else _refused("no-backends")
     ranges = [r for r in service.source_ranges if ipaddress.ip_network(r).version == v]
@@ -237,7 +257,7 @@ def _backends(
     pools = [pool.cidr for pool in state.ip_pools.values()]
     inside = source.kind == "host" or in_any(packet.src, pools)
     if service.external_local and not inside:
-        local = _targets(service, port, v, local_only=True)
+        local = _targets(service, port, v, local_only=True, windows=windows)
         return local, None if local else _refused("no-local-backends")
     return everyone, None if everyone else _refused("no-backends")
 
@@ -388,6 +408,7 @@ def explain(
     src_port: int | None = None,
     endpoint_to_host_action: str | None = None,
     sender: str | None = None,
+    platform: str = "linux",
 ) -> Explanation:
     """Evaluate a new flow's first packet on ``state`` and say what decided it.
 
@@ -399,6 +420,8 @@ def explain(
     to have workload-to-host traffic judged by it. ``sender`` names the
     workload that sends the packet (its key as text, workload id or
     interface) when the source address is not its own: a spoofed source.
+    ``platform`` ``windows`` applies what HNS load balancers cannot express
+    (one target port number per service port); policy is the same.
 
     Raises:
         ValueError: an address, protocol or port that does not make a packet.
@@ -416,7 +439,7 @@ def explain(
         d = _path(ctx, packet, source, destination, None)
         return Explanation(packet, source, destination, _verdict(d.allowed), d.by, d.steps)
     service, sport, kind = frontend
-    backends, refusal = _backends(state, packet, source, frontend)
+    backends, refusal = _backends(state, packet, source, frontend, windows=platform == "windows")
     hit = ServiceHit(str(service.key), sport, kind, packet.dst, tuple(backends))
     found = Step("service", Where("service"), note_text=_service_note(hit))
     if refusal is not None:

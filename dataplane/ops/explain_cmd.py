@@ -54,8 +54,11 @@ class Query:
             raise ValueError(f"{proto} needs --port: policy and services match on it")
         return cls(str(a), str(b), proto, number)
 
-    def evaluate(self, snap: Snapshot) -> dict[str, Any]:
+    def evaluate(self, snap: Snapshot, platform: str | None = None) -> dict[str, Any]:
         """The explanation as JSON, with its text under ``text``.
+
+        ``platform`` is whose service semantics apply (default: the
+        snapshot's; the in-memory platform's are Linux's).
 
         Raises:
             ValueError: the evaluator cannot answer this query (e.g. no port).
@@ -75,6 +78,7 @@ class Query:
             icmp_type=icmp_type,
             icmp_code=0 if icmp_type is not None else None,
             endpoint_to_host_action=snap.config.default_endpoint_to_host_action,
+            platform=platform or snap.platform,
         )
         body: dict[str, Any] = result.to_json()
         body["text"] = result.to_text()
@@ -115,7 +119,8 @@ def run_explain(args: argparse.Namespace) -> int:
             snap, _ = replay_snapshot(
                 args.log, max_frame_bytes=args.max_frame_bytes, release=args.felix_release
             )
-            body = query.evaluate(snap)
+            # A log says nothing of the node it came from: --platform does.
+            body = query.evaluate(snap, "windows" if args.platform == "windows" else "linux")
         else:
             status, body = fetch_json(source_address(args), f"/explain?{query.url_query()}")
             if status != 200:

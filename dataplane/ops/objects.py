@@ -69,6 +69,7 @@ class Snapshot:
     oper: Mapping[EndpointKey, EndpointStatus]
     taken_at: float
     config: Config = field(default_factory=Config)
+    platform: str = "sim"  # the platform's name: linux, windows or sim
 
 
 class TrackedPlatform:
@@ -169,6 +170,7 @@ class TrackedPlatform:
             dict(self.inner.endpoint_statuses()),
             self._clock(),
             self.config,
+            self.name,
         )
         return self._snapshot
 

@@ -61,6 +61,7 @@ __all__ = [
     "Note",
     "RenderedLbs",
     "WantedLb",
+    "internal_port",
     "load_balancer_json",
     "render_service",
 ]
@@ -139,10 +140,15 @@ class RenderedLbs:
     notes: tuple[Note, ...] = ()
 
 
-def _internal_port(
+def internal_port(
     port: ServicePort, backends: Iterable[Backend]
 ) -> tuple[int, list[Backend], list[Backend]]:
-    """The one target port number to use, the backends serving it, those left out."""
+    """The one target port number to use, the backends serving it, those left out.
+
+    An HNS load balancer has one internal port per port mapping, so
+    backends serving a service port on another number cannot be in it
+    (``explain`` says the same of a Windows node).
+    """
     serving = [(b, n) for b in backends if (n := b.port_for(port)) is not None]
     if not serving:
         return 0, [], []
@@ -186,7 +192,7 @@ class _Renderer:
             )
             return
         same_family = [b for b in backends if _family(b.address) == key.family]
-        internal, chosen, left_out = _internal_port(port, same_family)
+        internal, chosen, left_out = internal_port(port, same_family)
         if left_out:
             self.note(
                 f"{key}: target port {port.name or port.port} is {internal} on most backends;"
