@@ -125,6 +125,8 @@ class LinuxPlatform:
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
         self._sysctl_reported: set[str] = set()
+        # True while apply() runs: the policy counters' save waits for the end.
+        self.applying = False
         # Metrics, when bound; the policy counters' labels, when asked for.
         self._meter: LinuxMeter | None = None
         self._labels: RuleLabels | None = None
@@ -274,13 +276,17 @@ class LinuxPlatform:
         3. Routes and interface sysctls: only now are new pods routable.
         4. IP set deletions last: no rule references them any more.
         """
-        kernel = self._kernel or await self._start()
-        fired = self._timers.due()
-        kernel.mark_for_resync(fired)
+        self.applying = True  # read by the policy counters' thread
         try:
-            await self._program(kernel)
+            kernel = self._kernel or await self._start()
+            fired = self._timers.due()
+            kernel.mark_for_resync(fired)
+            try:
+                await self._program(kernel)
+            finally:
+                self._timers.rearm(fired, self.config)
         finally:
-            self._timers.rearm(fired, self.config)
+            self.applying = False
 
     def _write(self, kernel: Programmers) -> OverlayPlan:
         """Let every writer write; the overlay plan they wrote for."""
@@ -455,6 +461,7 @@ class LinuxPlatform:
             min_interval=DEFAULT_INTERVAL if min_interval is None else min_interval,
             clock=clock,
             refresh_with=in_thread if background else lambda refresh: refresh(),
+            busy=lambda: self.applying,
         )
 
     def _publish_labels(self, kernel: Programmers) -> None:

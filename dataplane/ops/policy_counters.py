@@ -94,6 +94,10 @@ class PolicyCounters(Collector):
         clock: monotonic seconds.
         refresh_with: runs a refresh (default: at once, in the scrape; the
             driver passes a background thread so scrapes never wait).
+        busy: True while the dataplane is being programmed: a refresh then
+            waits for a later scrape, so that a big save never competes
+            with a restore for the CPU and the kernel (a 5,000-endpoint
+            burst was up to 30 % slower with saves during its apply).
     """
 
     def __init__(
@@ -105,6 +109,7 @@ class PolicyCounters(Collector):
         min_interval: float = DEFAULT_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
         refresh_with: Callable[[Callable[[], None]], None] = lambda refresh: refresh(),
+        busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self._rules = rules
         self._save = save
@@ -112,6 +117,7 @@ class PolicyCounters(Collector):
         self._min_interval = min_interval
         self._clock = clock
         self._refresh_with = refresh_with
+        self._busy = busy
         self._lock = threading.Lock()  # scrapes may come in parallel
         self._refreshing = False
         self._next = -float("inf")
@@ -124,7 +130,7 @@ class PolicyCounters(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             now = self._clock()
-            due = now >= self._next and not self._refreshing
+            due = now >= self._next and not self._refreshing and not self._busy()
             if due:
                 self._next = now + self._min_interval
                 self._refreshing = True

@@ -166,3 +166,17 @@ def test_a_background_refresh_never_holds_up_a_scrape() -> None:
     started[0]()  # the thread runs
     assert samples(r, "dataplane_policy_packets_total") == {LABELS: 7.0, ALLOW_LABELS: 11.0}
     assert len(started) == 2  # the scrape after it, due again, started the next
+
+
+def test_no_save_while_the_dataplane_is_being_programmed() -> None:
+    kernel = FakeKernel()
+    applying = [True]
+    metrics = Metrics(process=False)
+    metrics.register(
+        PolicyCounters(lambda: RULES, kernel.save, metrics=metrics, busy=lambda: applying[0])
+    )
+    r = metrics.registry
+    assert samples(r, "dataplane_policy_packets_total") == {}
+    assert samples(r, "felix_iptables_save_calls_total") == {(): 0.0}
+    applying[0] = False  # the apply ended: the next scrape reads
+    assert samples(r, "dataplane_policy_packets_total") == {LABELS: 7.0, ALLOW_LABELS: 11.0}
