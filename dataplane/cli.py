@@ -399,6 +399,15 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         help="/readyz answers 503 once an object has been refused this long (default: 0, at once)",
     )
     parser.add_argument(
+        "--policy-counters-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --listen on Linux: read the kernel's per-rule counters for"
+        " dataplane_policy_packets_total at most this often, while scraped (default: 30;"
+        " 0: off, no iptables-save -c at all)",
+    )
+    parser.add_argument(
         "--log-format",
         default="text",
         choices=LOG_FORMATS,
@@ -550,7 +559,9 @@ def _observed_dataplane(
     health = Health(
         liveness_deadline=args.liveness_deadline, quarantine_grace=args.ready_quarantine_grace
     )
-    observer = Observer(platform, health=health)
+    observer = Observer(
+        platform, health=health, policy_counters_interval=args.policy_counters_interval
+    )
     server = OpsServer(observer, args.listen, explain=explain_handler(observer))
     stack.callback(server.close)
     server.start()

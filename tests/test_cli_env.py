@@ -61,6 +61,7 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_LIVENESS_DEADLINE": "30",
         "DATAPLANE_READY_QUARANTINE_GRACE": "2.5",
         "DATAPLANE_LOG_FORMAT": "json",
+        "DATAPLANE_POLICY_COUNTERS_INTERVAL": "0",
     }
     assert len(environ) == len(options(cli._parser({})))  # one per option
     args = cli._parse_args([], environ)
@@ -78,6 +79,7 @@ def test_every_variable_takes_effect() -> None:
     assert args.liveness_deadline == 30.0
     assert args.ready_quarantine_grace == 2.5
     assert args.log_format == "json"
+    assert args.policy_counters_interval == 0.0
 
 
 def test_without_variables_the_defaults_hold() -> None:

@@ -262,3 +262,14 @@ def test_metrics_page_is_rendered_at_most_once_per_max_age() -> None:
         assert rejected().endswith(" 3.0")
     finally:
         server.close()
+
+
+@pytest.mark.parametrize(("interval", "served"), [(30.0, True), (0.0, False)])
+def test_policy_counters_can_be_turned_off(interval: float, served: bool) -> None:
+    from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - builds nothing
+
+    observer = Observer(
+        LinuxPlatform(), metrics=Metrics(process=False), policy_counters_interval=interval
+    )
+    names = {family.name for family in observer.metrics.registry.collect()}
+    assert ("dataplane_policy_packets" in names) is served

@@ -18,6 +18,7 @@ from dataplane.core.platform import Platform
 from dataplane.ops.health import Health
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.objects import Snapshot, TrackedPlatform
+from dataplane.ops.policy_counters import DEFAULT_INTERVAL
 
 __all__ = ["Observer", "object_kind"]
 
@@ -71,6 +72,8 @@ class Observer:
         health: liveness/readiness state (defaults if None).
         clock: monotonic seconds, for liveness (the HTTP thread reads it).
         wall_clock: Unix time, for ``since`` and snapshots.
+        policy_counters_interval: seconds between reads of the kernel's rule
+            counters while scraped (Linux); 0 turns them off.
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class Observer:
         health: Health | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        policy_counters_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.health = health or Health(clock=clock)
@@ -94,8 +98,8 @@ class Observer:
             bind(self.metrics)
         # The kernel's own per-rule counters, read at scrape time (Linux).
         counters = getattr(platform, "policy_counters", None)
-        if counters is not None:
-            self.metrics.register(counters())
+        if counters is not None and policy_counters_interval > 0:
+            self.metrics.register(counters(min_interval=policy_counters_interval))
         self.metrics.in_sync.set(0)
 
     def snapshot(self) -> Snapshot:
