@@ -67,7 +67,7 @@ SIGTERM.
 
 Usage: python benchmarks/bench_scrape.py [--quick] [--runs N] [--endpoints N]
        [--policies N] [--sets N] [--members N] [--additions N] [--state]
-       [--interval SECONDS] [--backend legacy|nft]
+       [--interval SECONDS] [--backend legacy|nft] [--policy-counters-interval S]
 """
 
 from __future__ import annotations
@@ -346,6 +346,8 @@ def one_run(
             # Not the host's /var/lib/dataplane: this node is a throwaway namespace.
             "--sysctl-state",
             str(Path(tmp) / "sysctls.json"),
+            "--policy-counters-interval",
+            str(args.policy_counters_interval),
             netns=netns,
         )
         felix.watch()
@@ -438,7 +440,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, elapsed: flo
         f"Node: {args.endpoints:,} workload endpoints (veth), {args.policies} policies,"
         f" {args.sets} IP sets with {args.members:,} members, iptables {args.backend};"
         f" then {args.additions} single-endpoint additions. {args.runs} run(s) per condition,"
-        f" alternated; scraper: {paths} every {args.interval * 1000:.0f} ms."
+        f" alternated; scraper: {paths} every {args.interval * 1000:.0f} ms;"
+        f" driver --policy-counters-interval {args.policy_counters_interval:g}."
     )
     print(f"Machine: {machine()}")
     print()
@@ -594,6 +597,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--state", action="store_true", help="scrape /state too, every interval")
     parser.add_argument("--backend", default="nft", choices=["legacy", "nft"])
     parser.add_argument("--port", type=int, default=9400, help="the driver's --listen port")
+    parser.add_argument(
+        "--policy-counters-interval",
+        type=float,
+        default=30.0,
+        help="the driver's --policy-counters-interval (0: no iptables-save -c at all)",
+    )
     parser.add_argument("--timeout", type=float, default=600, help="per step, seconds")
     parser.add_argument(
         "--quick",
