@@ -11,11 +11,10 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.msglog import read_log
 from tests.felix_harness import REPO, FelixHarness
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -44,14 +44,6 @@ def _get(port: int, path: str) -> tuple[int, str]:
 def _json(port: int, path: str) -> tuple[int, Any]:
     status, body = _get(port, path)
     return status, json.loads(body)
-
-
-def _until(what: str, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
 
 
 def _samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -76,7 +68,7 @@ def live() -> Iterator[tuple[FelixHarness, int]]:
             found.append(int(match[1]))
         return bool(match)
 
-    _until("the driver never said where it listens", port_logged)
+    eventually(port_logged, 30.0, "the driver never said where it listens")
     yield harness, found[0]
     harness.close_input()
     harness.wait()
@@ -97,7 +89,7 @@ def test_ready_only_once_programmed_and_counters_move_with_the_work(
 
     envelopes = read_log(DEMO_LOG)
     harness.send_raw(DEMO_LOG.read_bytes())
-    _until("never ready", lambda: _json(port, "/readyz")[0] == 200)
+    eventually(lambda: _json(port, "/readyz")[0] == 200, 30.0, "never ready")
 
     samples = _samples(port)
     sent = Counter(str(e.WhichOneof("payload")) for e in envelopes)
@@ -135,7 +127,7 @@ def test_ready_only_once_programmed_and_counters_move_with_the_work(
     def counted() -> bool:
         return _samples(port)[policy_latency] == before + 1
 
-    _until("the policy was never counted", counted)
+    eventually(counted, 30.0, "the policy was never counted")
     after = _samples(port)
     assert (
         after[("felix_int_dataplane_messages_total", (("type", "active_policy_update"),))]
@@ -152,7 +144,7 @@ def test_state_of_a_live_node_equals_the_same_log_replayed(
 ) -> None:
     harness, port = live
     harness.send_raw(DEMO_LOG.read_bytes())
-    _until("never ready", lambda: _json(port, "/readyz")[0] == 200)
+    eventually(lambda: _json(port, "/readyz")[0] == 200, 30.0, "never ready")
     status, live_state = _json(port, "/state")
     assert status == 200
     shown = subprocess.run(
@@ -203,7 +195,7 @@ def test_health_command_probes_for_exec_probes(live: tuple[FelixHarness, int]) -
         "/readyz 503 fail: in-sync: waiting for InSync from the calculation graph\n"
     )
     harness.send_raw(DEMO_LOG.read_bytes())
-    _until("never ready", lambda: health("--ready").returncode == 0)
+    eventually(lambda: health("--ready").returncode == 0, 30.0, "never ready")
 
 
 def test_health_of_no_driver_is_a_failure_in_one_line(tmp_path: Path) -> None:
@@ -233,7 +225,7 @@ def test_explain_of_a_live_node_equals_the_same_log_replayed(
 ) -> None:
     harness, port = live
     harness.send_raw(DEMO_LOG.read_bytes())
-    _until("never ready", lambda: _json(port, "/readyz")[0] == 200)
+    eventually(lambda: _json(port, "/readyz")[0] == 200, 30.0, "never ready")
     for src, dst, proto, dport in EXPLAINED:
         query = ["--from", src, "--to", dst, "--proto", proto]
         query += ["--port", dport] if dport else []

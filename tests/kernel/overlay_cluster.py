@@ -7,8 +7,7 @@ so pods on different nodes talk only if the drivers build the overlay.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
@@ -93,11 +92,3 @@ class OverlayCluster:
         for felix in self.drivers.values():
             felix.kill()
         self.drivers.clear()
-
-
-def eventually(check: Callable[[], bool], deadline: float = 15.0, what: str = "") -> None:
-    """Poll ``check`` until true; the drivers apply asynchronously."""
-    end = time.monotonic() + deadline
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {deadline}s: {what or check}")

@@ -12,8 +12,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from tests.kernel.refusing_tools import (
     refusing_env,
     using_refused_policy,
 )
+from tests.waiting import eventually
 
 pytestmark = [requires_root, pytest.mark.slow]
 
@@ -68,14 +67,6 @@ def _metrics(netns: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
     }
 
 
-def _until(what: str, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.05)
-
-
 def test_readiness_follows_the_kernel_refusing_and_accepting(
     topology: Topology, tmp_path: Path
 ) -> None:
@@ -91,7 +82,7 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
     )
     felix.drain()
     try:
-        _until("never live", lambda: _probe(netns).returncode == 0)
+        eventually(lambda: _probe(netns).returncode == 0, 30.0, "never live")
         before = _probe(netns, "--ready")
         assert before.returncode == 1
         assert "in-sync: waiting for InSync" in before.stdout
@@ -103,10 +94,10 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
             )
         )
         # Programmed, but one policy refused: not ready, and it says which.
-        _until(
-            "never unready for the refused policy",
+        eventually(
             lambda: "quarantine: policy refuse-me refused" in _probe(netns, "--ready").stdout,
-            timeout=60,
+            60.0,
+            "never unready for the refused policy",
         )
         assert _probe(netns, "--ready").returncode == 1
         cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True))
@@ -131,7 +122,7 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
                 if name == "dataplane_policy_packets_total" and ("action", "allow") in labels
             )
 
-        _until("the probe's packets were never counted", lambda: allowed_packets() > 0)
+        eventually(lambda: allowed_packets() > 0, 30.0, "the probe's packets were never counted")
         # show names the refused policy, with the kernel's reason.
         shown = subprocess.run(
             [*_in_node(netns), "show", "--address", f"127.0.0.1:{PORT}", "--json"],
@@ -146,7 +137,7 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
         assert "refused by the test hook" in errors[0]["error"]
         # The kernel accepts the fixed policy: ready again.
         felix.send(refused_policy(7778))
-        _until("never ready again", lambda: _probe(netns, "--ready").returncode == 0)
+        eventually(lambda: _probe(netns, "--ready").returncode == 0, 30.0, "never ready again")
     finally:
         felix.close_input()
         felix.wait()
@@ -193,16 +184,16 @@ def test_liveness_fails_while_a_restore_tool_hangs_and_recovers(
     felix.drain()
     try:
         felix.send(*scenario.node_messages(cluster.ifaces, IptablesBackend="nft"))
-        _until("never ready", lambda: _probe(netns, "--ready").returncode == 0, timeout=60)
+        eventually(lambda: _probe(netns, "--ready").returncode == 0, 60.0, "never ready")
         flag.touch()
         felix.send(refused_policy(8081))  # any change: the next apply runs a restore
-        _until("never not live", lambda: _probe(netns).returncode == 1)
+        eventually(lambda: _probe(netns).returncode == 1, 30.0, "never not live")
         stuck = _probe(netns)
         assert "main-loop: busy apply for" in stuck.stdout
         assert "over the liveness deadline of 1s" in stuck.stdout
         flag.unlink()
-        _until("never live again", lambda: _probe(netns).returncode == 0)
-        _until("never ready again", lambda: _probe(netns, "--ready").returncode == 0)
+        eventually(lambda: _probe(netns).returncode == 0, 30.0, "never live again")
+        eventually(lambda: _probe(netns, "--ready").returncode == 0, 30.0, "never ready again")
     finally:
         flag.unlink(missing_ok=True)
         felix.close_input()

@@ -11,7 +11,8 @@ from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.topology import Node, Topology
 from tests.kernel import scenario
 from tests.kernel.marks import requires_root
-from tests.kernel.overlay_cluster import TCP_PORT, UDP_PORT, OverlayCluster, eventually
+from tests.kernel.overlay_cluster import TCP_PORT, UDP_PORT, OverlayCluster
+from tests.waiting import eventually
 
 pytestmark = [requires_root, pytest.mark.slow]
 
