@@ -162,6 +162,14 @@ def _platform(name: str, args: argparse.Namespace) -> Platform:
     return _linux_platform(args)
 
 
+def _rate(text: str) -> float:
+    """A rate for argparse: a number, 0 or more."""
+    value = float(text)
+    if not value >= 0:  # also refuses NaN
+        raise ValueError(f"{text!r}: not a rate of 0 or more")
+    return value
+
+
 def _windows_platform(args: argparse.Namespace) -> Platform:
     from pathlib import Path  # noqa: PLC0415
 
@@ -201,6 +209,7 @@ def _windows_platform(args: argparse.Namespace) -> Platform:
         network_pattern=os.environ.get("KUBE_NETWORK") or DEFAULT_NETWORK_PATTERN,
         host_addresses=tuple(args.host_address),
         owned_load_balancers=OwnedIds(state),
+        **({} if args.hns_refresh_rate is None else {"refresh_rate": args.hns_refresh_rate}),
     )
 
 
@@ -342,7 +351,8 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         "--hns-fake",
         metavar="FILE",
         help="with --platform windows: program the simulated HNS host kept in FILE (JSON,"
-        " rewritten after every apply) instead of the real Host Network Service",
+        " rewritten in place at every change, under a file lock: other processes may"
+        " change it too) instead of the real Host Network Service",
     )
     parser.add_argument(
         "--lb-state",
@@ -358,6 +368,15 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         metavar="IP",
         help="with --platform windows: an address of this node, always allowed to reach"
         " local pods (kubelet probes); repeatable",
+    )
+    parser.add_argument(
+        "--hns-refresh-rate",
+        type=_rate,
+        default=None,
+        metavar="CALLS_PER_S",
+        help="with --platform windows: at most this many HNS calls a second for the"
+        " periodic re-read of endpoints (EndpointRefreshInterval), spread over the interval;"
+        " 0: no limit (default: 10)",
     )
     parser.add_argument(
         "--chain-prefix",

@@ -53,6 +53,7 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_HNS_FAKE": "/tmp/host.json",
         "DATAPLANE_LB_STATE": "/tmp/lb.json",
         "DATAPLANE_HOST_ADDRESS": "10.0.0.1, fd00::1",
+        "DATAPLANE_HNS_REFRESH_RATE": "2.5",
         "DATAPLANE_CHAIN_PREFIX": "dp-",
         "DATAPLANE_SYSCTL_STATE": "/tmp/sysctls.json",
         "DATAPLANE_RECORD": "/tmp/felix.log",
@@ -68,6 +69,7 @@ def test_every_variable_takes_effect() -> None:
     assert args.log_level == "DEBUG"
     assert args.max_frame_bytes == 1024  # converted as the flag's would be
     assert args.platform == "sim"
+    assert args.hns_refresh_rate == 2.5
     assert args.hns_fake == "/tmp/host.json"
     assert args.lb_state == "/tmp/lb.json"
     assert args.host_address == ["10.0.0.1", "fd00::1"]

@@ -10,12 +10,12 @@ the driver made of it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from dataplane.ops.records import rfc3339
+from dataplane.windows.simhost_file import read_host_file
 
 __all__ = ["hns_records"]
 
@@ -82,9 +82,7 @@ def hns_records(path: Path) -> list[Json]:
         OSError: the file cannot be read.
         ValueError: it is not a host file.
     """
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict):
-        raise ValueError("the top level is not a JSON object")
+    data = read_host_file(path)  # under its lock: a driver may be rewriting it
     since = rfc3339(path.stat().st_mtime)
 
     def base(kind: str, obj: Json) -> Json:

@@ -12,15 +12,17 @@ that enforces HNS's rules, for Linux) and :mod:`dataplane.windows.hcn_ctypes`,
 the ``ctypes`` binding to ``computenetwork.dll`` (Windows only). Both raise :class:`HcnError` with
 the HRESULT HNS returns, so callers can tell "not found" from "refused".
 
-Each method is one logical HNS operation; :attr:`HCN.calls` counts them by
-the name of the HCN function that performs it (``CreateEndpoint``,
-``ModifyEndpoint``, ``EnumerateEndpoints``, ...), which is what a sync
-costs on a real host, where every call is a round trip to the service.
+Each method is one logical HNS operation, made of HCN function calls as
+hcsshim makes them (a modify: open, modify, close; a listing: enumerate,
+then open, query, close per object). :attr:`HCN.calls` counts every one by
+HCN function name (``OpenEndpoint``, ``ModifyEndpoint``, ...): on a real
+host each is a round trip to the service, so that is what a sync costs.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +30,7 @@ from dataplane.errors import ProgrammingError
 
 __all__ = [
     "DISTRIBUTION_SOURCE_IP",
+    "ENDPOINTS_OF_NETWORK",
     "ENDPOINT_REMOTE",
     "ERROR_ALREADY_EXISTS",
     "E_FAIL",
@@ -46,9 +49,12 @@ __all__ = [
     "LB_PROTOCOLS",
     "PM_LOCAL_ROUTED_VIP",
     "PM_VIP_EXTERNAL_IP",
+    "EndpointRead",
     "HcnError",
     "HnsVersion",
     "Json",
+    "WriteAfterRead",
+    "writes",
 ]
 
 Json = dict[str, Any]
@@ -74,7 +80,19 @@ PM_VIP_EXTERNAL_IP = 16
 DISTRIBUTION_SOURCE_IP = 2  # LoadBalancerDistribution: per client address (ClientIP affinity)
 LB_PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}  # IANA numbers a port mapping takes
 
+# The query filter key HNS matches an endpoint's network by (hcsshim's
+# ListEndpointsOfNetwork: the V1 name, HNS converts it).
+ENDPOINTS_OF_NETWORK = "VirtualNetwork"
+
 _NOT_FOUND = frozenset({HCN_E_NETWORK_NOT_FOUND, HCN_E_ENDPOINT_NOT_FOUND, LB_NOT_FOUND})
+
+# HCN functions that change what HNS holds; every other call reads.
+_WRITES = ("Create", "Modify", "Delete")
+
+
+def writes(calls: Counter[str]) -> Counter[str]:
+    """The calls among ``calls`` that change HNS: what a sync must make, reads aside."""
+    return Counter({k: n for k, n in calls.items() if n > 0 and k.startswith(_WRITES)})
 
 
 class HcnError(ProgrammingError):
@@ -123,6 +141,25 @@ FEATURES: dict[str, tuple[tuple[HnsVersion, HnsVersion], ...]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class EndpointRead:
+    """One endpoint read through one handle, and what was written through it.
+
+    ``endpoint`` is as queried, before the write; ``written`` the request
+    made (None: none asked for); ``error`` its failure, if it failed (the
+    endpoint then holds what ``endpoint`` says).
+    """
+
+    endpoint: Json
+    written: Json | None = None
+    error: HcnError | None = None
+
+
+# Decides, from an endpoint just read, the ModifyEndpoint request to make
+# through the same handle (None: none). Runs in the calling worker thread.
+WriteAfterRead = Callable[[Json], Json | None]
+
+
 class HCN(Protocol):
     """What the Windows platform needs of HNS; blocking calls (run them in a thread)."""
 
@@ -142,6 +179,24 @@ class HCN(Protocol):
         ...
 
     def list_load_balancers(self) -> list[Json]: ...
+
+    def enumerate_endpoints(self, network_id: str) -> list[str]:
+        """The ids of ``network_id``'s endpoints: one ``HcnEnumerateEndpoints``,
+        filtered as hcsshim's ``ListEndpointsOfNetwork`` filters it."""
+        ...
+
+    def read_endpoint(self, endpoint_id: str, then: WriteAfterRead | None = None) -> EndpointRead:
+        """Open, query, and close one endpoint; with ``then``, the modify it
+        asks for goes through the same handle (4 calls, not 6)."""
+        ...
+
+    def enumerate_load_balancers(self) -> list[str]:
+        """Every load balancer's id: one ``HcnEnumerateLoadBalancers``."""
+        ...
+
+    def get_load_balancer(self, load_balancer_id: str) -> Json:
+        """Open, query, and close one load balancer."""
+        ...
 
     def modify_network(self, network_id: str, request: Json) -> None:
         """``HcnModifyNetwork``: a ``ModifySettingRequest`` (``ResourceType`` Policy)."""

@@ -57,7 +57,16 @@ from ctypes import POINTER, c_long, c_void_p, c_wchar_p
 from typing import Any
 
 from dataplane.errors import PlatformUnavailableError
-from dataplane.windows.hcn import E_FAIL, E_NOTIMPL, HcnError, HnsVersion, Json
+from dataplane.windows.hcn import (
+    E_FAIL,
+    E_NOTIMPL,
+    ENDPOINTS_OF_NETWORK,
+    EndpointRead,
+    HcnError,
+    HnsVersion,
+    Json,
+    WriteAfterRead,
+)
 
 __all__ = ["GUID", "SIGNATURES", "Bind", "HcnBinding"]
 
@@ -116,7 +125,13 @@ SIGNATURES: dict[str, tuple[str, Any, tuple[Any, ...]]] = {
 Bind = Callable[[str, str, Any, tuple[Any, ...]], Callable[..., Any]]
 
 # What every query asks: the V2 schema (hcsshim's defaultQuery).
-_QUERY = json.dumps({"SchemaVersion": {"Major": 2, "Minor": 0}})
+_SCHEMA = {"SchemaVersion": {"Major": 2, "Minor": 0}, "Flags": 0}
+_QUERY = json.dumps(_SCHEMA)
+
+
+def _filtered(filter_: dict[str, str]) -> str:
+    """A query with a filter: HostComputeQuery's ``Filter`` is itself JSON, as a string."""
+    return json.dumps({**_SCHEMA, "Filter": json.dumps(filter_)})
 
 
 def _windows_bind() -> Bind:
@@ -215,13 +230,16 @@ class HcnBinding:
         text = self._hcn_text(f"Query{kind}Properties", object_id, handle, _QUERY)
         return _object(text, f"Query{kind}Properties", object_id)
 
-    def _list(self, kind: str) -> list[Json]:
-        text = self._hcn_text(f"Enumerate{kind}s", "", _QUERY)
+    def _enumerate(self, kind: str, query: str = _QUERY, target: str = "") -> list[str]:
+        text = self._hcn_text(f"Enumerate{kind}s", target, query)
         ids = json.loads(text) if text else []
         if not isinstance(ids, list):
-            raise HcnError(f"Enumerate{kind}s", "", E_FAIL, f"not a list of ids: {text[:200]}")
+            raise HcnError(f"Enumerate{kind}s", target, E_FAIL, f"not a list of ids: {text[:200]}")
+        return [str(i) for i in ids]
+
+    def _list(self, kind: str) -> list[Json]:
         out = []
-        for object_id in ids:
+        for object_id in self._enumerate(kind):
             try:
                 handle = self._open(kind, str(object_id))
             except HcnError as exc:
@@ -289,6 +307,35 @@ class HcnBinding:
 
     def list_load_balancers(self) -> list[Json]:
         return self._list("LoadBalancer")
+
+    def enumerate_endpoints(self, network_id: str) -> list[str]:
+        query = _filtered({ENDPOINTS_OF_NETWORK: network_id})
+        return self._enumerate("Endpoint", query, network_id)
+
+    def read_endpoint(self, endpoint_id: str, then: WriteAfterRead | None = None) -> EndpointRead:
+        handle = self._open("Endpoint", endpoint_id)
+        try:
+            found = self._query("Endpoint", endpoint_id, handle)
+            request = then(found) if then is not None else None
+            if request is None:
+                return EndpointRead(found)
+            try:
+                self._hcn("ModifyEndpoint", endpoint_id, handle, json.dumps(request))
+            except HcnError as exc:
+                return EndpointRead(found, request, exc)
+            return EndpointRead(found, request)
+        finally:
+            self._close("Endpoint", handle)
+
+    def enumerate_load_balancers(self) -> list[str]:
+        return self._enumerate("LoadBalancer")
+
+    def get_load_balancer(self, load_balancer_id: str) -> Json:
+        handle = self._open("LoadBalancer", load_balancer_id)
+        try:
+            return self._query("LoadBalancer", load_balancer_id, handle)
+        finally:
+            self._close("LoadBalancer", handle)
 
     def modify_network(self, network_id: str, request: Json) -> None:
         self._modify("Network", network_id, request, query=False)

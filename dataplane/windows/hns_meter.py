@@ -4,16 +4,23 @@ Every HNS call the Windows platform makes goes through one seam,
 :meth:`WindowsPlatform._call <dataplane.windows.platform.WindowsPlatform>`,
 with a bound method of the :class:`~dataplane.windows.hcn.HCN` protocol, so
 the real binding and the simulated host are measured alike. A method is one
-logical HNS operation and is named by the HCN function that performs it, as
-:attr:`HCN.calls <dataplane.windows.hcn.HCN.calls>` names them (the real
-binding's open, query and close around it are part of its latency).
+logical HNS operation: a modify is an open, the modify and a close; a
+listing an enumerate and an open, a query and a close per object. Calls
+are counted per HCN function, from what the HCN itself counted during the
+operation (:attr:`HCN.calls <dataplane.windows.hcn.HCN.calls>`; the
+platform makes one operation at a time, so the difference is this
+operation's). Latency and failures are per operation, named by the
+function that does its work (``ModifyEndpoint``, ``EnumerateEndpoints``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
+
+from dataplane.windows.hcn import EndpointRead
 
 if TYPE_CHECKING:
     from dataplane.ops.metrics import Metrics
@@ -29,6 +36,10 @@ FUNCTIONS = {
     "list_networks": "EnumerateNetworks",
     "list_endpoints": "EnumerateEndpoints",
     "list_load_balancers": "EnumerateLoadBalancers",
+    "enumerate_endpoints": "EnumerateEndpoints",
+    "read_endpoint": "QueryEndpointProperties",
+    "enumerate_load_balancers": "EnumerateLoadBalancers",
+    "get_load_balancer": "QueryLoadBalancerProperties",
     "modify_network": "ModifyNetwork",
     "create_endpoint": "CreateEndpoint",
     "modify_endpoint": "ModifyEndpoint",
@@ -45,11 +56,18 @@ class HnsMeter:
     Args:
         metrics: ``dataplane_hns_calls``, ``_call_errors`` and
             ``_call_duration_seconds`` are counted there, by function.
+        calls: the HCN's own count of its calls by function.
         timer: seconds, read in the worker thread around each call.
     """
 
-    def __init__(self, metrics: Metrics, timer: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        calls: Callable[[], Counter[str]],
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self._metrics = metrics
+        self._calls = calls
         self._timer = timer
 
     def wrap(self, method: Callable[..., T], call: Callable[[], T]) -> Callable[[], T]:
@@ -58,19 +76,24 @@ class HnsMeter:
         if function is None:
             return call
         m = self._metrics
-        calls, errors = m.hns_calls.labels(function), m.hns_errors.labels(function)
-        latency = m.hns_latency.labels(function)
-        timer = self._timer
+        errors, latency = m.hns_errors.labels(function), m.hns_latency.labels(function)
+        timer, counted = self._timer, self._calls
 
         def measured() -> T:
+            before = Counter(counted())
             start = timer()
             try:
-                return call()
+                result = call()
             except Exception:  # counted whatever it is, and raised as it was
                 errors.inc()
                 raise
             finally:
-                calls.inc()
                 latency.observe(timer() - start)
+                for name, n in (Counter(counted()) - before).items():
+                    m.hns_calls.labels(name).inc(n)
+            if isinstance(result, EndpointRead) and result.error is not None:
+                # A write through a read's handle failed without failing the read.
+                m.hns_errors.labels(result.error.call).inc()
+            return result
 
         return measured

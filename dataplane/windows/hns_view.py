@@ -4,9 +4,9 @@ The CNI plugin, not this driver, creates a pod's HNS endpoint; the driver
 finds it by IP address, on the networks whose name matches ``KUBE_NETWORK``
 (Felix's default ``Calico.*``, case-insensitive), and keeps remote endpoints
 (``Flags`` bit 1: a load balancer's way to pods on other nodes) apart, for
-the service programmer; they have no ACLs of ours. A view is
-built from one ``EnumerateNetworks`` and one ``EnumerateEndpoints``, never
-from a call per workload.
+the service programmer; they have no ACLs of ours. A view lives as long as
+the platform and is kept up to date piece by piece (:mod:`.hns_listing`):
+endpoints added as they are read, forgotten as they vanish.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from dataplane.windows.acl import AclRule, parse_acl
 from dataplane.windows.hcn import ENDPOINT_REMOTE, Json
 
-__all__ = ["DEFAULT_NETWORK_PATTERN", "HnsEndpoint", "HnsView", "acl_key"]
+__all__ = ["DEFAULT_NETWORK_PATTERN", "HnsEndpoint", "HnsView", "acl_key", "our_networks"]
 
 DEFAULT_NETWORK_PATTERN = "Calico.*"
 
@@ -77,36 +77,47 @@ class HnsView:
 
     @classmethod
     def build(cls, networks: list[Json], endpoints: list[Json], pattern: str) -> HnsView:
-        regex = re.compile(pattern, re.IGNORECASE)
-        ours = {
-            str(n["ID"]).upper(): n
-            for n in networks
-            if n.get("ID") and regex.fullmatch(str(n.get("Name", "")))
-        }
-        view = cls(ours)
+        view = cls(our_networks(networks, pattern))
         for ep in endpoints:
-            network = str(ep.get("HostComputeNetwork", "")).upper()
-            if network not in ours:
-                continue
-            if int(ep.get("Flags") or 0) & ENDPOINT_REMOTE:
-                view.remotes[str(ep["ID"]).upper()] = ep
-                continue
-            addresses = tuple(
-                str(ipaddress.ip_address(c["IpAddress"]))
-                for c in ep.get("IpConfigurations") or ()
-                if c.get("IpAddress")
-            )
-            found = HnsEndpoint(
-                str(ep["ID"]).upper(),
-                network,
-                str(ep.get("Name", "")),
-                addresses,
-                acl_key(ep.get("Policies") or []),
-            )
-            view.endpoints[found.id] = found
-            for address in addresses:
-                view.by_address[address] = found.id
+            view.add(ep)
         return view
+
+    def add(self, ep: Json) -> None:
+        """An endpoint as HNS holds it now (new, or read again); not ours to keep if
+        it is on a network that is not ours."""
+        network = str(ep.get("HostComputeNetwork", "")).upper()
+        if network not in self.networks:
+            return
+        endpoint_id = str(ep["ID"]).upper()
+        self.forget(endpoint_id)
+        if int(ep.get("Flags") or 0) & ENDPOINT_REMOTE:
+            self.remotes[endpoint_id] = ep
+            return
+        addresses = tuple(
+            str(ipaddress.ip_address(c["IpAddress"]))
+            for c in ep.get("IpConfigurations") or ()
+            if c.get("IpAddress")
+        )
+        found = HnsEndpoint(
+            endpoint_id,
+            network,
+            str(ep.get("Name", "")),
+            addresses,
+            acl_key(ep.get("Policies") or []),
+        )
+        self.endpoints[found.id] = found
+        for address in addresses:
+            self.by_address[address] = found.id
+
+    def ids(self, network_id: str) -> set[str]:
+        """Every endpoint of ``network_id`` this view holds, local or remote."""
+        local = {i for i, ep in self.endpoints.items() if ep.network_id == network_id}
+        remote = {
+            i
+            for i, ep in self.remotes.items()
+            if str(ep.get("HostComputeNetwork", "")).upper() == network_id
+        }
+        return local | remote
 
     def find(self, addresses: tuple[str, ...]) -> HnsEndpoint | None:
         """The local endpoint holding any of ``addresses`` (a workload's IPs)."""
@@ -117,8 +128,20 @@ class HnsView:
         return None
 
     def forget(self, endpoint_id: str) -> None:
-        """HNS said the endpoint is gone (deleted behind our back)."""
+        """The endpoint is gone (deleted, or behind our back), or about to be read again."""
+        self.remotes.pop(endpoint_id, None)
         gone = self.endpoints.pop(endpoint_id, None)
         if gone is not None:
             for address in gone.addresses:
-                self.by_address.pop(address, None)
+                if self.by_address.get(address) == endpoint_id:
+                    del self.by_address[address]
+
+
+def our_networks(networks: list[Json], pattern: str) -> dict[str, Json]:
+    """The networks whose name fully matches ``pattern`` (case-insensitive), by id."""
+    regex = re.compile(pattern, re.IGNORECASE)
+    return {
+        str(n["ID"]).upper(): n
+        for n in networks
+        if n.get("ID") and regex.fullmatch(str(n.get("Name", "")))
+    }

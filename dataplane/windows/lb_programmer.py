@@ -2,9 +2,13 @@
 
 Per apply, after the ACLs and VXLAN routes:
 
-1. List load balancers (one ``EnumerateLoadBalancers``) when it must: the
-   first apply, the refresh timer, or after a call failed. Remote
-   endpoints come from the platform's endpoint listing. Ours are the load
+1. List load balancers when it must (the first apply, each refresh tick,
+   after a call failed): one ``EnumerateLoadBalancers``, then a read only of
+   ours not known yet (all of them at start) or whose write failed; a
+   deleted one shows as a missing id. A load balancer changed in place by
+   someone else is not noticed (kube-proxy does not notice either); one
+   deleted is made again. Remote endpoints come from the platform's view,
+   where the ones made here are put as they are created. Ours are the load
    balancers whose id is in the state file (:mod:`dataplane.windows.lb_state`)
    and the remote endpoints named with our prefix; nothing else is touched.
 2. Resolve each wanted load balancer's backends to HNS endpoint ids: the
@@ -88,6 +92,7 @@ class LbProgrammer:
         self._remotes: dict[str, tuple[str, RemoteEndpoint]] = {}  # ours, by address
         self._check: set[LbKey] = set()
         self._check_all = True
+        self._stale: set[str] = set()  # ours whose write failed: read again at the next listing
         self.held: Quarantine[LbKey] = Quarantine(clock)
         self.remotes_held: Quarantine[str] = Quarantine(clock)
         self.waiting: dict[LbKey, tuple[str, ...]] = {}
@@ -144,7 +149,7 @@ class LbProgrammer:
         if not self.active():
             return False
         if self.must_list:
-            self._adopt(await self._call(self._hcn.list_load_balancers))
+            await self._list()
             self._check_all = True
         if self.remotes_held.due():
             self._check_all = True  # to learn which load balancers still name them
@@ -154,9 +159,9 @@ class LbProgrammer:
         self._check |= set(self.held.due())
         self._wanted_remotes = {}
         plans = self._plans(_service_network(view), view, provider)
-        relist = await self._create_remotes(plans)
+        relist = await self._create_remotes(plans, view)
         await self._write_load_balancers(plans, version)
-        relist = await self._delete_remotes() or relist
+        relist = await self._delete_remotes(view) or relist
         for address in self.remotes_held.due():
             if address not in self._wanted_remotes:
                 self.remotes_held.release(address)  # no longer wanted: nothing to retry
@@ -164,19 +169,40 @@ class LbProgrammer:
         self._check = {k for k in self._check if k in self.held}
         return relist or self.must_list
 
-    def _adopt(self, listed: list[Json]) -> None:
-        """What HNS holds of ours: by frontend; anything else of ours is an extra to delete."""
-        self._actual, self._extras = {}, set()
-        for lb in listed:
-            lb_id = str(lb.get("ID", "")).upper()
-            if lb_id not in self.owned:
-                continue  # kube-proxy's, an operator's: never touched
-            shape = shape_of(lb)
+    async def _list(self) -> None:
+        """What HNS holds of ours, at a real host's cost: one enumerate, then a read
+        only of ours not known (all at start; after a failed call, the ones it
+        touched). Others' are never read: kube-proxy's, an operator's."""
+        present = {str(i).upper() for i in await self._call(self._hcn.enumerate_load_balancers)}
+        known = {lb_id: shape for lb_id, shape in self._actual.values()}
+        listed: list[tuple[str, Shape | None]] = []
+        for lb_id in sorted(present & set(self.owned)):
+            shape = None if lb_id in self._stale else known.get(lb_id)
+            if shape is None and lb_id not in self._extras:
+                try:
+                    shape = shape_of(await self._call(self._hcn.get_load_balancer, lb_id))
+                except HcnError as exc:
+                    if not exc.not_found:
+                        raise
+                    continue  # gone between the enumerate and the read
+            listed.append((lb_id, shape))
+        self._stale = set()
+        self._adopt(listed)
+
+    def _adopt(self, listed: list[tuple[str, Shape | None]]) -> None:
+        """Ours as HNS holds them, by frontend (None: an extra); any other of ours is an
+        extra to delete."""
+        self._actual, extras = {}, set()
+        for lb_id, shape in listed:
+            if shape is None:
+                extras.add(lb_id)
+                continue
             key = key_of(shape)
             if key is None or key in self._actual:
-                self._extras.add(lb_id)
+                extras.add(lb_id)
             else:
                 self._actual[key] = (lb_id, shape)
+        self._extras = extras
         self.owned.keep_only({i for i, _ in self._actual.values()} | self._extras)
         self.must_list = False
 
@@ -238,7 +264,7 @@ class LbProgrammer:
         lb_id = self._actual[lb.key][0] if lb.key in self._actual else ""
         return _Plan(load_balancer_json(lb, lb_id, ids), tuple(waiting), unlisted_local)
 
-    async def _create_remotes(self, plans: dict[LbKey, _Plan]) -> bool:
+    async def _create_remotes(self, plans: dict[LbKey, _Plan], view: HnsView) -> bool:
         relist = False
         due = set(self.remotes_held.due())
         for address, remote in sorted(self._wanted_remotes.items()):
@@ -249,7 +275,9 @@ class LbProgrammer:
             if address in self.remotes_held and address not in due:
                 continue
             try:
-                await self._call(self._hcn.create_endpoint, remote.network_id, remote.json())
+                created = await self._call(
+                    self._hcn.create_endpoint, remote.network_id, remote.json()
+                )
             except HcnError as exc:
                 relist = True
                 if self.remotes_held.reject(address, str(exc)):
@@ -260,6 +288,7 @@ class LbProgrammer:
                 continue
             self.remotes_held.release(address)
             self._remotes[address] = (remote.id, remote)
+            view.add(created)  # known without reading it back
         return relist
 
     async def _write_load_balancers(self, plans: dict[LbKey, _Plan], version: HnsVersion) -> None:
@@ -341,12 +370,13 @@ class LbProgrammer:
 
     def _failed(self, key: LbKey | None, lb_id: str, exc: HcnError) -> None:
         self.must_list = True  # the call may have happened: learn what HNS holds
+        self._stale.add(lb_id)
         if key is not None and self.held.reject(key, str(exc)):
             log.error("load balancer %s: HNS failed it: %s; retried with backoff", key, exc)
         elif key is None:
             log.error("load balancer %s: could not delete it: %s", lb_id, exc)
 
-    async def _delete_remotes(self) -> bool:
+    async def _delete_remotes(self, view: HnsView) -> bool:
         named = {e for _, shape in self._actual.values() for e in shape[2]}
         relist = False
         for address, (endpoint_id, remote) in sorted(self._remotes.items()):
@@ -360,6 +390,7 @@ class LbProgrammer:
                     log.error("remote endpoint %s: could not delete it: %s", address, exc)
                     continue
             del self._remotes[address]
+            view.forget(endpoint_id)
             if address in self._wanted_remotes:
                 self.again = self._check_all = True  # replaced: the new one is made next
         return relist

@@ -5,9 +5,11 @@ A coordinator like the Linux one: desired state is kept by
 renderers, and :meth:`WindowsPlatform.apply` is the only code that calls
 HNS, in one fixed order:
 
-1. Read HNS when it must (first apply, refresh timer, an endpoint not found
-   yet or gone): one ``EnumerateNetworks`` and one ``EnumerateEndpoints``,
-   never a call per workload.
+1. Read HNS when it must, incrementally (:mod:`.hns_listing`): the first
+   apply lists everything; an endpoint not found yet enumerates our
+   networks' endpoints and reads only the new ones, writing a new pod's
+   ACLs through the handle that read it; the refresh timer
+   (:mod:`.hns_refresh`) spreads re-reads over the interval.
 2. Sets (HNS 13.0 and later): new and changed ``SetPolicy`` objects, one
    ``ModifyNetwork`` per request type and network, before any ACL names them.
 3. Endpoints: for each whose rendered ACL list differs from what HNS holds,
@@ -22,8 +24,8 @@ HNS, in one fixed order:
 6. Sets no longer wanted, once no ACL names them.
 
 A restart adopts what it finds: HNS already holding the rendered lists
-means zero modify calls. A refresh re-reads HNS and repairs any endpoint
-whose ACLs someone else changed. A failed call leaves that endpoint (or
+means zero modify calls. The refresh re-reads HNS and repairs any endpoint
+whose ACLs someone else changed within two intervals. A failed call leaves that endpoint (or
 set) pending; what HNS refuses is quarantined by the programmers
 (:mod:`dataplane.windows.programmers`) and retried alone with backoff, its
 workloads report ``error``, and the apply still succeeds. Only a failure to
@@ -33,9 +35,11 @@ read HNS at all fails the apply (the loop's backoff retries it).
 from __future__ import annotations
 
 import functools
+import ipaddress
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
@@ -63,12 +67,15 @@ from dataplane.model import (
 from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
+from dataplane.windows.acl import AclRule
 from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContext, render_direction
 from dataplane.windows.desired import Desired
 from dataplane.windows.endpoint_render import render_endpoint, render_fail_closed
-from dataplane.windows.hcn import HCN, HnsVersion
+from dataplane.windows.hcn import HCN, HnsVersion, Json, WriteAfterRead
+from dataplane.windows.hns_listing import HnsListing
 from dataplane.windows.hns_meter import HnsMeter
-from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView
+from dataplane.windows.hns_refresh import DEFAULT_RATE, RefreshCycle, Tick
+from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView, acl_key
 from dataplane.windows.lb_programmer import LbProgrammer, lb_options
 from dataplane.windows.lb_state import OwnedIds
 from dataplane.windows.programmers import (
@@ -108,6 +115,7 @@ class WindowsPlatform:
         clock: Callable[[], float] = trio.current_time,
         offload: Offload = in_thread,
         owned_load_balancers: OwnedIds | None = None,
+        refresh_rate: float = DEFAULT_RATE,
     ) -> None:
         self.hcn = hcn
         self._offload = offload
@@ -118,7 +126,8 @@ class WindowsPlatform:
         self._clock = clock
         self._desired = Desired()
         self._version: HnsVersion | None = None
-        self._view: HnsView | None = None
+        self._listing = HnsListing(hcn, self._call, network_pattern)
+        self._refresh = RefreshCycle(rate=refresh_rate)
         self._must_list = True
         self._endpoints: EndpointProgrammer[WorkloadEndpointKey] = EndpointProgrammer(
             hcn, self._call, clock
@@ -128,8 +137,6 @@ class WindowsPlatform:
         self._vxlan = VxlanProgrammer(hcn, self._call, clock)
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._reported: set[FailClosed] = set()
-        self._next_refresh = math.inf
-        self._listed = False
         self._last_apply = -math.inf
         self._unsupported_logged: set[str] = set()
         owned = OwnedIds() if owned_load_balancers is None else owned_load_balancers
@@ -241,7 +248,7 @@ class WindowsPlatform:
     ) -> None:
         """Count every HNS call into ``metrics`` by function, with its latency
         (read with ``timer``) and failures; call once, before the first apply."""
-        self._meter = HnsMeter(metrics, timer)
+        self._meter = HnsMeter(metrics, lambda: self.hcn.calls, timer)
 
     @property
     def version(self) -> HnsVersion | None:
@@ -275,17 +282,15 @@ class WindowsPlatform:
         self._render(dirty)
         if changed_sets:
             self._sets.release_all()  # new set contents get a fresh chance
-        if self._clock() >= self._next_refresh:
-            self._must_list = self._lbs.must_list = True  # repair what changed behind our back
-        # A workload still without its HNS endpoint: the CNI may have made it since.
-        if self._must_list or self._view is None or self._unmapped():
-            await self._list()
+        reading = await self._read_networks()
         view = self._view
         assert view is not None
         sets = self._sets_as_objects() and bool(changed_sets or self._sets_pending)
         if sets:
             wanted = wanted_sets(self._desired.sets.values())  # rendered once per apply
             await self._sets.apply(view, wanted, removals=False)
+        # After the sets: a new pod's ACLs may be written as its endpoint is read.
+        await self._read_endpoints(reading)
         fail_closed = render_fail_closed(self._host_addresses, self._versions())
         if await self._endpoints.apply(view, self._find, fail_closed):
             self._must_list = True
@@ -302,10 +307,6 @@ class WindowsPlatform:
         log_refusals(self._endpoints.take_refusals(), self._sets.take_refusals())
         self._statuses = self._endpoint_statuses(view)
         self._last_apply = self._clock()
-        if self._listed:
-            interval = self.config.endpoint_refresh_interval
-            self._next_refresh = self._last_apply + interval if interval > 0 else math.inf
-            self._listed = False
 
     def _find(self, key: WorkloadEndpointKey) -> HnsEndpoint | None:
         assert self._view is not None
@@ -334,16 +335,71 @@ class WindowsPlatform:
             or self._lbs.awaits_local_endpoints()
         )
 
-    async def _list(self) -> None:
-        networks = await self._call(self.hcn.list_networks)
-        endpoints = await self._call(self.hcn.list_endpoints)
-        self._view = HnsView.build(networks, endpoints, self._pattern)
-        self._must_list = False
-        self._sets_pending = True
-        self._listed = True  # the next refresh counts from the end of this apply
-        self._endpoints.recheck_all()
-        self._vxlan.touch()
-        self._lbs.observe(self._view)
+    @property
+    def _view(self) -> HnsView | None:
+        return self._listing.view
+
+    async def _read_networks(self) -> Tick | None:
+        """Start bringing the view up to date with HNS: what to read this apply
+        (None: only new endpoints, if a workload waits for one), networks first."""
+        now = self._clock()
+        if self._must_list or self._listing.view is None:
+            # The first apply, or a call failed (it may have landed): the networks,
+            # then every endpoint not known.
+            tick = Tick(networks=True, reads=())
+            self._must_list = False
+        elif self._refresh.due(now):
+            tick = self._refresh.take(now, self._endpoints.mapped(self._find))
+        else:
+            return None
+        if tick.networks:
+            await self._listing.networks()
+            self._sets_pending = True
+            self._vxlan.touch()
+        self._refresh.schedule(now, self.config.endpoint_refresh_interval)
+        self._lbs.must_list = True  # one enumerate: a deleted load balancer shows
+        return tick
+
+    async def _read_endpoints(self, tick: Tick | None) -> None:
+        """Finish it: enumerate, read what is new (writing a pod's ACLs through the
+        handle that reads its endpoint), and this tick's share of re-reads."""
+        listing = self._listing
+        if tick is not None:
+            await listing.endpoints(self._first_writes())
+            await listing.reread(tick.reads)
+        elif not (self._unmapped() and await listing.endpoints(self._first_writes())):
+            return  # nobody waits for an endpoint, or none came or went
+        assert listing.view is not None
+        self._endpoints.recheck_all()  # what HNS holds decides which need a write
+        self._lbs.observe(listing.view)
+
+    def _first_writes(self) -> WriteAfterRead | None:
+        """For endpoints about to be read for the first time: a pod's ACLs, to be
+        written through the handle that reads its endpoint (see :mod:`.hns_listing`)."""
+        wanted: dict[str, tuple[Json, Counter[AclRule]]] = {}
+        for key in self._endpoints.pending:
+            if key in self._endpoints.held or self._find(key) is not None:
+                continue  # held back, or its endpoint is known: the programmer's
+            write = self._endpoints.write_for(key)
+            if write is not None:
+                for address in _addresses(self._desired.endpoints[key]):
+                    wanted[address] = write
+        if not wanted:
+            return None
+
+        def then(endpoint: Json) -> Json | None:
+            for config in endpoint.get("IpConfigurations") or ():
+                try:
+                    address = str(ipaddress.ip_address(config.get("IpAddress", "")))
+                except ValueError:
+                    continue
+                found = wanted.get(address)
+                if found is not None:
+                    request, acls = found
+                    return None if acl_key(endpoint.get("Policies") or []) == acls else request
+            return None
+
+        return then
 
     def _render(self, dirty: set[WorkloadEndpointKey]) -> None:
         desired = self._desired
@@ -386,7 +442,7 @@ class WindowsPlatform:
             return math.inf
         # Refused endpoints and networks are retried alone when their backoff ends.
         due = min(
-            self._next_refresh,
+            self._refresh.next_tick,
             self._endpoints.held.next_retry(),
             self._sets.held.next_retry(),
             self._vxlan.held.next_retry(),

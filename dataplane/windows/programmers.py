@@ -134,6 +134,18 @@ class EndpointProgrammer(Generic[K]):
     def all_rendered(self) -> list[EndpointAcls]:
         return list(self._rendered.values())
 
+    def write_for(self, key: K) -> tuple[Json, Counter[AclRule]] | None:
+        """The request that writes ``key``'s rendered ACLs, and those ACLs as HNS reads them."""
+        rendered = self._rendered.get(key)
+        if rendered is None:
+            return None
+        return _acl_request(rendered.acls), self._keys[key]
+
+    def mapped(self, find: Callable[[K], HnsEndpoint | None]) -> list[str]:
+        """The HNS ids of the endpoints whose ACLs we keep (the refresh re-reads them)."""
+        found = (find(key) for key in self._rendered)
+        return [endpoint.id for endpoint in found if endpoint is not None]
+
     def recheck_all(self) -> None:
         """After a fresh listing: what HNS holds now decides which need a write."""
         self.pending = set(self._rendered)

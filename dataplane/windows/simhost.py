@@ -30,24 +30,32 @@ What it enforces, as HNS does (the checks are in
 * this model's own choice: an endpoint a load balancer still lists cannot
   be deleted (HNS keeps load balancers' endpoint lists consistent).
 
-It counts calls by HCN function name, can add a per-call latency, and fails
-calls on demand (``fault``), so a test can see what a sync costs and that
-the driver converges after faults. With a ``path`` it loads the host from
-that file and :meth:`flush` rewrites it atomically -- ``{"Version",
-"Networks", "Endpoints", "LoadBalancers", "Calls"}`` -- so the host
-outlives the driver as a real one does; ``Calls`` accumulates across runs.
+It counts calls as a real host is called through ``computenetwork.dll``
+(:mod:`dataplane.windows.hcn_ctypes`, as hcsshim calls it): a listing is
+one enumerate plus an open, a query and a close per object; a modify an
+open, the modify and a close (and a query where the new value is read
+back); a create the create, a query and a close. A test through the fake
+DLL holds the two counts equal, so every call count and benchmark made on
+this host is a real host's. It can add a per-call latency and fails calls
+on demand (``fault``), so a test can see what a sync costs and that the
+driver converges after faults.
+
+With a ``path`` the host lives in that file, shared with other processes
+as a real host is shared with the CNI (:mod:`.simhost_file`): every call
+re-reads the file if another process changed it, and every change is
+written back at once, in place. ``Calls`` in the file accumulates across
+runs and processes; :attr:`SimHost.calls` is this process's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import json
-import os
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +67,13 @@ from dataplane.windows.hcn import (
     HCN_E_NETWORK_NOT_FOUND,
     HCN_E_POLICY_NOT_FOUND,
     LB_NOT_FOUND,
+    EndpointRead,
     HcnError,
     HnsVersion,
     Json,
+    WriteAfterRead,
 )
+from dataplane.windows.simhost_file import HostFile
 from dataplane.windows.simhost_rules import (
     check_endpoint,
     check_endpoint_policies,
@@ -75,6 +86,13 @@ from dataplane.windows.simhost_rules import (
 )
 
 __all__ = ["SimHost"]
+
+# The store of each HCN object kind.
+_STORES: dict[str, Callable[[SimHost], dict[str, Json]]] = {
+    "Network": lambda host: host.networks,
+    "Endpoint": lambda host: host.endpoints,
+    "LoadBalancer": lambda host: host.load_balancers,
+}
 
 NEWEST = HnsVersion(15, 4)  # every feature this driver uses
 # Decides whether a call fails: (HCN function name, object id) -> fail?
@@ -101,49 +119,89 @@ class SimHost:
         self.networks: dict[str, Json] = {}
         self.endpoints: dict[str, Json] = {}
         self.load_balancers: dict[str, Json] = {}
-        self._calls: Counter[str] = Counter()
+        self._calls: Counter[str] = Counter()  # this process's, since it started
+        self._saved_calls: Counter[str] = Counter()  # the file's, when last read or written
+        self._unsaved_calls: Counter[str] = Counter()  # ours since then
         self._lock = threading.Lock()
+        self._file = HostFile(path) if path is not None else None
 
     # --- the file -----------------------------------------------------------
 
     @classmethod
     def load(cls, path: Path, **kwargs: Any) -> SimHost:
-        """The host saved in ``path``; HcnError-free: a bad file raises ValueError."""
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: not a JSON object")
-        raw = data.get("Version") or {"Major": 15, "Minor": 4}
-        host = cls(HnsVersion(int(raw["Major"]), int(raw["Minor"])), path=path, **kwargs)
-        for key, store in (
-            ("Networks", host.networks),
-            ("Endpoints", host.endpoints),
-            ("LoadBalancers", host.load_balancers),
-        ):
-            for obj in data.get(key) or ():
-                if not isinstance(obj, dict) or not obj.get("ID"):
-                    raise ValueError(f"{path}: an object in {key} has no ID: {obj!r}")
-                store[guid(obj["ID"])] = obj
-        host._calls.update({str(k): int(v) for k, v in (data.get("Calls") or {}).items()})
+        """The host saved in ``path``, kept in step with it (see :mod:`.simhost_file`).
+
+        Raises:
+            ValueError: the file is not a host (HcnError-free, so a bad
+                file is told apart from a refused call).
+            OSError: the file cannot be opened.
+        """
+        host = cls(path=path, **kwargs)
+        host._file = HostFile(path, create=False)  # a missing file is an error, not a host
+        try:
+            with host._access(write=False):
+                pass
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
         return host
 
-    def snapshot(self) -> Json:
-        """The whole host as the file holds it."""
+    @contextlib.contextmanager
+    def _access(self, *, write: bool) -> Iterator[None]:
+        """One access: the thread lock and, for a file host, the file's lock
+        around a re-read if another process changed it and, when ``write``
+        and the body succeeded, a rewrite."""
         with self._lock:
-            return {
-                "Version": {"Major": self._version.major, "Minor": self._version.minor},
-                "Networks": copy.deepcopy(list(self.networks.values())),
-                "Endpoints": copy.deepcopy(list(self.endpoints.values())),
-                "LoadBalancers": copy.deepcopy(list(self.load_balancers.values())),
-                "Calls": dict(sorted(self._calls.items())),
-            }
+            if self._file is None:
+                yield
+                return
+            with self._file.locked() as data:
+                if data:
+                    self._adopt(data)
+                yield
+                if write:
+                    self._file.write(self._data())
+
+    def _adopt(self, data: Json) -> None:
+        """The host as the file holds it; ValueError if it is not one."""
+        raw = data.get("Version") or {"Major": NEWEST.major, "Minor": NEWEST.minor}
+        try:
+            self._version = HnsVersion(int(raw["Major"]), int(raw["Minor"]))
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ValueError(f"a bad Version {raw!r}") from exc
+        for key, store in (
+            ("Networks", self.networks),
+            ("Endpoints", self.endpoints),
+            ("LoadBalancers", self.load_balancers),
+        ):
+            store.clear()
+            for obj in data.get(key) or ():
+                if not isinstance(obj, dict) or not obj.get("ID"):
+                    raise ValueError(f"an object in {key} has no ID: {obj!r}")
+                store[guid(obj["ID"])] = obj
+        self._saved_calls = Counter({str(k): int(v) for k, v in (data.get("Calls") or {}).items()})
+
+    def _data(self) -> Json:
+        """The whole host as the file holds it; the calls made here are saved with it."""
+        self._saved_calls += self._unsaved_calls
+        self._unsaved_calls = Counter()
+        return {
+            "Version": {"Major": self._version.major, "Minor": self._version.minor},
+            "Networks": copy.deepcopy(list(self.networks.values())),
+            "Endpoints": copy.deepcopy(list(self.endpoints.values())),
+            "LoadBalancers": copy.deepcopy(list(self.load_balancers.values())),
+            "Calls": dict(sorted(self._saved_calls.items())),
+        }
+
+    def snapshot(self) -> Json:
+        """The whole host as the file holds it (``Calls``: every run's, for a file host)."""
+        with self._access(write=False):
+            return self._data()
 
     def flush(self) -> None:
-        if self.path is None:
-            return
-        text = json.dumps(self.snapshot(), indent=1, sort_keys=True) + "\n"
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        temp.write_text(text)
-        os.replace(temp, self.path)  # atomic: a reader sees the old or the new host
+        """Save the calls counted since the last write (objects are saved as they change)."""
+        if self._file is not None:
+            with self._access(write=True):
+                pass
 
     # --- HCN ------------------------------------------------------------------
 
@@ -152,34 +210,104 @@ class SimHost:
         return self._calls
 
     def version(self) -> HnsVersion:
-        return self._version
+        with self._access(write=False):
+            self._call("HNSCall", "/globals/version")
+            return self._version
 
     def _call(self, name: str, target: str = "") -> None:
-        """Count, wait and maybe fail one call; hold the lock after this returns."""
+        """Count, wait and maybe fail one HCN function call; the caller holds the lock."""
         self._calls[name] += 1
+        self._unsaved_calls[name] += 1
         if self.latency:
             self._sleep(self.latency)
         if self.fault is not None and self.fault(name, target):
             raise HcnError(name, target, E_FAIL, "injected fault")
 
+    def _close(self, kind: str) -> None:
+        """``HcnClose<kind>``: counted and waited for, never failing."""
+        self._calls[f"Close{kind}"] += 1
+        self._unsaved_calls[f"Close{kind}"] += 1
+        if self.latency:
+            self._sleep(self.latency)
+
+    @contextlib.contextmanager
+    def _opened(self, kind: str, object_id: str) -> Iterator[Json]:
+        """``HcnOpen<kind>`` ... ``HcnClose<kind>`` around the body, as the binding does."""
+        self._call(f"Open{kind}", object_id)
+        found = self._get(_STORES[kind](self), object_id, f"Open{kind}")
+        try:
+            yield found
+        finally:
+            self._close(kind)
+
+    def _query(self, kind: str, obj: Json) -> Json:
+        self._call(f"Query{kind}Properties", str(obj["ID"]))
+        return copy.deepcopy(obj)
+
+    def _list(self, kind: str) -> list[Json]:
+        """What the binding's listing costs: one enumerate, then open, query
+        and close per object (hcsshim's ``List*`` do the same)."""
+        self._call(f"Enumerate{kind}s")
+        out = []
+        for object_id in list(_STORES[kind](self)):
+            with self._opened(kind, object_id) as obj:
+                out.append(self._query(kind, obj))
+        return out
+
     def list_networks(self) -> list[Json]:
-        with self._lock:
-            self._call("EnumerateNetworks")
-            return copy.deepcopy(list(self.networks.values()))
+        with self._access(write=False):
+            return self._list("Network")
 
     def list_endpoints(self) -> list[Json]:
-        with self._lock:
-            self._call("EnumerateEndpoints")
-            return copy.deepcopy(list(self.endpoints.values()))
+        with self._access(write=False):
+            return self._list("Endpoint")
 
     def list_load_balancers(self) -> list[Json]:
-        with self._lock:
+        with self._access(write=False):
+            return self._list("LoadBalancer")
+
+    def enumerate_endpoints(self, network_id: str) -> list[str]:
+        with self._access(write=False):
+            self._call("EnumerateEndpoints", network_id)
+            network = guid(network_id)
+            return [
+                i
+                for i, ep in self.endpoints.items()
+                if guid(str(ep.get("HostComputeNetwork", ""))) == network
+            ]
+
+    def read_endpoint(self, endpoint_id: str, then: WriteAfterRead | None = None) -> EndpointRead:
+        with self._access(write=True), self._opened("Endpoint", endpoint_id) as endpoint:
+            found = self._query("Endpoint", endpoint)
+            request = then(copy.deepcopy(found)) if then is not None else None
+            if request is None:
+                return EndpointRead(found)
+            try:
+                self._call("ModifyEndpoint", endpoint_id)
+                self._modify_endpoint(endpoint, endpoint_id, request)
+            except HcnError as exc:
+                return EndpointRead(found, request, exc)
+            return EndpointRead(found, request)
+
+    def enumerate_load_balancers(self) -> list[str]:
+        with self._access(write=False):
             self._call("EnumerateLoadBalancers")
-            return copy.deepcopy(list(self.load_balancers.values()))
+            return list(self.load_balancers)
+
+    def get_load_balancer(self, load_balancer_id: str) -> Json:
+        with self._access(write=False), self._opened("LoadBalancer", load_balancer_id) as lb:
+            return self._query("LoadBalancer", lb)
+
+    def stored(self, kind: str) -> dict[str, Json]:
+        """For set-up and the fake DLL only: the objects of ``kind`` (``Network``,
+        ``Endpoint``, ``LoadBalancer``) as the host and its file hold them now, by
+        id; uncounted."""
+        with self._access(write=False):
+            return dict(_STORES[kind](self))
 
     def add_network(self, network: Json) -> Json:
         """Set-up only (the CNI's job, not the driver's): a network, uncounted."""
-        with self._lock:
+        with self._access(write=True):
             net = copy.deepcopy(network)
             net["ID"] = guid(net.get("ID") or str(uuid.uuid4()))
             self.networks[net["ID"]] = net
@@ -187,41 +315,52 @@ class SimHost:
 
     def add_local_endpoint(self, network_id: str, endpoint: Json) -> Json:
         """Set-up only: an endpoint as the CNI creates it for a pod, uncounted."""
-        with self._lock:
+        with self._access(write=True):
             ep = self._new_endpoint("CreateEndpoint", network_id, endpoint)
             return copy.deepcopy(ep)
 
+    def remove_local_endpoint(self, endpoint_id: str) -> None:
+        """Set-up only: the CNI deletes a pod's endpoint, uncounted; KeyError if not there."""
+        with self._access(write=True):
+            check_endpoint_unused(endpoint_id, self.load_balancers)
+            del self.endpoints[guid(endpoint_id)]
+
     def modify_network(self, network_id: str, request: Json) -> None:
-        with self._lock:
+        with self._access(write=True), self._opened("Network", network_id) as network:
             self._call("ModifyNetwork", network_id)
-            network = self._get(self.networks, network_id, "ModifyNetwork")
             kind, policies = policy_request(request, "ModifyNetwork", network_id)
             check_network_policies(network, kind, policies, self._version)
             network["Policies"] = _merged_network(network.get("Policies") or [], kind, policies)
 
     def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
-        with self._lock:
+        with self._access(write=True), self._opened("Network", network_id):
             self._call("CreateEndpoint", network_id)
-            return copy.deepcopy(self._new_endpoint("CreateEndpoint", network_id, endpoint))
+            created = self._new_endpoint("CreateEndpoint", network_id, endpoint)
+            try:
+                return self._query("Endpoint", created)  # the binding reads it back
+            finally:
+                self._close("Endpoint")
 
     def modify_endpoint(self, endpoint_id: str, request: Json) -> None:
-        with self._lock:
+        with self._access(write=True), self._opened("Endpoint", endpoint_id) as endpoint:
             self._call("ModifyEndpoint", endpoint_id)
-            endpoint = self._get(self.endpoints, endpoint_id, "ModifyEndpoint")
-            kind, policies = policy_request(request, "ModifyEndpoint", endpoint_id)
-            network = self.networks.get(guid(endpoint.get("HostComputeNetwork", "")), {})
-            check_endpoint_policies(network, policies, self._version, "ModifyEndpoint", endpoint_id)
-            endpoint["Policies"] = _merged_endpoint(endpoint.get("Policies") or [], kind, policies)
+            self._modify_endpoint(endpoint, endpoint_id, request)
+
+    def _modify_endpoint(self, endpoint: Json, endpoint_id: str, request: Json) -> None:
+        kind, policies = policy_request(request, "ModifyEndpoint", endpoint_id)
+        network = self.networks.get(guid(endpoint.get("HostComputeNetwork", "")), {})
+        check_endpoint_policies(network, policies, self._version, "ModifyEndpoint", endpoint_id)
+        endpoint["Policies"] = _merged_endpoint(endpoint.get("Policies") or [], kind, policies)
 
     def delete_endpoint(self, endpoint_id: str) -> None:
-        with self._lock:
+        with self._access(write=True):
             self._call("DeleteEndpoint", endpoint_id)
             self._get(self.endpoints, endpoint_id, "DeleteEndpoint")
             check_endpoint_unused(endpoint_id, self.load_balancers)
             del self.endpoints[guid(endpoint_id)]
 
     def create_load_balancer(self, load_balancer: Json) -> Json:
-        with self._lock:
+        with self._access(write=True):
             self._call("CreateLoadBalancer")
             lb = copy.deepcopy(load_balancer)
             lb["ID"] = guid(lb.get("ID") or str(uuid.uuid4()))
@@ -236,14 +375,16 @@ class SimHost:
                 skip=None,
             )
             self.load_balancers[lb["ID"]] = lb
-            return copy.deepcopy(lb)
+            try:
+                return self._query("LoadBalancer", lb)
+            finally:
+                self._close("LoadBalancer")
 
     def modify_load_balancer(self, load_balancer_id: str, load_balancer: Json) -> Json:
-        with self._lock:
+        with self._access(write=True), self._opened("LoadBalancer", load_balancer_id):
             self._call("ModifyLoadBalancer", load_balancer_id)
             if not self._version.supports("ModifyLoadbalancer"):
                 raise HcnError("ModifyLoadBalancer", load_balancer_id, E_NOTIMPL, "not supported")
-            self._get(self.load_balancers, load_balancer_id, "ModifyLoadBalancer")
             lb = copy.deepcopy(load_balancer)
             lb["ID"] = guid(load_balancer_id)
             check_load_balancer(
@@ -255,10 +396,10 @@ class SimHost:
                 skip=lb["ID"],
             )
             self.load_balancers[lb["ID"]] = lb
-            return copy.deepcopy(lb)
+            return self._query("LoadBalancer", lb)
 
     def delete_load_balancer(self, load_balancer_id: str) -> None:
-        with self._lock:
+        with self._access(write=True):
             self._call("DeleteLoadBalancer", load_balancer_id)
             self._get(self.load_balancers, load_balancer_id, "DeleteLoadBalancer")
             del self.load_balancers[guid(load_balancer_id)]
@@ -269,8 +410,8 @@ class SimHost:
         found = store.get(guid(object_id))
         if found is None:
             code = {
-                "ModifyNetwork": HCN_E_NETWORK_NOT_FOUND,
-                "ModifyEndpoint": HCN_E_ENDPOINT_NOT_FOUND,
+                "OpenNetwork": HCN_E_NETWORK_NOT_FOUND,
+                "OpenEndpoint": HCN_E_ENDPOINT_NOT_FOUND,
                 "DeleteEndpoint": HCN_E_ENDPOINT_NOT_FOUND,
             }.get(call, LB_NOT_FOUND)
             raise HcnError(call, object_id, code, "not found")

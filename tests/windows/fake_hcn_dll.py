@@ -103,7 +103,6 @@ _NOT_FOUND = {
     "Endpoint": HCN_E_ENDPOINT_NOT_FOUND,
     "LoadBalancer": LB_NOT_FOUND,
 }
-_STORES = {"Network": "networks", "Endpoint": "endpoints", "LoadBalancer": "load_balancers"}
 
 
 def _method(export: str) -> str:
@@ -194,10 +193,21 @@ class FakeHcnDll:
 
     def _enumerate(self, kind: str, query: str | None, out: Any, record: Any) -> int:
         self._query(query)
-        lister = getattr(self.host, f"list_{_STORES[kind]}")
+        # HNS's filters as hcsshim writes them: a JSON object inside the query's
+        # "Filter" string; this fake knows the endpoints' network filter only.
+        wanted = json.loads(json.loads(query or "{}").get("Filter") or "{}")
+        if set(wanted) - {"VirtualNetwork"} or (wanted and kind != "Endpoint"):
+            self.errors.append(f"HcnEnumerate{kind}s: a filter this fake does not know: {wanted}")
+        network = str(wanted.get("VirtualNetwork", "")).upper()
 
         def action() -> None:
-            out[0] = self._string(json.dumps([o["ID"] for o in lister()]))
+            found = self.host.stored(kind)
+            ids = [
+                i
+                for i, obj in found.items()
+                if not network or str(obj.get("HostComputeNetwork", "")).upper() == network
+            ]
+            out[0] = self._string(json.dumps(ids))
 
         return self._run(f"HcnEnumerate{kind}s", record, action)
 
@@ -205,7 +215,7 @@ class FakeHcnDll:
         object_id = str(uuid.UUID(bytes_le=bytes(guid.contents))).upper()
 
         def action() -> None:
-            if object_id not in getattr(self.host, _STORES[kind]):
+            if object_id not in self.host.stored(kind):
                 raise HcnError(f"Open{kind}", object_id, _NOT_FOUND[kind], "not found")
             out[0] = self._handle(kind, object_id)
 
@@ -216,7 +226,10 @@ class FakeHcnDll:
         object_id = self._object(handle, kind)
 
         def action() -> None:
-            out[0] = self._string(json.dumps(getattr(self.host, _STORES[kind])[object_id]))
+            found = self.host.stored(kind).get(object_id)
+            if found is None:  # deleted while the handle was open
+                raise HcnError(f"Query{kind}Properties", object_id, _NOT_FOUND[kind], "gone")
+            out[0] = self._string(json.dumps(found))
 
         return self._run(f"HcnQuery{kind}Properties", record, action)
 

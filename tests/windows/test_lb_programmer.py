@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from dataplane.windows.hcn import HnsVersion
+from dataplane.windows.hcn import HnsVersion, writes
 from dataplane.windows.lb_state import OwnedIds
 from dataplane.windows.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
@@ -38,9 +38,7 @@ OLD, NEW = HnsVersion(12, 0), HnsVersion(15, 4)
 
 def delta(before: Counter[str], host: SimHost) -> Counter[str]:
     """Calls made since ``before``, reads left out."""
-    return Counter(
-        {k: v - before[k] for k, v in host.calls.items() if v > before[k] and "Enumerate" not in k}
-    )
+    return writes(host.calls - before)
 
 
 def remote_endpoints(host: SimHost) -> dict[str, str]:

@@ -61,18 +61,25 @@ def test_calls_latency_and_failures_by_function() -> None:
 
     run_trio(main)
     r = metrics.registry
-    # The simulated host counts what it was asked (not its version query,
-    # which the real binding makes with HNSCall).
-    calls = {(name,): float(n) for name, n in {**host.calls, "HNSCall": 1}.items()}
+    # Calls are every HCN function the host counted (opens, queries and
+    # closes too); latency is one observation per operation, named by the
+    # function doing its work; a failed write is an error whether it was an
+    # operation of its own or went through the handle of a read.
+    calls = {(name,): float(n) for name, n in host.calls.items()}
     assert refused["ModifyEndpoint"] > 0
-    assert {
-        "calls": samples(r, "dataplane_hns_calls_total"),
-        "errors": {k: v for k, v in samples(r, "dataplane_hns_call_errors_total").items() if v},
-        "latency count": samples(r, "dataplane_hns_call_duration_seconds_count"),
-        "latency sum": samples(r, "dataplane_hns_call_duration_seconds_sum"),
-    } == {
-        "calls": calls,
-        "errors": {("ModifyEndpoint",): float(refused["ModifyEndpoint"])},
-        "latency count": calls,
-        "latency sum": {k: v / 4 for k, v in calls.items()},
+    assert calls[("OpenEndpoint",)] > calls[("QueryEndpointProperties",)] > 0
+    errors = {k: v for k, v in samples(r, "dataplane_hns_call_errors_total").items() if v}
+    count = samples(r, "dataplane_hns_call_duration_seconds_count")
+    assert (samples(r, "dataplane_hns_calls_total"), errors) == (
+        calls,
+        {("ModifyEndpoint",): float(refused["ModifyEndpoint"])},
+    )
+    assert {k[0] for k in count} <= set(FUNCTIONS.values())
+    # Never part of another operation: one observation per call.
+    alone = ("HNSCall", "EnumerateNetworks", "EnumerateEndpoints", "ModifyNetwork")
+    assert {k: v for k, v in count.items() if k[0] in alone} == {
+        k: v for k, v in calls.items() if k[0] in alone
+    }
+    assert samples(r, "dataplane_hns_call_duration_seconds_sum") == {
+        k: v / 4 for k, v in count.items()
     }

@@ -47,7 +47,15 @@ def test_update_replaces_the_whole_acl_list_and_keeps_other_policies() -> None:
     sim.modify_endpoint(ep, update(acl("Allow", "Out", 300)))
     (got,) = [e for e in sim.list_endpoints() if e["ID"] == ep]
     assert got["Policies"] == [provider, acl("Allow", "Out", 300)]
-    assert sim.calls == {"ModifyEndpoint": 3, "EnumerateEndpoints": 1}
+    # As through computenetwork.dll: a modify is an open, the modify and a
+    # close; a listing one enumerate and an open, a query and a close each.
+    assert sim.calls == {
+        "EnumerateEndpoints": 1,
+        "OpenEndpoint": 4,
+        "QueryEndpointProperties": 1,
+        "ModifyEndpoint": 3,
+        "CloseEndpoint": 4,
+    }
 
 
 def test_an_invalid_acl_is_refused_and_changes_nothing() -> None:
@@ -148,9 +156,9 @@ def test_faults_fail_the_call_they_name_and_nothing_else() -> None:
 def test_latency_is_paid_per_call_through_the_injected_sleep() -> None:
     slept: list[float] = []
     sim, _, ep = host(latency=0.02, sleep=slept.append)
-    sim.list_endpoints()
-    sim.modify_endpoint(ep, update(acl("Allow", "In", 1)))
-    assert slept == [0.02, 0.02]
+    sim.list_endpoints()  # enumerate, open, query, close
+    sim.modify_endpoint(ep, update(acl("Allow", "In", 1)))  # open, modify, close
+    assert slept == [0.02] * 7
 
 
 def test_the_file_round_trips_and_counts_calls_across_runs(tmp_path: Path) -> None:
@@ -160,7 +168,7 @@ def test_the_file_round_trips_and_counts_calls_across_runs(tmp_path: Path) -> No
     sim.flush()
     saved = json.loads(path.read_text())
     assert saved["Version"] == {"Major": 13, "Minor": 1}
-    assert saved["Calls"] == {"ModifyEndpoint": 1}
+    assert saved["Calls"] == {"CloseEndpoint": 1, "ModifyEndpoint": 1, "OpenEndpoint": 1}
     assert [e["ID"] for e in saved["Endpoints"]] == [ep]
     assert saved["Endpoints"][0]["HostComputeNetwork"] == net
     again = SimHost.load(path)
@@ -168,7 +176,14 @@ def test_the_file_round_trips_and_counts_calls_across_runs(tmp_path: Path) -> No
     assert again.endpoints == sim.endpoints and again.networks == sim.networks
     again.list_endpoints()
     again.flush()
-    assert json.loads(path.read_text())["Calls"] == {"EnumerateEndpoints": 1, "ModifyEndpoint": 1}
+    assert json.loads(path.read_text())["Calls"] == {
+        "CloseEndpoint": 2,
+        "EnumerateEndpoints": 1,
+        "HNSCall": 1,
+        "ModifyEndpoint": 1,
+        "OpenEndpoint": 2,
+        "QueryEndpointProperties": 1,
+    }
     assert [p.name for p in tmp_path.iterdir()] == ["host.json"]
 
 
