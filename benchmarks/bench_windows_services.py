@@ -14,25 +14,34 @@ HNS endpoint by address in the endpoint listing, not through Felix's
 workloads. No RouteUpdate either: RemoteSubnetRoutes are the VXLAN
 programmer's (``bench_windows.py`` territory), not the load balancers'.
 Every HCN call takes ``--latency`` seconds (20 ms: a loaded real host's
-order of magnitude). The periodic re-read is off (EndpointRefreshInterval
-0): at 20 ms a call the first apply outlasts its default 90 s, so a
-refresh would start the moment it ends and could swallow a measured step.
+order of magnitude), counted as a real host is called through
+``computenetwork.dll``: a listing is an enumerate plus an open, a query
+and a close per object; a create is the create, a query and a close.
+The periodic re-read is off (EndpointRefreshInterval 0) until the last
+step, which turns it on: a refresh tick landing in a measured step would
+end the step with its own apply.
 
 For each HNS version (15.4, which has ``ModifyLoadBalancer``, and 12.0,
 which does not):
 
 1. **programmed**: all messages in until the loop reports DataplaneInSync
-   (the first apply done), and the HCN calls that took, by kind, beside
-   the **floor**: the fewest calls that can program it (one
-   ``CreateLoadBalancer`` per service, one ``CreateEndpoint`` per distinct
-   remote pod, the three listings) at ``--latency`` each;
+   (the first apply done), and the HCN calls that took, beside the
+   **floor**: the fewest calls through the DLL that can program it (read
+   the networks and the local endpoints backends map to, then one create
+   and one close per load balancer and per distinct remote pod) at
+   ``--latency`` each;
 2. **one local backend swapped**: a service's local backend replaced by
-   another local pod: the load balancer alone (goal: 1 call on 15.4,
+   another local pod: the load balancer alone (goal: 1 write on 15.4,
    delete + create before);
 3. **one remote backend swapped**: a remote backend that no other service
    names replaced by a new pod on the same node: the same load-balancer
-   call(s), plus one ``CreateEndpoint`` (before the load balancer names
-   it) and one ``DeleteEndpoint`` (after it no longer does).
+   write(s), plus one ``CreateEndpoint`` (before the load balancer names
+   it) and one ``DeleteEndpoint`` (after it no longer does);
+4. **one quiet refresh**: EndpointRefreshInterval set to
+   ``--refresh-interval`` (Felix's default 90 s), then the calls of one
+   whole interval with nothing changed, beside what re-listing everything
+   costs on this host (what each refresh cost before it was incremental;
+   goal: at least 10x fewer).
 
 The host's state is checked after each step (every service's load
 balancer names exactly its backends' endpoints), so a fast wrong answer
@@ -48,6 +57,7 @@ from 1.31 it also modifies in place where HNS has ``ModifyLoadBalancer``
 Usage: python benchmarks/bench_windows_services.py [--quick] [--services N]
        [--backends N] [--remote-share F] [--remote-nodes N] [--local-pods N]
        [--pods-per-node N] [--latency SECONDS] [--versions 15.4,12.0]
+       [--refresh-interval SECONDS]
 """
 
 from __future__ import annotations
@@ -55,12 +65,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import trio
+
+from dataplane.wire._pb import felixbackend_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -69,13 +82,13 @@ from benchmarks._hns import Step, calls_text, program, step
 from benchmarks._lb_cluster import LBS_PER_SERVICE, Cluster, Sizes, Swap, provider_of
 from benchmarks._runs import apply_quick
 from dataplane.core.loop import Dataplane
-from dataplane.windows.hcn import HnsVersion
+from dataplane.windows.hcn import HnsVersion, writes
 from dataplane.windows.platform import WindowsPlatform
 from dataplane.windows.remote_endpoints import REMOTE_PREFIX
 from dataplane.windows.simhost import SimHost
 from testbed.hns import NETWORK_ID, calico_host
 
-LISTINGS = 3  # EnumerateNetworks, EnumerateEndpoints, EnumerateLoadBalancers
+NETWORKS = 2  # the host's Calico network and its nat network
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +99,8 @@ class Result:
     local_swap: Swap
     remote: Step
     remote_swap: Swap
+    refresh: Step  # one refresh interval with nothing changed
+    relisting: int  # what re-listing everything costs on this host (the refresh before)
 
 
 def _host(cluster: Cluster, version: HnsVersion, latency: float) -> SimHost:
@@ -129,7 +144,30 @@ def _check(host: SimHost, cluster: Cluster, services: Iterable[int]) -> None:
             raise RuntimeError(f"remote endpoint {pod}: provider {policy['Settings']}")
 
 
-def run(sizes: Sizes, version: HnsVersion, latency: float) -> Result:
+def relisting_calls(host: SimHost) -> int:
+    """A full listing of networks, endpoints and load balancers through the DLL: an
+    enumerate each, then an open, a query and a close per object."""
+    objects = len(host.networks) + len(host.endpoints) + len(host.load_balancers)
+    return 3 + 3 * objects
+
+
+async def quiet_refresh(
+    dp: Dataplane, host: SimHost, config: pb.ConfigUpdate, interval: float
+) -> Step:
+    """Turn the periodic re-read on, then count one interval of it with nothing changed."""
+    turned_on = dict(config.config)
+    turned_on["EndpointRefreshInterval"] = str(interval)
+    await step(dp, host, pb.ConfigUpdate(config=turned_on))
+    before = Counter(host.calls)
+    start = time.perf_counter()
+    await trio.sleep(interval + interval / 20)  # the cycle's ten ticks, the last one done
+    done = Step(time.perf_counter() - start, Counter(host.calls) - before)
+    if writes(done.calls):
+        raise RuntimeError(f"a quiet refresh wrote: {calls_text(writes(done.calls))}")
+    return done
+
+
+def run(sizes: Sizes, version: HnsVersion, latency: float, interval: float) -> Result:
     cluster = Cluster(sizes)
     host = _host(cluster, version, latency)
     platform = WindowsPlatform(host)
@@ -141,16 +179,29 @@ def run(sizes: Sizes, version: HnsVersion, latency: float) -> Result:
 
     async def main() -> Result:
         dp = Dataplane(platform)
+        snapshot = cluster.snapshot()
+        (config,) = [m for m in snapshot if isinstance(m, pb.ConfigUpdate)]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(dp.run)
-            programmed = await program(dp, host, cluster.snapshot())
+            programmed = await program(dp, host, snapshot)
             _check(host, cluster, range(sizes.services))
             local_swap = cluster.swap_local()
             local = await swapped(dp, local_swap)
             remote_swap = cluster.swap_remote()
             remote = await swapped(dp, remote_swap)
+            refresh = await quiet_refresh(dp, host, config, interval)
+            _check(host, cluster, range(sizes.services))
             dp.close_input()
-        return Result(version, programmed, local, local_swap, remote, remote_swap)
+        return Result(
+            version,
+            programmed,
+            local,
+            local_swap,
+            remote,
+            remote_swap,
+            refresh,
+            relisting_calls(host),
+        )
 
     return trio.run(main)
 
@@ -181,10 +232,25 @@ def kube_proxy(swap: Swap) -> Counter[str]:
 
 
 def floor_calls(cluster: Cluster) -> Counter[str]:
+    """The fewest calls through the DLL: read what is there (the networks, and the
+    local endpoints a backend's address maps to), then create and close each object."""
+    creates = cluster.load_balancers() + len(cluster.remote_references())
+    reads = NETWORKS + len(cluster.local_pods) + 1  # + kube-proxy's remote endpoint
+    return Counter(
+        HNSCall=1,
+        Enumerate=3,
+        Read=3 * reads,  # open, query, close
+        Create=creates,
+        Close=creates,
+        OpenNetwork=2,  # the network the remote endpoints are made on, open and closed
+    )
+
+
+def kube_proxy_initial(cluster: Cluster) -> Counter[str]:
+    """winkernel's creates for the same data (granted shared remote endpoints)."""
     return Counter(
         CreateLoadBalancer=cluster.load_balancers(),
         CreateEndpoint=len(cluster.remote_references()),
-        Enumerate=LISTINGS,
     )
 
 
@@ -203,8 +269,8 @@ def report(sizes: Sizes, latency: float, results: list[Result]) -> str:
     cluster = Cluster(sizes)  # as generated: each run swapped backends in its own
     floor = floor_calls(cluster)
     floor_s = floor.total() * latency
-    kube_initial = calls_text(floor - Counter(Enumerate=LISTINGS))
-    programmed, changes = [], []
+    kube_initial = calls_text(kube_proxy_initial(cluster))
+    programmed, changes, refreshes = [], [], []
     for r in results:
         measured = r.programmed.calls.total()
         ratio = f"{r.programmed.seconds / floor_s:.2f}x" if floor_s else "n/a"
@@ -212,24 +278,35 @@ def report(sizes: Sizes, latency: float, results: list[Result]) -> str:
             [
                 str(r.version),
                 f"{r.programmed.seconds:.1f} s",
-                f"{calls_text(r.programmed.calls)} ({measured:,} in all)",
+                f"{measured:,} ({calls_text(writes(r.programmed.calls))})",
                 f"{floor.total():,} calls, {floor_s:.1f} s",
-                ratio,
+                f"{measured / floor.total():.2f}x calls, {ratio} time",
                 kube_initial,
             ]
         )
         for step_, swap in ((r.local, r.local_swap), (r.remote, r.remote_swap)):
             wanted = goal(swap, r.version)
+            made = writes(step_.calls)
             changes.append(
                 [
                     str(r.version),
                     _describe(swap, cluster),
-                    calls_text(step_.calls),
-                    f"{calls_text(wanted)} ({'met' if step_.calls == wanted else 'missed'})",
+                    f"{calls_text(made)} ({step_.calls.total()} in all)",
+                    f"{calls_text(wanted)} ({'met' if made == wanted else 'missed'})",
                     f"{step_.seconds * 1000:.0f} ms",
                     calls_text(kube_proxy(swap)),
                 ]
             )
+        spent = r.refresh.calls.total()
+        refreshes.append(
+            [
+                str(r.version),
+                f"{spent:,} ({calls_text(r.refresh.calls)})",
+                f"{spent * latency:.2f} s",
+                f"{r.relisting:,} calls, {r.relisting * latency:.0f} s",
+                f"{r.relisting / max(spent, 1):.0f}x fewer (goal >= 10x)",
+            ]
+        )
     references = sum(cluster.remote_references().values())
     head = (
         f"{sizes.services:,} ClusterIP services x {sizes.backends} backends"
@@ -262,6 +339,16 @@ def report(sizes: Sizes, latency: float, results: list[Result]) -> str:
                 ],
                 changes,
             ),
+            markdown_table(
+                [
+                    "HNS",
+                    "one quiet refresh interval: HCN calls",
+                    "HNS time",
+                    "re-listing everything (before)",
+                    "ratio",
+                ],
+                refreshes,
+            ),
         ]
     )
 
@@ -278,16 +365,22 @@ def main() -> None:
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default)
     parser.add_argument("--latency", type=float, default=0.020)
     parser.add_argument("--versions", default="15.4,12.0")
+    parser.add_argument(
+        "--refresh-interval", type=float, default=90.0, help="EndpointRefreshInterval, seconds"
+    )
     parser.add_argument("--quick", action="store_true", help="a small cluster, for CI")
     args = parser.parse_args()
-    apply_quick(args, {"services": 50, "latency": 0})
+    apply_quick(args, {"services": 50, "latency": 0, "refresh-interval": 2})
     logging.basicConfig(level=logging.ERROR)
     sizes = Sizes(**{f.name: getattr(args, f.name) for f in fields(Sizes)})
     try:
         Cluster(sizes)
     except ValueError as exc:
         parser.error(str(exc))
-    results = [run(sizes, _version(v), args.latency) for v in args.versions.split(",")]
+    results = [
+        run(sizes, _version(v), args.latency, args.refresh_interval)
+        for v in args.versions.split(",")
+    ]
     print(report(sizes, args.latency, results))
 
 

@@ -20,6 +20,7 @@ from collections import defaultdict
 from dataplane.core.diffstore import Changes, DiffStore
 from dataplane.model.services import Service, ServiceKey
 from dataplane.windows.lb_render import (
+    CLASH,
     LbKey,
     LbOptions,
     Note,
@@ -39,6 +40,7 @@ class WantedLbs:
         self._store: DiffStore[LbKey, WantedLb] = DiffStore()
         self._dirty: set[str] = set()
         self._options: LbOptions | None = None
+        self.rendered = False  # whether the last take_changes rendered any service
 
     def set_service(self, service: Service) -> None:
         name = str(service.key)
@@ -58,6 +60,7 @@ class WantedLbs:
             self._options = options
             self._dirty |= set(self._services) | set(self._rendered)
         touched: set[LbKey] = set()
+        self.rendered = bool(self._dirty)
         for name in self._dirty:
             old = self._rendered.pop(name, None)
             for lb in old.balancers if old else ():
@@ -99,7 +102,7 @@ class WantedLbs:
             if len(claimants) > 1:
                 first, *others = sorted(claimants)
                 notes += [
-                    Note(o, f"{key}: frontend also claimed by {first}, which keeps it")
+                    Note(o, f"{key}: frontend also claimed by {first}, which keeps it", CLASH)
                     for o in others
                 ]
         return sorted(notes)

@@ -45,7 +45,14 @@ from dataplane.core.quarantine import Quarantine, Rejection
 from dataplane.windows.hcn import HCN, HcnError, HnsVersion, Json
 from dataplane.windows.hns_view import HnsView
 from dataplane.windows.lb_desired import WantedLbs
-from dataplane.windows.lb_render import LbKey, LbOptions, Note, WantedLb, load_balancer_json
+from dataplane.windows.lb_render import (
+    NO_SOURCE_VIP,
+    LbKey,
+    LbOptions,
+    Note,
+    WantedLb,
+    load_balancer_json,
+)
 from dataplane.windows.lb_shape import Shape, key_of, shape_of
 from dataplane.windows.lb_state import OwnedIds
 from dataplane.windows.programmers import CallHcn
@@ -100,6 +107,8 @@ class LbProgrammer:
         self.again = False  # a stale remote endpoint was removed: recreate it at once
         self._wanted_remotes: dict[str, RemoteEndpoint] = {}  # what this apply's plans name
         self._logged: set[Note] = set()
+        self._stranded = 0  # services without a source VIP, as last said
+        self._said_no_vip = False
 
     # --- what changed -----------------------------------------------------------
 
@@ -119,12 +128,39 @@ class LbProgrammer:
                     self._remotes[remote.address] = (endpoint_id, remote)
         self._check_all = True
 
-    def _log_notes(self) -> None:
-        """Each thing HNS cannot do as a service asks, once (the dump shows them all)."""
+    def _log_notes(self, network: tuple[str, str] | None) -> None:
+        """Each thing HNS cannot do as a service asks, once (the dump shows them all);
+        services without a source VIP in one line, each time more of them arrive."""
         notes = set(self.wanted.notes())
         for note in sorted(notes - self._logged):
-            log.warning("%s", note)
+            if note.problem != NO_SOURCE_VIP:
+                log.warning("%s", note)
         self._logged = notes
+        stranded = {n.service for n in notes if n.problem == NO_SOURCE_VIP}
+        if len(stranded) > self._stranded:
+            self._say_no_source_vip(network, len(stranded))
+        self._stranded = len(stranded)
+
+    def _say_no_source_vip(self, network: tuple[str, str] | None, services: int) -> None:
+        self._said_no_vip = True
+        name, network_id = network or ("?", "?")
+        # At start, before any service is stranded, a warning; then an error.
+        log.log(
+            logging.ERROR if services else logging.WARNING,
+            "WindowsServiceSourceVIP is not set: the Overlay network %s (%s) needs it for"
+            " service load balancers; %d service(s) not programmed",
+            name,
+            network_id,
+            services,
+        )
+
+    def stranded(self) -> list[Note]:
+        """Services not programmed for a reason the operator must fix (one note each)."""
+        found: dict[str, Note] = {}
+        for note in self.wanted.notes():
+            if note.problem:
+                found.setdefault(note.service, note)
+        return [found[name] for name in sorted(found)]
 
     def awaits_local_endpoints(self) -> bool:
         """Is a local backend left out until the CNI's endpoint for it is listed?"""
@@ -141,8 +177,11 @@ class LbProgrammer:
         """Make HNS hold the wanted load balancers; True if endpoints must be listed again."""
         self.again = False
         changes = self.wanted.take_changes(options)
-        if changes:
-            self._log_notes()
+        overlay = _overlay_name(view) if options.source_vip_required else None
+        if self.wanted.rendered:  # notes change only when services are rendered
+            self._log_notes(overlay)
+        if overlay and not self._said_no_vip and not options.source_vips:
+            self._say_no_source_vip(overlay, 0)  # at start, before any service arrives
         for key in changes.upserts.keys() | changes.deletes:
             self.held.release(key)  # a new value gets a fresh chance
             self._check.add(key)
@@ -441,6 +480,14 @@ def lb_options(
         families=families,
         source_vip_required=network is not None and network[1],  # an Overlay network
     )
+
+
+def _overlay_name(view: HnsView) -> tuple[str, str] | None:
+    """Our Overlay network's name and id, if we have one."""
+    network = _service_network(view)
+    if network is None or not network[1]:
+        return None
+    return str(view.networks[network[0]].get("Name", "")), network[0]
 
 
 def _service_network(view: HnsView) -> tuple[str, bool] | None:

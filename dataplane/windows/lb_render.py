@@ -55,6 +55,8 @@ from dataplane.windows.hcn import (
 )
 
 __all__ = [
+    "CLASH",
+    "NO_SOURCE_VIP",
     "LbBackend",
     "LbKey",
     "LbOptions",
@@ -108,12 +110,23 @@ class WantedLb:
     source_vip: str
 
 
+NO_SOURCE_VIP = "no source VIP"
+CLASH = "frontend clash"
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Note:
-    """Something of a service HNS does not do as asked; logged once and shown in the dump."""
+    """Something of a service HNS does not do as asked; logged once and shown in the dump.
+
+    ``problem``: a frontend not programmed at all for a reason the operator
+    must fix (:data:`NO_SOURCE_VIP` on an Overlay network, :data:`CLASH`: a
+    frontend another service holds); the service then reports ``error`` and
+    the node is not ready. "": programmed, perhaps not quite as asked.
+    """
 
     service: str
     text: str
+    problem: str = ""
 
     def __str__(self) -> str:
         return f"service {self.service}: {self.text}"
@@ -186,9 +199,13 @@ class _Renderer:
             return
         source_vip = options.source_vip(key.family)
         if options.source_vip_required and not source_vip:
-            self.note(
-                f"{key}: not programmed, an Overlay network needs WindowsServiceSourceVIP"
-                f" for IPv{key.family}"
+            self.notes.append(
+                Note(
+                    self.name,
+                    f"{key}: not programmed, an Overlay network needs WindowsServiceSourceVIP"
+                    f" for IPv{key.family}",
+                    problem=NO_SOURCE_VIP,
+                )
             )
             return
         same_family = [b for b in backends if _family(b.address) == key.family]

@@ -233,6 +233,8 @@ class WindowsPlatform:
         self.config = config
         self._desired.touch_all()
         self._vxlan.touch()  # the VNI or this node's name may have changed
+        if self._listing.view is not None:  # the refresh interval may have changed
+            self._refresh.schedule(self._clock(), config.endpoint_refresh_interval)
 
     # --- helpers ----------------------------------------------------------------
 
@@ -486,6 +488,8 @@ class WindowsPlatform:
             found.setdefault(ident, why.reason)
         for address, why in self._lbs.remotes_held.items():
             found.setdefault(("remote_endpoint", address), why.reason)
+        for note in self._lbs.stranded():  # no source VIP, a frontend another holds
+            found.setdefault(("service", note.service), note.text)
         return [ObjectError(kind, ident, reason) for (kind, ident), reason in sorted(found.items())]
 
     def fail_closed(self) -> list[FailClosed]:

@@ -1,0 +1,93 @@
+"""Services a node cannot program as asked are said so, shown as errors, and keep it unready.
+
+An Overlay network without ``WindowsServiceSourceVIP`` cannot take a load
+balancer at all: one line names the key and the network at start and
+whenever services arrive, every service reports the reason. Two services
+claiming one frontend (a cluster IP that is another's external IP) keep
+one, the same one whatever the order, and the other reports why.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from dataplane.core.platform import ObjectError
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.hns import NETWORK_ID
+from tests.conftest import run_trio
+from tests.windows.services_node import LOCAL_V4, backends, overlay_host, service
+from tests.windows.services_node import messages as service_messages
+from tests.windows.test_lb_programmer import frontends
+from tests.windows.windows_node import node, send
+
+NO_VIP = "an Overlay network needs WindowsServiceSourceVIP for IPv4"
+
+
+def test_no_source_vip_is_said_at_start_and_as_services_arrive(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    host = overlay_host()
+    web = (service("web"), backends("web", *LOCAL_V4))
+    dns = (service("dns", cluster_ips=["10.96.0.53"]), backends("dns", *LOCAL_V4))
+
+    async def main() -> None:
+        async with node(host) as (dp, platform):
+            await send(dp, *service_messages(WindowsServiceSourceVIP=""))
+            await send(dp, *web)
+            assert platform.object_errors() == [
+                ObjectError("service", "prod/web", f"tcp 10.96.0.10:80: not programmed, {NO_VIP}")
+            ]
+            await send(dp, *dns)
+            assert [e.id for e in platform.object_errors()] == ["prod/dns", "prod/web"]
+            assert host.load_balancers == {}  # never a silent partial set
+
+    with caplog.at_level(logging.WARNING, logger="dataplane.windows"):
+        run_trio(main)
+    lines = [
+        r.getMessage() for r in caplog.records if "WindowsServiceSourceVIP is" in r.getMessage()
+    ]
+    said = f"WindowsServiceSourceVIP is not set: the Overlay network Calico ({NETWORK_ID.upper()})"
+    assert [line.removeprefix(said) for line in lines] == [
+        " needs it for service load balancers; 0 service(s) not programmed",
+        " needs it for service load balancers; 1 service(s) not programmed",
+        " needs it for service load balancers; 2 service(s) not programmed",
+    ]
+
+
+@pytest.mark.parametrize("order", ["cluster first", "external first"])
+def test_one_frontend_two_services_keeps_one_whatever_the_order(order: str) -> None:
+    host = overlay_host()
+    a = (service("a-web"), backends("a-web", LOCAL_V4[0]))
+    b = (
+        service("b-ext", cluster_ips=["10.96.0.99"], external_ips=["10.96.0.10"]),
+        backends("b-ext", LOCAL_V4[1]),
+    )
+    first, second = (a, b) if order == "cluster first" else (b, a)
+
+    async def main() -> None:
+        async with node(host) as (dp, platform):
+            await send(dp, *service_messages(*first))
+            await send(dp, *second)
+            assert frontends(host)[("10.96.0.10", 80)] == 1
+            assert platform.object_errors() == [
+                ObjectError(
+                    "service",
+                    "prod/b-ext",
+                    "tcp 10.96.0.10:80: frontend also claimed by prod/a-web, which keeps it",
+                )
+            ]
+            (kept,) = [
+                lb for lb in host.load_balancers.values() if lb["FrontendVIPs"] == ["10.96.0.10"]
+            ]
+            (ip,) = [
+                e["IpConfigurations"][0]["IpAddress"]
+                for e in host.endpoints.values()
+                if e["ID"] in {i.upper() for i in kept["HostComputeEndpoints"]}
+            ]
+            assert ip == LOCAL_V4[0]  # a-web's backend, not b-ext's
+            await send(dp, pb.ServiceRemove(name="a-web", namespace="prod"))
+            assert platform.object_errors() == []  # b-ext takes the frontend over
+
+    run_trio(main)
