@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from dataplane.config import Config
+from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.conntrack import ConntrackCleaner
 from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.marks import Marks
 from dataplane.linux.overlay_plan import OverlayPlan, resolve_encapsulation

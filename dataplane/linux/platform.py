@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from dataplane.config import Config
+from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.core.platform import EndpointKey, NoPolicyUsers, ObjectError, PolicyUsers
 from dataplane.linux.backend import IptablesCommands, read_counters
 from dataplane.linux.chain_names import ChainNames
 from dataplane.linux.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.conntrack import ConntrackCleaner
 from dataplane.linux.desired import Desired
-from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets import IPSetsProgrammer
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.metered import LinuxMeter

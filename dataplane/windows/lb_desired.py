@@ -92,6 +92,16 @@ class WantedLbs:
     def keys(self) -> list[LbKey]:
         return self._store.keys()
 
+    def health_checks(self) -> dict[int, tuple[ServiceKey, int]]:
+        """``healthCheckNodePort`` -> (its service, local ready endpoints), for
+        ``externalTrafficPolicy: Local`` services (kube-proxy counts endpoints,
+        not ports: one per address)."""
+        return {
+            s.health_check_node_port: (s.key, len({b.address for b in s.usable(local_only=True)}))
+            for s in self._services.values()
+            if s.external_local and s.health_check_node_port
+        }
+
     def by_service(self) -> dict[str, RenderedLbs]:
         return dict(self._rendered)
 

@@ -285,10 +285,6 @@ class _Renderer:
                 "loadBalancerSourceRanges not enforced: an HNS load balancer has no source"
                 f" filter ({', '.join(service.source_ranges)})"
             )
-        if service.health_check_node_port:
-            self.note(
-                f"health check node port {service.health_check_node_port} not served on Windows"
-            )
 
 
 def render_service(service: Service, options: LbOptions) -> RenderedLbs:

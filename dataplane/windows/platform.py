@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from dataplane.config import Config
+from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
 from dataplane.core.quarantine import Rejection
 from dataplane.model import (
@@ -142,6 +143,9 @@ class WindowsPlatform:
         owned = OwnedIds() if owned_load_balancers is None else owned_load_balancers
         self._lbs = LbProgrammer(hcn, self._call, clock, owned)
         self._meter: HnsMeter | None = None
+        # kube-proxy's serviceProxyHealthy: the last apply succeeded.
+        self._applied_ok = False
+        self._health = HealthCheckServer(host_addresses, healthy=lambda: self._applied_ok)
 
     # --- sinks ----------------------------------------------------------------
 
@@ -277,6 +281,15 @@ class WindowsPlatform:
     # --- apply ----------------------------------------------------------------------
 
     async def apply(self) -> None:
+        try:
+            await self._apply()
+        except BaseException:
+            self._applied_ok = False
+            raise
+        self._applied_ok = True
+        self._health.update(self._lbs.wanted.health_checks())
+
+    async def _apply(self) -> None:
         if self._version is None:
             self._version = await self._call(self.hcn.version)
             log.info("HNS version %s", self._version)
@@ -498,7 +511,8 @@ class WindowsPlatform:
         return sorted(notes, key=str)
 
     async def serve(self) -> None:
-        return
+        """Health-check node ports, on the node's addresses (all where none is given)."""
+        await self._health.serve()
 
     def dump(self) -> str:
         out = [f"windows platform, HNS {self._version}"]

@@ -9,8 +9,8 @@ ports to answer; both do their I/O when the platform runs them.
 
 from __future__ import annotations
 
+from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.linux.conntrack import ConntrackCleaner
-from dataplane.linux.healthcheck import HealthCheckServer
 from dataplane.linux.nat_render import ALL_POOLS_SET
 from dataplane.linux.service_render import Frontend, RenderedService, ServiceRenderer
 from dataplane.linux.writers.groups import ChainGroups

@@ -1,17 +1,19 @@
 """Health-check node ports for externalTrafficPolicy=Local services.
 
 As kube-proxy does: each such service gets an HTTP server on its
-``healthCheckNodePort`` answering any request with JSON naming the service
-and its count of local endpoints -- 200 when there is at least one, 503
-when there is none -- so an external load balancer sends traffic only to
-nodes that can serve it locally.
+``healthCheckNodePort`` answering any request with JSON naming the service,
+its count of local endpoints and whether the proxy is healthy -- 200 when
+there is at least one local endpoint and the proxy is healthy, 503
+otherwise -- so an external load balancer sends traffic only to nodes that
+can serve it locally. Shared by both platforms: Linux listens on every
+address, Windows on the node's (``--host-address``) where given.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import trio
 
@@ -25,7 +27,17 @@ _MAX_REQUEST = 8192
 
 
 class HealthCheckServer:
-    def __init__(self) -> None:
+    """The listeners, one per wanted port (on each of ``addresses``; none: all).
+
+    ``healthy`` says whether the proxy itself is (kube-proxy's
+    ``serviceProxyHealthy``: its rules are programmed); read per request.
+    """
+
+    def __init__(
+        self, addresses: tuple[str, ...] = (), healthy: Callable[[], bool] = lambda: True
+    ) -> None:
+        self._addresses = addresses
+        self._healthy = healthy
         self._wanted: dict[int, tuple[ServiceKey, int]] = {}
         self._running: dict[int, trio.CancelScope] = {}
         self._changed = trio.Event()
@@ -38,14 +50,15 @@ class HealthCheckServer:
 
     def response(self, port: int) -> bytes:
         key, local = self._wanted.get(port, (ServiceKey("", ""), 0))
+        healthy = self._healthy()
         body = json.dumps(
             {
                 "service": {"namespace": key.namespace, "name": key.name},
                 "localEndpoints": local,
-                "serviceProxyHealthy": True,
+                "serviceProxyHealthy": healthy,
             }
         ).encode()
-        status = "200 OK" if local > 0 else "503 Service Unavailable"
+        status = "200 OK" if local > 0 and healthy else "503 Service Unavailable"
         head = (
             f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
             f"X-Content-Type-Options: nosniff\r\nContent-Length: {len(body)}\r\n"
@@ -66,9 +79,13 @@ class HealthCheckServer:
 
     async def _listen(self, port: int, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
         with trio.CancelScope() as scope:
+            listeners: list[trio.SocketListener] = []
             try:
-                listeners = await trio.open_tcp_listeners(port)
+                for host in self._addresses or (None,):
+                    listeners += await trio.open_tcp_listeners(port, host=host)
             except OSError as exc:
+                for listener in listeners:  # those of the addresses before
+                    await listener.aclose()
                 log.error("health-check node port %d: cannot listen: %s", port, exc)
                 task_status.started(scope)
                 return
