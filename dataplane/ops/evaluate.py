@@ -99,12 +99,12 @@ Stage = Literal["ingress", "egress", "service", "none"]
 # fmt: off
 RuleLabel = Literal[
     "end-of-tier", "profile", "default", "admin-down", "spoofed-source", "not-policed",
-    "endpoint-to-host", "no-backends", "no-local-backends", "source-range",
+    "endpoint-to-host", "no-backends", "no-local-backends", "source-range", "unenforceable",
 ]
 StepKind = Literal[
     "direction", "admin-down", "spoofed-source", "tier", "policy", "rule", "end-of-tier",
     "profile", "default", "not-policed", "no-policy", "endpoint-to-host", "not-evaluated",
-    "service", "backend", "no-backends", "no-local-backends", "source-range",
+    "service", "backend", "no-backends", "no-local-backends", "source-range", "unenforceable",
 ]
 # fmt: on
 Outcome = Literal["allow", "deny", "pass", "log", "no-match"]

@@ -250,6 +250,8 @@ def _backends(
         return internal, None if internal else _refused("no-backends")
     ranges = [r for r in service.source_ranges if ipaddress.ip_network(r).version == v]
     gated = kind == "load-balancer-ip" and service.source_ranges
+    if gated and windows:
+        return [], _refused("unenforceable")
     if gated and (everyone or service.external_local) and not in_any(packet.src, ranges):
         return [], _refused("source-range")
     # Local policy: pods and the node itself reach every backend; the
@@ -266,10 +268,14 @@ _REFUSALS = {
     "no-backends": "no backend to send it to: refused (kube-proxy's reject)",
     "no-local-backends": "externalTrafficPolicy Local and no backend on this node: dropped",
     "source-range": "source not in loadBalancerSourceRanges: dropped",
+    "unenforceable": "loadBalancerSourceRanges cannot be enforced by an HNS load balancer:"
+    " this frontend is not programmed (it fails closed)",
 }
 
 
-def _refused(label: Literal["no-backends", "no-local-backends", "source-range"]) -> Step:
+def _refused(
+    label: Literal["no-backends", "no-local-backends", "source-range", "unenforceable"],
+) -> Step:
     return Step(label, Where("service", rule=label), "deny", _REFUSALS[label])
 
 
@@ -527,6 +533,7 @@ _DEPTH = {
     "no-backends": 1,
     "no-local-backends": 1,
     "source-range": 1,
+    "unenforceable": 1,
 }
 _MATCHED = {
     "allow": "matched: allow",

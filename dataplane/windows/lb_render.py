@@ -57,6 +57,7 @@ from dataplane.windows.hcn import (
 __all__ = [
     "CLASH",
     "NO_SOURCE_VIP",
+    "SOURCE_RANGES",
     "LbBackend",
     "LbKey",
     "LbOptions",
@@ -112,6 +113,7 @@ class WantedLb:
 
 NO_SOURCE_VIP = "no source VIP"
 CLASH = "frontend clash"
+SOURCE_RANGES = "source ranges not enforceable"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -120,8 +122,9 @@ class Note:
 
     ``problem``: a frontend not programmed at all for a reason the operator
     must fix (:data:`NO_SOURCE_VIP` on an Overlay network, :data:`CLASH`: a
-    frontend another service holds); the service then reports ``error`` and
-    the node is not ready. "": programmed, perhaps not quite as asked.
+    frontend another service holds, :data:`SOURCE_RANGES`: a filter HNS
+    cannot enforce); the service then reports ``error`` and the node is not
+    ready. "": programmed, perhaps not quite as asked.
     """
 
     service: str
@@ -257,10 +260,28 @@ class _Renderer:
                     self.add(key, port, external, flags, external_dsr)
             for vip in (*service.external_ips, *service.load_balancer_ips):
                 key = LbKey(protocol, vip, port.port, _family(vip))
+                if service.source_ranges and vip in service.load_balancer_ips:
+                    self._fail_closed(key)
+                    continue
                 self.add(key, port, external, PM_VIP_EXTERNAL_IP, external_dsr)
         self._unsayable()
         return RenderedLbs(
             tuple(sorted(self.balancers.values(), key=lambda b: b.key)), tuple(self.notes)
+        )
+
+    def _fail_closed(self, key: LbKey) -> None:
+        """A load balancer IP whose loadBalancerSourceRanges HNS cannot enforce: an HNS
+        load balancer has no source filter, and the backends' ACLs see the backend's
+        address after its NAT, not the VIP, so they cannot tell this traffic from
+        pod-to-pod. Not programmed, rather than open to every source."""
+        ranges = ", ".join(self.service.source_ranges)
+        self.notes.append(
+            Note(
+                self.name,
+                f"{key}: not programmed: loadBalancerSourceRanges ({ranges}) cannot be"
+                " enforced by an HNS load balancer, so this frontend fails closed",
+                problem=SOURCE_RANGES,
+            )
         )
 
     def _unsayable(self) -> None:
@@ -279,11 +300,6 @@ class _Renderer:
             self.note(
                 "externalTrafficPolicy Local: this HNS has no DSR, so backends see the"
                 " source VIP, not the client"
-            )
-        if service.source_ranges and (service.load_balancer_ips or service.external_ips):
-            self.note(
-                "loadBalancerSourceRanges not enforced: an HNS load balancer has no source"
-                f" filter ({', '.join(service.source_ranges)})"
             )
 
 

@@ -10,10 +10,18 @@ one, the same one whatever the order, and the other reports why.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
+import trio
 
+from dataplane.core.loop import Dataplane
 from dataplane.core.platform import ObjectError
+from dataplane.ops.explain import explain
+from dataplane.ops.metrics import Metrics
+from dataplane.ops.observer import Observer
+from dataplane.sim import SimPlatform
+from dataplane.windows.lb_verdict import service_route
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import NETWORK_ID
 from tests.conftest import run_trio
@@ -91,3 +99,53 @@ def test_one_frontend_two_services_keeps_one_whatever_the_order(order: str) -> N
             assert platform.object_errors() == []  # b-ext takes the frontend over
 
     run_trio(main)
+
+
+def test_source_ranges_hns_cannot_enforce_fail_closed_and_say_so() -> None:
+    host = overlay_host()
+    lb = service(
+        "shop",
+        type="LoadBalancer",
+        loadbalancer_ingress_ips=["198.51.100.10"],
+        load_balancer_source_ranges=["203.0.113.0/24"],
+    )
+
+    async def main() -> None:
+        async with node(host) as (dp, platform):
+            await send(dp, *service_messages(lb, backends("shop", *LOCAL_V4)))
+            (error,) = platform.object_errors()
+            assert (error.kind, error.id) == ("service", "prod/shop")
+            assert "loadBalancerSourceRanges (203.0.113.0/24) cannot be enforced" in error.reason
+            # No source reaches the load balancer IP (not even an allowed one:
+            # HNS has no filter to let only those in); in the cluster, the
+            # service is as before.
+            state = host.snapshot()
+            assert service_route(state, "198.51.100.10", "tcp", 80) is None
+            inside = service_route(state, "10.96.0.10", "tcp", 80)
+            assert inside is not None
+            assert {t.address for t in inside.backends} == set(LOCAL_V4)
+
+    run_trio(main)
+
+
+def test_explain_says_the_unenforceable_frontend_drops_every_source() -> None:
+    lb = service(
+        "shop",
+        type="LoadBalancer",
+        loadbalancer_ingress_ips=["198.51.100.10"],
+        load_balancer_source_ranges=["203.0.113.0/24"],
+    )
+    observer = Observer(SimPlatform(), metrics=Metrics(process=False))
+    dataplane = Dataplane(observer.platform, observer=observer)
+    for msg in service_messages(lb, backends("shop", *LOCAL_V4)):
+        dataplane.send_message(msg)
+    dataplane.close_input()
+    trio.run(dataplane.run)
+    state = observer.platform.publish().state
+    for platform, verdict in (("windows", "deny"), ("linux", "allow")):
+        said = explain(state, "203.0.113.7", "198.51.100.10", "tcp", 80, platform=platform)
+        assert said.to_json()["verdict"] == verdict, platform
+    said = explain(state, "203.0.113.7", "198.51.100.10", "tcp", 80, platform="windows")
+    answer: dict[str, Any] = said.to_json()
+    decided = answer["decided_by"]
+    assert decided["rule"] == "unenforceable"
