@@ -5,7 +5,7 @@
 :class:`~dataplane.core.loop.Dataplane`, a step ends when the apply that
 took them is done, and it costs the wall time and the HCN calls made in
 between, by kind. The host counts the calls itself
-(:class:`~dataplane.windows.simhost.SimHost`), so the figures do not rest on
+(:class:`~dataplane.windows.sim.simhost.SimHost`), so the figures do not rest on
 what the driver says about itself.
 """
 
@@ -20,7 +20,7 @@ import trio
 from google.protobuf.message import Message
 
 from dataplane.core.loop import Dataplane
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.sim.simhost import SimHost
 
 __all__ = ["Step", "calls_text", "program", "step"]
 

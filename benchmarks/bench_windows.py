@@ -51,9 +51,9 @@ from benchmarks._node import NodeBuilder, Sizes, add_size_arguments
 from benchmarks._runs import apply_quick
 from dataplane.core.loop import Dataplane
 from dataplane.managers.convert import policy_key
-from dataplane.windows.hcn import writes
+from dataplane.windows.hns.hcn import writes
 from dataplane.windows.platform import WindowsPlatform
-from dataplane.windows.simhost import NEWEST, SimHost
+from dataplane.windows.sim.simhost import NEWEST, SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import NETWORK_ID, calico_host
 

@@ -82,10 +82,10 @@ from benchmarks._hns import Step, calls_text, program, step
 from benchmarks._lb_cluster import LBS_PER_SERVICE, Cluster, Sizes, Swap, provider_of
 from benchmarks._runs import apply_quick
 from dataplane.core.loop import Dataplane
-from dataplane.windows.hcn import HnsVersion, writes
+from dataplane.windows.hns.hcn import HnsVersion, writes
 from dataplane.windows.platform import WindowsPlatform
-from dataplane.windows.remote_endpoints import REMOTE_PREFIX
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.services.remote_endpoints import REMOTE_PREFIX
+from dataplane.windows.sim.simhost import SimHost
 from testbed.hns import NETWORK_ID, calico_host
 
 NETWORKS = 2  # the host's Calico network and its nat network

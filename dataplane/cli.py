@@ -173,12 +173,12 @@ def _rate(text: str) -> float:
 def _windows_platform(args: argparse.Namespace) -> Platform:
     from pathlib import Path  # noqa: PLC0415
 
-    from dataplane.windows.hcn import HCN  # noqa: PLC0415
-    from dataplane.windows.hcn_ctypes import HcnBinding  # noqa: PLC0415
-    from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN  # noqa: PLC0415
-    from dataplane.windows.lb_state import OwnedIds  # noqa: PLC0415
+    from dataplane.windows.hns.hcn import HCN  # noqa: PLC0415
+    from dataplane.windows.hns.hcn_ctypes import HcnBinding  # noqa: PLC0415
     from dataplane.windows.platform import WindowsPlatform  # noqa: PLC0415
-    from dataplane.windows.simhost import SimHost  # noqa: PLC0415
+    from dataplane.windows.services.lb_state import OwnedIds  # noqa: PLC0415
+    from dataplane.windows.sim.simhost import SimHost  # noqa: PLC0415
+    from dataplane.windows.view.hns_view import DEFAULT_NETWORK_PATTERN  # noqa: PLC0415
 
     host: HCN
     if args.hns_fake:

@@ -4,7 +4,7 @@ On a real Windows node the CNI plugin creates a pod's HNS endpoint before
 Felix sends its ``WorkloadEndpointUpdate``, and deletes it when the pod
 goes, while the driver runs. This does the same to a host file a driver
 has open (``--hns-fake FILE``), through the file's sharing protocol
-(:mod:`dataplane.windows.simhost_file`).
+(:mod:`dataplane.windows.sim.simhost_file`).
 
 ``python -m testbed.cni FILE add NAMESPACE NAME INDEX`` adds the endpoint
 of the pod whose addresses follow from INDEX (as the demo's pods do);
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.sim.simhost import SimHost
 from testbed.hns import add_pod
 from testbed.node import PodSpec
 

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dataplane.windows.hcn import HnsVersion, Json
-from dataplane.windows.simhost import NEWEST, SimHost
+from dataplane.windows.hns.hcn import HnsVersion, Json
+from dataplane.windows.sim.simhost import NEWEST, SimHost
 from testbed.node import PodSpec
 
 __all__ = ["add_pod", "calico_host", "main"]

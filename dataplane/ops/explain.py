@@ -76,7 +76,7 @@ from dataplane.ops.evaluate import (
     resolved_policy,
 )
 from dataplane.sim.platform import SimState
-from dataplane.windows.lb_render import internal_port
+from dataplane.windows.services.lb_render import internal_port
 
 __all__ = ["Explanation", "Location", "ServiceHit", "describe", "explain", "locate", "make_packet"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dataplane.ops.records import rfc3339
-from dataplane.windows.simhost_file import read_host_file
+from dataplane.windows.sim.simhost_file import read_host_file
 
 __all__ = ["hns_records"]
 

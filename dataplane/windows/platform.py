@@ -1,25 +1,25 @@
 """WindowsPlatform: model values in, HNS ACLs and SetPolicy objects out, fewest calls.
 
 A coordinator like the Linux one: desired state is kept by
-:class:`~dataplane.windows.desired.Desired`, ACLs are rendered by the pure
+:class:`~dataplane.windows.policy.desired.Desired`, ACLs are rendered by the pure
 renderers, and :meth:`WindowsPlatform.apply` is the only code that calls
 HNS, in one fixed order:
 
-1. Read HNS when it must, incrementally (:mod:`.hns_listing`): the first
+1. Read HNS when it must, incrementally (:mod:`dataplane.windows.view.hns_listing`): the first
    apply lists everything; an endpoint not found yet enumerates our
    networks' endpoints and reads only the new ones, writing a new pod's
    ACLs through the handle that read it; the refresh timer
-   (:mod:`.hns_refresh`) spreads re-reads over the interval.
+   (:mod:`dataplane.windows.view.hns_refresh`) spreads re-reads over the interval.
 2. Sets (HNS 13.0 and later): new and changed ``SetPolicy`` objects, one
    ``ModifyNetwork`` per request type and network, before any ACL names them.
 3. Endpoints: for each whose rendered ACL list differs from what HNS holds,
    one ``ModifyEndpoint`` replacing the whole list. Identical lists are never
    re-sent: re-applying ACLs resets connections on a real host.
-4. VXLAN routes (:mod:`dataplane.windows.vxlan_programmer`): one
+4. VXLAN routes (:mod:`dataplane.windows.overlay.vxlan_programmer`): one
    ``ModifyNetwork`` per ``RemoteSubnetRoute`` that differs, after the ACLs
    so that no pod is reachable from other nodes before its policy is in.
 5. Service load balancers and their remote endpoints
-   (:mod:`dataplane.windows.lb_programmer`): only the differences, after
+   (:mod:`dataplane.windows.services.lb_programmer`): only the differences, after
    the routes that reach remote backends.
 6. Sets no longer wanted, once no ACL names them.
 
@@ -27,7 +27,7 @@ A restart adopts what it finds: HNS already holding the rendered lists
 means zero modify calls. The refresh re-reads HNS and repairs any endpoint
 whose ACLs someone else changed within two intervals. A failed call leaves that endpoint (or
 set) pending; what HNS refuses is quarantined by the programmers
-(:mod:`dataplane.windows.programmers`) and retried alone with backoff, its
+(:mod:`dataplane.windows.policy.programmers`) and retried alone with backoff, its
 workloads report ``error``, and the apply still succeeds. Only a failure to
 read HNS at all fails the apply (the loop's backoff retries it).
 """
@@ -68,26 +68,30 @@ from dataplane.model import (
 from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
-from dataplane.windows.acl import AclRule
-from dataplane.windows.acl_render import DirectionAcls, FailClosed, RenderContext, render_direction
-from dataplane.windows.desired import Desired
-from dataplane.windows.endpoint_render import render_endpoint, render_fail_closed
-from dataplane.windows.hcn import HCN, HnsVersion, Json, WriteAfterRead
-from dataplane.windows.hns_listing import HnsListing
-from dataplane.windows.hns_meter import HnsMeter
-from dataplane.windows.hns_refresh import DEFAULT_RATE, RefreshCycle, Tick
-from dataplane.windows.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView, acl_key
-from dataplane.windows.lb_programmer import LbProgrammer, lb_options
-from dataplane.windows.lb_state import OwnedIds
-from dataplane.windows.programmers import (
+from dataplane.windows.hns.acl import AclRule
+from dataplane.windows.hns.calls import Offload, in_thread
+from dataplane.windows.hns.hcn import HCN, HnsVersion, Json, WriteAfterRead
+from dataplane.windows.hns.hns_meter import HnsMeter
+from dataplane.windows.overlay.vxlan_programmer import VxlanProgrammer
+from dataplane.windows.policy.acl_render import (
+    DirectionAcls,
+    FailClosed,
+    RenderContext,
+    render_direction,
+)
+from dataplane.windows.policy.desired import Desired
+from dataplane.windows.policy.endpoint_render import render_endpoint, render_fail_closed
+from dataplane.windows.policy.programmers import (
     EndpointProgrammer,
-    Offload,
     SetProgrammer,
-    in_thread,
     log_refusals,
 )
-from dataplane.windows.set_policy import set_token, wanted_sets
-from dataplane.windows.vxlan_programmer import VxlanProgrammer
+from dataplane.windows.policy.set_policy import set_token, wanted_sets
+from dataplane.windows.services.lb_programmer import LbProgrammer, lb_options
+from dataplane.windows.services.lb_state import OwnedIds
+from dataplane.windows.view.hns_listing import HnsListing
+from dataplane.windows.view.hns_refresh import DEFAULT_RATE, RefreshCycle, Tick
+from dataplane.windows.view.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView, acl_key
 
 if TYPE_CHECKING:
     from dataplane.ops.metrics import Metrics
@@ -390,7 +394,8 @@ class WindowsPlatform:
 
     def _first_writes(self) -> WriteAfterRead | None:
         """For endpoints about to be read for the first time: a pod's ACLs, to be
-        written through the handle that reads its endpoint (see :mod:`.hns_listing`)."""
+        written through the handle that reads its endpoint
+        (:mod:`dataplane.windows.view.hns_listing`)."""
         wanted: dict[str, tuple[Json, Counter[AclRule]]] = {}
         for key in self._endpoints.pending:
             if key in self._endpoints.held or self._find(key) is not None:

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from ctypes import CFUNCTYPE, POINTER, c_long, c_void_p, c_wchar_p
 from typing import Any
 
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.hcn import (
     HCN_E_ENDPOINT_NOT_FOUND,
     HCN_E_NETWORK_NOT_FOUND,
     LB_NOT_FOUND,
     HcnError,
 )
-from dataplane.windows.hcn_ctypes import GUID
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.hns.hcn_ctypes import GUID
+from dataplane.windows.sim.simhost import SimHost
 
 E_HANDLE = 0x80070006
 E_UNEXPECTED = 0x8000FFFF

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
-from dataplane.windows.hcn import HnsVersion
-from dataplane.windows.simhost import NEWEST, SimHost
+from dataplane.windows.hns.hcn import HnsVersion
+from dataplane.windows.sim.simhost import NEWEST, SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import calico_host
 from tests.kernel import scenario as sc

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.windows.acl import Packet, endpoint_verdict, set_members
-from dataplane.windows.hcn import Json
+from dataplane.windows.hns.acl import Packet, endpoint_verdict, set_members
+from dataplane.windows.hns.hcn import Json
 
 TCP, UDP, ICMP = 6, 17, 1
 POD, PEER = "10.0.0.5", "10.0.1.7"

@@ -33,8 +33,8 @@ from dataplane.model import (
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
-from dataplane.windows import acl
-from dataplane.windows.acl_render import RenderContext, render_direction
+from dataplane.windows.hns import acl
+from dataplane.windows.policy.acl_render import RenderContext, render_direction
 from tests import reference_eval as ref
 
 POD4, POD6 = "10.0.0.5", "fd00::5"

@@ -4,7 +4,7 @@ The services scenario of ``test_services_driver.py`` is programmed into a
 simulated host by a real driver; the same messages are replayed in memory
 and ``explain`` is asked about every cluster IP and port. Its answer comes
 from the desired model, the host's from the HNS load balancers the driver
-wrote (:mod:`dataplane.windows.lb_verdict`): they must name the same
+wrote (:mod:`dataplane.windows.sim.lb_verdict`): they must name the same
 backends, and a frontend HNS does not balance must be ``no-backends``.
 """
 
@@ -21,7 +21,7 @@ from dataplane.ops.explain import explain
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.observer import Observer
 from dataplane.sim import SimPlatform
-from dataplane.windows.lb_verdict import backend_addresses, service_route
+from dataplane.windows.sim.lb_verdict import backend_addresses, service_route
 from tests.kernel import scenario as sc
 from tests.windows.services_node import messages, overlay_host
 from tests.windows.test_services_driver import (

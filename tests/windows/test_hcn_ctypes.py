@@ -17,11 +17,11 @@ import trio
 
 from dataplane import cli
 from dataplane.errors import PlatformUnavailableError
-from dataplane.windows import hcn_ctypes
-from dataplane.windows.hcn import E_NOTIMPL, HCN_E_ENDPOINT_NOT_FOUND, HcnError, HnsVersion
-from dataplane.windows.hcn_ctypes import GUID, HcnBinding
+from dataplane.windows.hns import hcn_ctypes
+from dataplane.windows.hns.hcn import E_NOTIMPL, HCN_E_ENDPOINT_NOT_FOUND, HcnError, HnsVersion
+from dataplane.windows.hns.hcn_ctypes import GUID, HcnBinding
 from dataplane.windows.platform import WindowsPlatform
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.sim.simhost import SimHost
 from testbed.hns import NETWORK_ID, calico_host
 from tests.conftest import run_trio
 from tests.kernel import scenario as sc

@@ -20,9 +20,9 @@ import trio
 
 from dataplane.managers.convert import workload_key
 from dataplane.model import EndpointStatus
-from dataplane.windows.hcn import writes
-from dataplane.windows.hcn_ctypes import HcnBinding
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.hns.hcn import writes
+from dataplane.windows.hns.hcn_ctypes import HcnBinding
+from dataplane.windows.sim.simhost import SimHost
 from testbed.hns import calico_host
 from tests.conftest import run_trio
 from tests.kernel import scenario as sc

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from dataplane.windows.hns_refresh import TICKS, RefreshCycle
+from dataplane.windows.view.hns_refresh import TICKS, RefreshCycle
 
 
 def _cycle(
@@ -49,7 +49,7 @@ def test_the_rate_bounds_a_tick_and_a_slow_cycle_says_so_once(
 ) -> None:
     ids = [f"EP{i:04d}" for i in range(1000)]
     # 10 calls/s for a 9 s tick: 30 reads a tick, not the 100 the interval asks.
-    with caplog.at_level(logging.WARNING, logger="dataplane.windows.hns_refresh"):
+    with caplog.at_level(logging.WARNING, logger="dataplane.windows.view.hns_refresh"):
         taken = _cycle(RefreshCycle(interval=90.0, rate=10.0), ids)
     assert max(len(t[2]) for t in taken) == 30
     assert [r for t in taken for r in t[2]] == ids

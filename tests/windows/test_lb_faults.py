@@ -20,9 +20,9 @@ from typing import Any
 import trio
 from google.protobuf.message import Message
 
-from dataplane.windows.hcn import E_FAIL, HcnError, Json
-from dataplane.windows.lb_state import OwnedIds
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.hns.hcn import E_FAIL, HcnError, Json
+from dataplane.windows.services.lb_state import OwnedIds
+from dataplane.windows.sim.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.conftest import run_trio
 from tests.windows.services_node import LOCAL_V4, backends, messages, overlay_host, service

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from dataplane.windows.hcn import HnsVersion, writes
-from dataplane.windows.lb_state import OwnedIds
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.hns.hcn import HnsVersion, writes
+from dataplane.windows.services.lb_state import OwnedIds
+from dataplane.windows.sim.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import NETWORK_ID, add_pod
 from tests.conftest import run_trio

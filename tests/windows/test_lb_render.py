@@ -19,7 +19,7 @@ from dataplane.model.services import (
     ServiceKey,
     ServicePort,
 )
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.hcn import (
     DISTRIBUTION_SOURCE_IP,
     LB_DSR,
     LB_IPV6,
@@ -27,9 +27,9 @@ from dataplane.windows.hcn import (
     PM_VIP_EXTERNAL_IP,
     HnsVersion,
 )
-from dataplane.windows.lb_render import LbOptions, load_balancer_json, render_service
-from dataplane.windows.remote_endpoints import RemoteEndpoint
-from dataplane.windows.simhost import NEWEST, SimHost
+from dataplane.windows.services.lb_render import LbOptions, load_balancer_json, render_service
+from dataplane.windows.services.remote_endpoints import RemoteEndpoint
+from dataplane.windows.sim.simhost import NEWEST, SimHost
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "windows"
 HTTP = (BackendPort("http", "tcp", 8080),)

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.windows.hcn import ERROR_ALREADY_EXISTS, HcnError, Json
-from dataplane.windows.lb_verdict import ServiceRoute, Target, backend_addresses, service_route
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.hns.hcn import ERROR_ALREADY_EXISTS, HcnError, Json
+from dataplane.windows.sim.lb_verdict import ServiceRoute, Target, backend_addresses, service_route
+from dataplane.windows.sim.simhost import SimHost
 
 NODE_V4, NODE_V6 = "10.0.0.2", "fd00:1::2"
 NODE = (NODE_V4, NODE_V6)

@@ -7,9 +7,9 @@ import itertools
 from collections import Counter
 
 from dataplane.ops.metrics import Metrics
-from dataplane.windows.hcn import HCN
-from dataplane.windows.hns_meter import FUNCTIONS
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.hns.hcn import HCN
+from dataplane.windows.hns.hns_meter import FUNCTIONS
+from dataplane.windows.sim.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import calico_host
 from tests.conftest import run_trio

@@ -11,7 +11,7 @@ import trio
 from dataplane.core.platform import ObjectError
 from dataplane.model import IPSet, IPSetType, Policy, PolicyKey
 from dataplane.sim.platform import SimPlatform
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.sim.simhost import SimHost
 from testbed.hns import NETWORK_ID, calico_host
 from tests.conftest import run_trio
 from tests.kernel import scenario as sc

@@ -15,8 +15,8 @@ import trio
 import trio.testing
 
 from dataplane.model import EndpointStatus
-from dataplane.windows.hcn import HnsVersion
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.hns.hcn import HnsVersion
+from dataplane.windows.sim.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import add_pod, calico_host
 from tests.conftest import run_trio

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from dataplane.model import EndpointStatus
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.sim.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import calico_host
 from tests.conftest import run_trio

@@ -21,7 +21,7 @@ from dataplane.ops.explain import explain
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.observer import Observer
 from dataplane.sim import SimPlatform
-from dataplane.windows.lb_verdict import service_route
+from dataplane.windows.sim.lb_verdict import service_route
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import NETWORK_ID
 from tests.conftest import run_trio

@@ -1,7 +1,7 @@
 """Service load balancing on a simulated Windows node, driven through the pipe as Felix does.
 
 Each scenario of the Linux services tests that HNS can express, checked by
-the evaluator (:mod:`dataplane.windows.lb_verdict`) on the host file the
+the evaluator (:mod:`dataplane.windows.sim.lb_verdict`) on the host file the
 driver leaves behind: for a connection to a VIP or node port, which
 backends can take it and on which port. The expected answers are written
 out by hand from kube-proxy's semantics, not derived from the renderer.
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
-from dataplane.windows.lb_verdict import ServiceRoute, backend_addresses, service_route
+from dataplane.windows.sim.lb_verdict import ServiceRoute, backend_addresses, service_route
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.felix_harness import FelixHarness
 from tests.kernel import scenario as sc

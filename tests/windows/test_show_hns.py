@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.windows.hcn import HnsVersion
+from dataplane.windows.hns.hcn import HnsVersion
 from tests.felix_harness import REPO
 from tests.windows.test_windows_driver import host_file, run_driver
 from tests.windows.windows_node import messages

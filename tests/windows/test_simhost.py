@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.hcn import (
     E_NOTIMPL,
     ERROR_ALREADY_EXISTS,
     HCN_E_ENDPOINT_NOT_FOUND,
@@ -18,7 +18,7 @@ from dataplane.windows.hcn import (
     HnsVersion,
     Json,
 )
-from dataplane.windows.simhost import NEWEST, SimHost
+from dataplane.windows.sim.simhost import NEWEST, SimHost
 
 
 def acl(action: str, direction: str, priority: int, **extra: object) -> Json:

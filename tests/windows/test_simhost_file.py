@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.windows.simhost import SimHost
-from dataplane.windows.simhost_file import HostFile, read_host_file
+from dataplane.windows.sim.simhost import SimHost
+from dataplane.windows.sim.simhost_file import HostFile, read_host_file
 from testbed.hns import calico_host
 from tests.kernel import scenario as sc
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.hcn import (
     E_FAIL,
     E_INVALIDARG,
     E_NOTIMPL,
@@ -24,7 +24,7 @@ from dataplane.windows.hcn import (
     HnsVersion,
     Json,
 )
-from dataplane.windows.simhost import NEWEST, SimHost
+from dataplane.windows.sim.simhost import NEWEST, SimHost
 
 POD_A, POD_B = "10.244.1.5", "10.244.1.6"
 

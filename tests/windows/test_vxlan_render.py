@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.model.routes import PoolType, Route, RouteType, Vtep, VtepAddress
-from dataplane.windows.hcn import Json
-from dataplane.windows.vxlan_render import (
+from dataplane.windows.hns.hcn import Json
+from dataplane.windows.overlay.vxlan_render import (
     SubnetRoute,
     parse_route,
     render_routes,

@@ -15,8 +15,8 @@ import pytest
 import trio
 from google.protobuf.message import Message
 
-from dataplane.windows.hcn import HCN_E_INVALID_POLICY, HcnError, Json
-from dataplane.windows.simhost import SimHost
+from dataplane.windows.hns.hcn import HCN_E_INVALID_POLICY, HcnError, Json
+from dataplane.windows.sim.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import calico_host
 from tests.conftest import run_trio

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.windows.hcn import HnsVersion
+from dataplane.windows.hns.hcn import HnsVersion
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import calico_host
 from tests.felix_harness import REPO, FelixHarness

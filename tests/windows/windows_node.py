@@ -19,11 +19,11 @@ from google.protobuf.message import Message
 from dataplane.core.loop import Dataplane
 from dataplane.managers import convert
 from dataplane.model import IPSet, IPSetType, WorkloadEndpoint
-from dataplane.windows import acl
-from dataplane.windows.hcn import Json
+from dataplane.windows.hns import acl
+from dataplane.windows.hns.hcn import Json
 from dataplane.windows.platform import WindowsPlatform
-from dataplane.windows.simhost import SimHost
-from dataplane.windows.verdict import packet_verdict
+from dataplane.windows.sim.simhost import SimHost
+from dataplane.windows.sim.verdict import packet_verdict
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests import reference_eval as ref
 from tests.kernel import scenario as sc

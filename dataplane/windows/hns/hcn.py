@@ -7,8 +7,8 @@ as hcsshim's ``hcn`` package marshals them: ``HostComputeNetwork``,
 lists, ports and protocols are comma-separated strings; ``Priority`` and
 the ``Flags`` fields are numbers.
 
-Two implementations: :mod:`dataplane.windows.simhost` (a simulated host
-that enforces HNS's rules, for Linux) and :mod:`dataplane.windows.hcn_ctypes`,
+Two implementations: :mod:`dataplane.windows.sim.simhost` (a simulated host
+that enforces HNS's rules, for Linux) and :mod:`dataplane.windows.hns.hcn_ctypes`,
 the ``ctypes`` binding to ``computenetwork.dll`` (Windows only). Both raise :class:`HcnError` with
 the HRESULT HNS returns, so callers can tell "not found" from "refused".
 

@@ -1,7 +1,7 @@
 """VxlanProgrammer: our overlay networks' ``RemoteSubnetRoute`` policies, equal to the desired.
 
 It keeps the VTEPs and routes the managers hand over, renders the wanted
-routes (:mod:`dataplane.windows.vxlan_render`) and, on each of our networks
+routes (:mod:`dataplane.windows.overlay.vxlan_render`) and, on each of our networks
 of type ``Overlay``, issues one ``ModifyNetwork`` per difference: a
 ``Remove`` of a listed route we do not want (sent exactly as HNS listed it,
 since HNS removes a policy by value), then an ``Add`` of a wanted one it
@@ -24,10 +24,9 @@ from collections.abc import Callable
 
 from dataplane.core.quarantine import Quarantine, Rejection
 from dataplane.model.routes import Route, Vtep
-from dataplane.windows.hcn import HCN, HCN_E_POLICY_NOT_FOUND, HcnError, Json
-from dataplane.windows.hns_view import HnsView
-from dataplane.windows.programmers import CallHcn, policy_request
-from dataplane.windows.vxlan_render import (
+from dataplane.windows.hns.calls import CallHcn
+from dataplane.windows.hns.hcn import HCN, HCN_E_POLICY_NOT_FOUND, HcnError, Json
+from dataplane.windows.overlay.vxlan_render import (
     SubnetRoute,
     parse_route,
     prefix_of,
@@ -35,6 +34,8 @@ from dataplane.windows.vxlan_render import (
     route_changes,
     vni_problem,
 )
+from dataplane.windows.policy.programmers import policy_request
+from dataplane.windows.view.hns_view import HnsView
 
 __all__ = ["VxlanProgrammer"]
 

@@ -2,7 +2,7 @@
 
 The platform hands over each service's full value when it changes
 (KPNG's full state per service); this keeps them, renders the changed ones
-(:mod:`dataplane.windows.lb_render`) and puts every load balancer into a
+(:mod:`dataplane.windows.services.lb_render`) and puts every load balancer into a
 :class:`~dataplane.core.diffstore.DiffStore` keyed by its frontend, so an
 apply learns exactly which frontends changed. When the node's options
 change (configuration, HNS version, network type) every service is
@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from dataplane.core.diffstore import Changes, DiffStore
 from dataplane.model.services import Service, ServiceKey
-from dataplane.windows.lb_render import (
+from dataplane.windows.services.lb_render import (
     CLASH,
     LbKey,
     LbOptions,

@@ -4,7 +4,7 @@ Works on any dump in the simulated host's file format (``{"Networks",
 "Endpoints", ...}``): a test's host, or a real node's state captured for
 an operator's "why was this packet dropped". A packet from endpoint A to
 endpoint B passes when A's ``Out`` ACLs and B's ``In`` ACLs both allow it
-(:func:`dataplane.windows.acl.endpoint_verdict`); an address with no local
+(:func:`dataplane.windows.hns.acl.endpoint_verdict`); an address with no local
 endpoint (another node, the host) has no ACLs of its own.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from dataplane.windows.acl import Packet, SideVerdict, endpoint_verdict, set_members
-from dataplane.windows.hcn import ENDPOINT_REMOTE, Json
+from dataplane.windows.hns.acl import Packet, SideVerdict, endpoint_verdict, set_members
+from dataplane.windows.hns.hcn import ENDPOINT_REMOTE, Json
 
 __all__ = ["Verdict", "packet_verdict"]
 

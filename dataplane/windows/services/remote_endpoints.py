@@ -21,7 +21,7 @@ import ipaddress
 import uuid
 from dataclasses import dataclass
 
-from dataplane.windows.hcn import ENDPOINT_REMOTE, Json
+from dataplane.windows.hns.hcn import ENDPOINT_REMOTE, Json
 
 __all__ = ["REMOTE_PREFIX", "RemoteEndpoint", "conjure_mac", "parse_remote"]
 

@@ -5,7 +5,7 @@ finds it by IP address, on the networks whose name matches ``KUBE_NETWORK``
 (Felix's default ``Calico.*``, case-insensitive), and keeps remote endpoints
 (``Flags`` bit 1: a load balancer's way to pods on other nodes) apart, for
 the service programmer; they have no ACLs of ours. A view lives as long as
-the platform and is kept up to date piece by piece (:mod:`.hns_listing`):
+the platform and is kept up to date piece by piece (:mod:`dataplane.windows.view.hns_listing`):
 endpoints added as they are read, forgotten as they vanish.
 """
 
@@ -17,8 +17,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from dataplane.windows.acl import AclRule, parse_acl
-from dataplane.windows.hcn import ENDPOINT_REMOTE, Json
+from dataplane.windows.hns.acl import AclRule, parse_acl
+from dataplane.windows.hns.hcn import ENDPOINT_REMOTE, Json
 
 __all__ = ["DEFAULT_NETWORK_PATTERN", "HnsEndpoint", "HnsView", "acl_key", "our_networks"]
 

@@ -2,12 +2,12 @@
 
 Every HNS call the Windows platform makes goes through one seam,
 :meth:`WindowsPlatform._call <dataplane.windows.platform.WindowsPlatform>`,
-with a bound method of the :class:`~dataplane.windows.hcn.HCN` protocol, so
+with a bound method of the :class:`~dataplane.windows.hns.hcn.HCN` protocol, so
 the real binding and the simulated host are measured alike. A method is one
 logical HNS operation: a modify is an open, the modify and a close; a
 listing an enumerate and an open, a query and a close per object. Calls
 are counted per HCN function, from what the HCN itself counted during the
-operation (:attr:`HCN.calls <dataplane.windows.hcn.HCN.calls>`; the
+operation (:attr:`HCN.calls <dataplane.windows.hns.hcn.HCN.calls>`; the
 platform makes one operation at a time, so the difference is this
 operation's). Latency and failures are per operation, named by the
 function that does its work (``ModifyEndpoint``, ``EnumerateEndpoints``).
@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from dataplane.windows.hcn import EndpointRead
+from dataplane.windows.hns.hcn import EndpointRead
 
 if TYPE_CHECKING:
     from dataplane.ops.metrics import Metrics

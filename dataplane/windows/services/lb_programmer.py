@@ -9,7 +9,7 @@ Per apply, after the ACLs and VXLAN routes:
    someone else is not noticed (kube-proxy does not notice either); one
    deleted is made again. Remote endpoints come from the platform's view,
    where the ones made here are put as they are created. Ours are the load
-   balancers whose id is in the state file (:mod:`dataplane.windows.lb_state`)
+   balancers whose id is in the state file (:mod:`dataplane.windows.services.lb_state`)
    and the remote endpoints named with our prefix; nothing else is touched.
 2. Resolve each wanted load balancer's backends to HNS endpoint ids: the
    CNI's endpoint for an address on this node, else our remote endpoint
@@ -22,7 +22,7 @@ Per apply, after the ACLs and VXLAN routes:
 4. Delete our load balancers no longer wanted (freeing their frontends),
    then update changed ones (``ModifyLoadBalancer`` in place from HNS 15.4,
    else delete and create), then create new ones. Equal shapes
-   (:mod:`dataplane.windows.lb_shape`) mean no call: a restart against the
+   (:mod:`dataplane.windows.services.lb_shape`) mean no call: a restart against the
    same host makes none.
 5. Delete our remote endpoints that no load balancer names any more.
 
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 from dataplane.config import Config
 from dataplane.core.quarantine import Quarantine, Rejection
-from dataplane.windows.hcn import HCN, HcnError, HnsVersion, Json
-from dataplane.windows.hns_view import HnsView
-from dataplane.windows.lb_desired import WantedLbs
-from dataplane.windows.lb_render import (
+from dataplane.windows.hns.calls import CallHcn
+from dataplane.windows.hns.hcn import HCN, HcnError, HnsVersion, Json
+from dataplane.windows.services.lb_desired import WantedLbs
+from dataplane.windows.services.lb_render import (
     NO_SOURCE_VIP,
     LbKey,
     LbOptions,
@@ -53,10 +53,10 @@ from dataplane.windows.lb_render import (
     WantedLb,
     load_balancer_json,
 )
-from dataplane.windows.lb_shape import Shape, key_of, shape_of
-from dataplane.windows.lb_state import OwnedIds
-from dataplane.windows.programmers import CallHcn
-from dataplane.windows.remote_endpoints import RemoteEndpoint, parse_remote
+from dataplane.windows.services.lb_shape import Shape, key_of, shape_of
+from dataplane.windows.services.lb_state import OwnedIds
+from dataplane.windows.services.remote_endpoints import RemoteEndpoint, parse_remote
+from dataplane.windows.view.hns_view import HnsView
 
 __all__ = ["LbProgrammer", "lb_options"]
 

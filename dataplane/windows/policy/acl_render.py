@@ -11,7 +11,7 @@ profiles. The renderer makes the two agree:
    ``tests/reference_eval.py``).
 2. Stages are flattened as Felix does: each pass item is replaced by the
    flattened rest, each entry restricted to the pass item's match (exact
-   intersection, :mod:`dataplane.windows.match`).
+   intersection, :mod:`dataplane.windows.policy.match`).
 3. Priorities count up from 1000 and change exactly when the action does,
    so no Allow and Block that could match the same packet ever share one;
    a host-to-endpoint allow sits at 900 ahead of all policy (kubelet
@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from dataplane.model import Action, DirectionPolicy, IPSet, Policy, PolicyKey, Profile, Rule
-from dataplane.windows.acl_policy import Acl, branch_acls
-from dataplane.windows.addresses import AddressSet
-from dataplane.windows.match import ANY, Branch, Compiled, SetView, Side, compile_rule
+from dataplane.windows.policy.acl_policy import Acl, branch_acls
+from dataplane.windows.policy.addresses import AddressSet
+from dataplane.windows.policy.match import ANY, Branch, Compiled, SetView, Side, compile_rule
 
 __all__ = [
     "BASE_PRIORITY",

@@ -57,7 +57,7 @@ from ctypes import POINTER, c_long, c_void_p, c_wchar_p
 from typing import Any
 
 from dataplane.errors import PlatformUnavailableError
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.hcn import (
     E_FAIL,
     E_NOTIMPL,
     ENDPOINTS_OF_NETWORK,
@@ -150,7 +150,7 @@ def _windows_bind() -> Bind:
 
 
 class HcnBinding:
-    """:class:`~dataplane.windows.hcn.HCN` over the real service (thread-safe)."""
+    """:class:`~dataplane.windows.hns.hcn.HCN` over the real service (thread-safe)."""
 
     def __init__(self, bind: Bind) -> None:
         self._bind = bind

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dataplane.model import IPSet, IPSetType
-from dataplane.windows.acl import comma_list
-from dataplane.windows.hcn import Json
+from dataplane.windows.hns.acl import comma_list
+from dataplane.windows.hns.hcn import Json
 
 __all__ = [
     "NAME_PREFIX",

@@ -19,26 +19,23 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
-
-import trio
+from typing import Any, Generic, TypeVar
 
 from dataplane.core.quarantine import Quarantine
-from dataplane.windows.acl import AclRule
-from dataplane.windows.acl_policy import Acl
-from dataplane.windows.endpoint_render import EndpointAcls
-from dataplane.windows.hcn import HCN, HcnError, Json
-from dataplane.windows.hns_view import HnsEndpoint, HnsView, acl_key
-from dataplane.windows.set_policy import WantedSets, set_policy_changes
+from dataplane.windows.hns.acl import AclRule
+from dataplane.windows.hns.calls import CallHcn
+from dataplane.windows.hns.hcn import HCN, HcnError, Json
+from dataplane.windows.policy.acl_policy import Acl
+from dataplane.windows.policy.endpoint_render import EndpointAcls
+from dataplane.windows.policy.set_policy import WantedSets, set_policy_changes
+from dataplane.windows.view.hns_view import HnsEndpoint, HnsView, acl_key
 
 __all__ = [
     "EndpointProgrammer",
-    "Offload",
     "Refusal",
     "SetProgrammer",
-    "in_thread",
     "log_refusals",
     "policy_request",
 ]
@@ -47,20 +44,6 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 T = TypeVar("T")
-
-# Runs one blocking HCN call off the event loop: call(fn, *args).
-CallHcn = Callable[..., Awaitable[Any]]
-
-
-class Offload(Protocol):
-    """How a blocking HCN call runs without blocking the loop (a worker thread)."""
-
-    def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]: ...
-
-
-async def in_thread(fn: Callable[[], T]) -> T:
-    """The real offload: a trio worker thread."""
-    return await trio.to_thread.run_sync(fn)
 
 
 @dataclass(frozen=True, slots=True)

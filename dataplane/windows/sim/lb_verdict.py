@@ -3,9 +3,9 @@
 Answers "which backends can receive a connection to VIP:port, and on which
 port" from any dump in the simulated host's file format (``{"Networks",
 "Endpoints", "LoadBalancers", ...}``, :meth:`SimHost.snapshot
-<dataplane.windows.simhost.SimHost.snapshot>`): a test's host, or a real
+<dataplane.windows.sim.simhost.SimHost.snapshot>`): a test's host, or a real
 node's state captured to see what the service driver programmed, as
-:mod:`dataplane.windows.verdict` does for ACLs.
+:mod:`dataplane.windows.sim.verdict` does for ACLs.
 
 A load balancer's port mapping matches a connection to ``dst:port`` when
 the protocol number and ``ExternalPort`` are equal and ``dst`` is one of
@@ -24,7 +24,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.hcn import (
     ENDPOINT_REMOTE,
     LB_DSR,
     LB_IPV6,

@@ -13,16 +13,16 @@ a modify, a close), so a new pod costs five calls from its
 write (ACLs, remote endpoints) they put in the view themselves.
 
 Changes to an endpoint's content behind our back (an ACL removed) show
-only by reading it again: :mod:`.hns_refresh` spreads those reads.
+only by reading it again: :mod:`dataplane.windows.view.hns_refresh` spreads those reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dataplane.windows.hcn import HCN, EndpointRead, HcnError, WriteAfterRead
-from dataplane.windows.hns_view import HnsView, acl_key, our_networks
-from dataplane.windows.programmers import CallHcn
+from dataplane.windows.hns.calls import CallHcn
+from dataplane.windows.hns.hcn import HCN, EndpointRead, HcnError, WriteAfterRead
+from dataplane.windows.view.hns_view import HnsView, acl_key, our_networks
 
 __all__ = ["HnsListing"]
 

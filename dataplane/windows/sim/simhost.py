@@ -3,10 +3,10 @@
 It stands in for a Windows node's Host Network Service wherever Windows
 cannot run (tests, the benchmark, ``--platform windows --hns-fake FILE``).
 What it enforces, as HNS does (the checks are in
-:mod:`dataplane.windows.simhost_rules`; a refused call raises
-:class:`~dataplane.windows.hcn.HcnError` and changes nothing):
+:mod:`dataplane.windows.sim.simhost_rules`; a refused call raises
+:class:`~dataplane.windows.hns.hcn.HcnError` and changes nothing):
 
-* objects are HCN V2 JSON (:mod:`dataplane.windows.hcn`); ids are GUIDs it
+* objects are HCN V2 JSON (:mod:`dataplane.windows.hns.hcn`); ids are GUIDs it
   assigns, unless the caller gives one;
 * an endpoint belongs to an existing network; ids are unique; deleting or
   modifying what is not there fails with HNS's "not found" HRESULT;
@@ -17,7 +17,7 @@ What it enforces, as HNS does (the checks are in
 * ``ModifyEndpoint`` with ``RequestType`` ``Update`` replaces all of the
   endpoint's policies of the types it carries (the whole ACL list at once),
   ``Add`` appends, ``Remove`` removes equal ones;
-* every ACL is validated (:func:`dataplane.windows.acl.parse_acl`); an
+* every ACL is validated (:func:`dataplane.windows.hns.acl.parse_acl`); an
   address naming a set must name a ``SetPolicy`` of the endpoint's network;
   IPv6 in ACLs needs dual stack (11.10), ``SetPolicy`` 13.0, nested sets
   15.0;
@@ -31,7 +31,7 @@ What it enforces, as HNS does (the checks are in
   be deleted (HNS keeps load balancers' endpoint lists consistent).
 
 It counts calls as a real host is called through ``computenetwork.dll``
-(:mod:`dataplane.windows.hcn_ctypes`, as hcsshim calls it): a listing is
+(:mod:`dataplane.windows.hns.hcn_ctypes`, as hcsshim calls it): a listing is
 one enumerate plus an open, a query and a close per object; a modify an
 open, the modify and a close (and a query where the new value is read
 back); a create the create, a query and a close. A test through the fake
@@ -41,7 +41,7 @@ on demand (``fault``), so a test can see what a sync costs and that the
 driver converges after faults.
 
 With a ``path`` the host lives in that file, shared with other processes
-as a real host is shared with the CNI (:mod:`.simhost_file`): every call
+as a real host is shared with the CNI (:mod:`dataplane.windows.sim.simhost_file`): every call
 re-reads the file if another process changed it, and every change is
 written back at once, in place. ``Calls`` in the file accumulates across
 runs and processes; :attr:`SimHost.calls` is this process's own.
@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.hcn import (
     E_FAIL,
     E_NOTIMPL,
     ERROR_ALREADY_EXISTS,
@@ -73,8 +73,8 @@ from dataplane.windows.hcn import (
     Json,
     WriteAfterRead,
 )
-from dataplane.windows.simhost_file import HostFile
-from dataplane.windows.simhost_rules import (
+from dataplane.windows.sim.simhost_file import HostFile
+from dataplane.windows.sim.simhost_rules import (
     check_endpoint,
     check_endpoint_policies,
     check_endpoint_unused,
@@ -129,7 +129,8 @@ class SimHost:
 
     @classmethod
     def load(cls, path: Path, **kwargs: Any) -> SimHost:
-        """The host saved in ``path``, kept in step with it (see :mod:`.simhost_file`).
+        """The host saved in ``path``, kept in step with it
+        (:mod:`dataplane.windows.sim.simhost_file`).
 
         Raises:
             ValueError: the file is not a host (HcnError-free, so a bad

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dataplane.model.routes import PoolType, Route, RouteType, Vtep
-from dataplane.windows.hcn import Json
+from dataplane.windows.hns.hcn import Json
 
 __all__ = [
     "MAX_VNI",

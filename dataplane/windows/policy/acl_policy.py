@@ -1,6 +1,6 @@
 """HNS ACL policy values: one frozen :class:`Acl` per rule HNS holds, and its JSON.
 
-Branches (:mod:`dataplane.windows.match`) become ACLs here: source and
+Branches (:mod:`dataplane.windows.policy.match`) become ACLs here: source and
 destination map to Local/Remote by direction (``In``: Local is the
 destination, the endpoint itself; ``Out``: Local is the source), lists are
 comma-separated strings as hcsshim marshals them, long address lists are cut
@@ -14,9 +14,9 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from dataplane.windows.acl import ANY_PROTOCOL
-from dataplane.windows.hcn import Json
-from dataplane.windows.match import Branch, Side
+from dataplane.windows.hns.acl import ANY_PROTOCOL
+from dataplane.windows.hns.hcn import Json
+from dataplane.windows.policy.match import Branch, Side
 
 __all__ = ["CHUNK", "Acl", "branch_acls"]
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from dataplane.model import IPSet, PortRange, Rule, protocol_number
-from dataplane.windows.addresses import AddressSet
+from dataplane.windows.policy.addresses import AddressSet
 
 __all__ = [
     "ALL_PROTOCOLS",

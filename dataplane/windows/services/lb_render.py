@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dataplane.model.services import DEFAULT_AFFINITY_TIMEOUT, Backend, Service, ServicePort
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.hcn import (
     DISTRIBUTION_SOURCE_IP,
     LB_DSR,
     LB_IPV6,

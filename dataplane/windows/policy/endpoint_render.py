@@ -1,7 +1,7 @@
 """A workload endpoint's whole ACL list (pure): host allow, anti-spoofing, both directions.
 
 What one ``ModifyEndpoint`` sends. The directions come from
-:func:`~dataplane.windows.acl_render.render_direction`; around them:
+:func:`~dataplane.windows.policy.acl_render.render_direction`; around them:
 
 * the host's own addresses may reach the endpoint (priority 900, Felix's
   host-to-endpoint rule: kubelet probes);
@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dataplane.model import DirectionPolicy, EffectivePolicy, WorkloadEndpoint
-from dataplane.windows.acl_policy import Acl, branch_acls
-from dataplane.windows.acl_render import (
+from dataplane.windows.policy.acl_policy import Acl, branch_acls
+from dataplane.windows.policy.acl_render import (
     BASE_PRIORITY,
     DirectionAcls,
     FailClosed,
@@ -25,8 +25,8 @@ from dataplane.windows.acl_render import (
     render_direction,
     render_host_rule,
 )
-from dataplane.windows.addresses import AddressSet
-from dataplane.windows.match import ANY, Branch, Side
+from dataplane.windows.policy.addresses import AddressSet
+from dataplane.windows.policy.match import ANY, Branch, Side
 
 __all__ = ["EndpointAcls", "render_endpoint", "render_fail_closed"]
 

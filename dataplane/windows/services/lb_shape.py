@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from dataplane.windows.hcn import LB_IPV6, LB_PROTOCOLS, Json
-from dataplane.windows.lb_render import LbKey
+from dataplane.windows.hns.hcn import LB_IPV6, LB_PROTOCOLS, Json
+from dataplane.windows.services.lb_render import LbKey
 
 __all__ = ["Shape", "key_of", "shape_of"]
 

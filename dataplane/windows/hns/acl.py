@@ -26,7 +26,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dataplane.windows.hcn import Json
+from dataplane.windows.hns.hcn import Json
 
 __all__ = [
     "ANY_PROTOCOL",

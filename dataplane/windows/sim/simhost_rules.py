@@ -1,10 +1,10 @@
 """What HNS refuses: the simulated host's checks, as pure functions over HCN V2 JSON.
 
-:mod:`dataplane.windows.simhost` holds the objects and performs the calls;
+:mod:`dataplane.windows.sim.simhost` holds the objects and performs the calls;
 before it changes anything it asks these functions whether HNS would take
 the call. Each takes the objects involved and the host's
-:class:`~dataplane.windows.hcn.HnsVersion` and raises
-:class:`~dataplane.windows.hcn.HcnError` with the HRESULT HNS returns, so a
+:class:`~dataplane.windows.hns.hcn.HnsVersion` and raises
+:class:`~dataplane.windows.hns.hcn.HcnError` with the HRESULT HNS returns, so a
 refused call changes nothing. None of them mutates its arguments.
 """
 
@@ -16,8 +16,8 @@ import re
 import uuid
 from collections.abc import Mapping
 
-from dataplane.windows.acl import comma_list, parse_acl
-from dataplane.windows.hcn import (
+from dataplane.windows.hns.acl import comma_list, parse_acl
+from dataplane.windows.hns.hcn import (
     E_FAIL,
     E_INVALIDARG,
     E_NOTIMPL,

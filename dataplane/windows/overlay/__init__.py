@@ -1,0 +1,1 @@
+"""VXLAN across nodes: RemoteSubnetRoute policies on the Overlay network."""

@@ -1,0 +1,2 @@
+"""Calico policy as HNS ACLs and SetPolicy objects: pure rendering, desired
+state, and the programmers that write them."""
