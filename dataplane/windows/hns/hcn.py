@@ -203,7 +203,14 @@ class HCN(Protocol):
         ...
 
     def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
-        """``HcnCreateEndpoint`` on ``network_id``; returns the endpoint as created."""
+        """``HcnCreateEndpoint`` on ``network_id``: the endpoint, read back only
+        if HNS chose its id (``endpoint`` names none), else as asked."""
+        ...
+
+    def create_endpoints(self, network_id: str, endpoints: list[Json]) -> list[Json | HcnError]:
+        """Each of ``endpoints`` created through one handle on ``network_id`` (an
+        open and a close for all, a create and a close each): per endpoint, as
+        :meth:`create_endpoint` returns it or the error that refused it."""
         ...
 
     def modify_endpoint(self, endpoint_id: str, request: Json) -> None:
@@ -212,7 +219,9 @@ class HCN(Protocol):
 
     def delete_endpoint(self, endpoint_id: str) -> None: ...
 
-    def create_load_balancer(self, load_balancer: Json) -> Json: ...
+    def create_load_balancer(self, load_balancer: Json) -> Json:
+        """``HcnCreateLoadBalancer``: read back only if HNS chose its id."""
+        ...
 
     def modify_load_balancer(self, load_balancer_id: str, load_balancer: Json) -> Json:
         """``HcnModifyLoadBalancer`` (HNS ≥ 15.4): the whole new value."""

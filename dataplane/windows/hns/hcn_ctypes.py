@@ -253,9 +253,11 @@ class HcnBinding:
         return out
 
     def _create(self, kind: str, target: str, settings: Json, *handles: c_void_p) -> Json:
-        """``HcnCreate<kind>(*handles, zero GUID, settings, &new)``: the object as created.
+        """``HcnCreate<kind>(*handles, zero GUID, settings, &new)``: the object.
 
         The zero GUID lets HNS assign the id (or take it from ``settings``).
+        Read back only when HNS chose the id: otherwise it holds what was
+        asked, and a query would be one more round trip per object.
         """
         new, zero = c_void_p(), GUID.of(uuid.UUID(int=0))
         self._hcn(
@@ -267,6 +269,8 @@ class HcnBinding:
             ctypes.byref(new),
         )
         try:
+            if settings.get("ID"):
+                return {**settings, "ID": str(settings["ID"]).upper()}
             return self._query(kind, "", new)
         finally:
             self._close(kind, new)
@@ -341,9 +345,23 @@ class HcnBinding:
         self._modify("Network", network_id, request, query=False)
 
     def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
+        (created,) = self.create_endpoints(network_id, [endpoint])
+        if isinstance(created, HcnError):
+            raise created
+        return created
+
+    def create_endpoints(self, network_id: str, endpoints: list[Json]) -> list[Json | HcnError]:
         network = self._open("Network", network_id)
         try:
-            return self._create("Endpoint", network_id, endpoint, network)
+            out: list[Json | HcnError] = []
+            for endpoint in endpoints:
+                try:
+                    created = self._create("Endpoint", network_id, endpoint, network)
+                except HcnError as exc:
+                    out.append(exc)
+                    continue
+                out.append({**created, "HostComputeNetwork": network_id.upper()})
+            return out
         finally:
             self._close("Network", network)
 

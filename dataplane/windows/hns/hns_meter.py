@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from dataplane.windows.hns.hcn import EndpointRead
+from dataplane.windows.hns.hcn import EndpointRead, HcnError
 
 if TYPE_CHECKING:
     from dataplane.ops.metrics import Metrics
@@ -42,6 +42,7 @@ FUNCTIONS = {
     "get_load_balancer": "QueryLoadBalancerProperties",
     "modify_network": "ModifyNetwork",
     "create_endpoint": "CreateEndpoint",
+    "create_endpoints": "CreateEndpoint",
     "modify_endpoint": "ModifyEndpoint",
     "delete_endpoint": "DeleteEndpoint",
     "create_load_balancer": "CreateLoadBalancer",
@@ -91,9 +92,14 @@ class HnsMeter:
                 latency.observe(timer() - start)
                 for name, n in (Counter(counted()) - before).items():
                     m.hns_calls.labels(name).inc(n)
+            # Failures inside an operation that did not fail as a whole: a write
+            # through a read's handle, one create of a batch.
             if isinstance(result, EndpointRead) and result.error is not None:
-                # A write through a read's handle failed without failing the read.
                 m.hns_errors.labels(result.error.call).inc()
+            if isinstance(result, list):
+                for item in result:
+                    if isinstance(item, HcnError):
+                        m.hns_errors.labels(item.call).inc()
             return result
 
         return measured

@@ -304,8 +304,10 @@ class LbProgrammer:
         return _Plan(load_balancer_json(lb, lb_id, ids), tuple(waiting), unlisted_local)
 
     async def _create_remotes(self, plans: dict[LbKey, _Plan], view: HnsView) -> bool:
+        """Create the wanted remote endpoints HNS lacks, through one network handle."""
         relist = False
         due = set(self.remotes_held.due())
+        todo: dict[str, list[RemoteEndpoint]] = {}
         for address, remote in sorted(self._wanted_remotes.items()):
             if address in self._remotes:
                 if self._remotes[address][1] == remote:
@@ -313,21 +315,29 @@ class LbProgrammer:
                 continue
             if address in self.remotes_held and address not in due:
                 continue
+            todo.setdefault(remote.network_id, []).append(remote)
+        for network_id, remotes in sorted(todo.items()):
+            results: list[Json | HcnError]
             try:
-                created = await self._call(
-                    self._hcn.create_endpoint, remote.network_id, remote.json()
+                results = await self._call(
+                    self._hcn.create_endpoints, network_id, [r.json() for r in remotes]
                 )
-            except HcnError as exc:
-                relist = True
-                if self.remotes_held.reject(address, str(exc)):
-                    log.error(
-                        "remote endpoint %s: HNS failed it: %s; retried with backoff", address, exc
-                    )
-                _drop_endpoint(plans, remote.id)
-                continue
-            self.remotes_held.release(address)
-            self._remotes[address] = (remote.id, remote)
-            view.add(created)  # known without reading it back
+            except HcnError as exc:  # the network itself could not be opened
+                results = [exc] * len(remotes)
+            for remote, result in zip(remotes, results, strict=True):
+                if isinstance(result, HcnError):
+                    relist = True
+                    if self.remotes_held.reject(remote.address, str(result)):
+                        log.error(
+                            "remote endpoint %s: HNS failed it: %s; retried with backoff",
+                            remote.address,
+                            result,
+                        )
+                    _drop_endpoint(plans, remote.id)
+                    continue
+                self.remotes_held.release(remote.address)
+                self._remotes[remote.address] = (remote.id, remote)
+                view.add(result)  # known without reading it back
         return relist
 
     async def _write_load_balancers(self, plans: dict[LbKey, _Plan], version: HnsVersion) -> None:

@@ -334,13 +334,36 @@ class SimHost:
             network["Policies"] = _merged_network(network.get("Policies") or [], kind, policies)
 
     def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
+        (created,) = self.create_endpoints(network_id, [endpoint])
+        if isinstance(created, HcnError):
+            raise created
+        return created
+
+    def create_endpoints(self, network_id: str, endpoints: list[Json]) -> list[Json | HcnError]:
         with self._access(write=True), self._opened("Network", network_id):
-            self._call("CreateEndpoint", network_id)
-            created = self._new_endpoint("CreateEndpoint", network_id, endpoint)
-            try:
-                return self._query("Endpoint", created)  # the binding reads it back
-            finally:
-                self._close("Endpoint")
+            out: list[Json | HcnError] = []
+            for endpoint in endpoints:
+                try:
+                    self._call("CreateEndpoint", network_id)
+                    created = self._new_endpoint("CreateEndpoint", network_id, endpoint)
+                except HcnError as exc:
+                    out.append(exc)
+                    continue
+                try:
+                    out.append(self._created("Endpoint", endpoint, created))
+                finally:
+                    self._close("Endpoint")
+            return out
+
+    def _created(self, kind: str, asked: Json, created: Json) -> Json:
+        """What the binding returns for a create: read back (a query) only when HNS
+        chose the id; else what was asked, with the id and network HNS holds."""
+        if not asked.get("ID"):
+            return self._query(kind, created)
+        out = {**copy.deepcopy(asked), "ID": created["ID"]}
+        if "HostComputeNetwork" in created:
+            out["HostComputeNetwork"] = created["HostComputeNetwork"]
+        return out
 
     def modify_endpoint(self, endpoint_id: str, request: Json) -> None:
         with self._access(write=True), self._opened("Endpoint", endpoint_id) as endpoint:
@@ -377,7 +400,7 @@ class SimHost:
             )
             self.load_balancers[lb["ID"]] = lb
             try:
-                return self._query("LoadBalancer", lb)
+                return self._created("LoadBalancer", load_balancer, lb)
             finally:
                 self._close("LoadBalancer")
 
