@@ -11,6 +11,7 @@ refused call changes nothing. None of them mutates its arguments.
 from __future__ import annotations
 
 import copy
+import functools
 import ipaddress
 import re
 import uuid
@@ -51,12 +52,20 @@ _MAC = re.compile(r"[0-9a-fA-F]{2}(?:-[0-9a-fA-F]{2}){5}")  # HNS spells MACs da
 _PROTOCOLS = frozenset(LB_PROTOCOLS.values())  # TCP, UDP, SCTP: what an HNS load balancer maps
 
 
+# Every create checks the new object against every existing one (addresses,
+# frontends): parsing each id and address once, not once per check, keeps
+# a 3,000-endpoint host from spending minutes of the benchmark on parsing.
 def guid(text: str) -> str:
     """HNS ids compare case-insensitively; keep them in one spelling."""
+    return _guid(text if isinstance(text, str) else str(text))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _guid(text: str) -> str:
     try:
-        return str(uuid.UUID(str(text))).upper()
+        return str(uuid.UUID(text)).upper()
     except ValueError:
-        return str(text).upper()
+        return text.upper()
 
 
 def policy_request(request: Json, call: str, target: str) -> tuple[str, list[Json]]:
@@ -355,6 +364,15 @@ def _address(text: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
 
 def _canonical(text: object) -> str:
     """One spelling per address, so ``fd00::1`` and ``FD00:0::1`` are the same frontend."""
+    return _canonical_text(text) if isinstance(text, str) else _spelled(text)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _canonical_text(text: str) -> str:
+    return _spelled(text)
+
+
+def _spelled(text: object) -> str:
     address = _address(text)
     return str(address) if address is not None else str(text)
 
