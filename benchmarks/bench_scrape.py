@@ -3,16 +3,13 @@
 Acceptance (issue 24): scraping ``/metrics`` every 100 ms during a
 5,000-endpoint burst delays no apply by more than 5 %.
 
-Measured 2026-11-24 on 2 cores, nft, defaults (3 runs each, 16 min), with
-the policy counters read in a thread of their own every 30 s and /metrics
-rendered at most once a second between applies: burst (first byte ->
-DataplaneInSync, one apply) 111.6 s without scraping, 118.3 s with
-(1.06x; the runs of one condition spread 22-24 %); one endpoint added,
-p50 495 ms vs 609 ms (1.23x), p99 1,025 vs 1,233 ms: not met. Scrapes:
-p50 2.0 ms, p99 81 ms, 13.8 KB per response. (The first full run, with
-the counters' save inside the scrape every 5 s, measured 113.1 s vs
-97.0 s and 533 vs 520 ms, within the same noise, and scrapes of up to
-8.7 s.)
+Measured 2026-11-24 on 2 cores, nft, defaults (3 runs each, 14 min), the
+policy counters read every 30 s in a thread of their own and never during
+an apply, /metrics rendered at most once a second between applies: burst
+(first byte -> DataplaneInSync, one apply) 91.6 s without scraping, 98.9 s
+with (1.08x; runs of one condition spread 2-4 %): not met; one endpoint
+added, p50 492 ms vs 469 ms (0.95x), p99 1,030 vs 973 ms: met. Scrapes:
+p50 1.8 ms, p99 118 ms, 13.8 KB per response.
 
 A real driver (``driver.py --platform linux --listen 127.0.0.1:PORT``, on
 Felix's pipes, fds 3 and 4, played by ``tests/felix_harness.py``) programs
