@@ -42,15 +42,10 @@ class HnsListing:
         listed = await self._call(self._hcn.list_networks)
         networks = our_networks(listed, self._pattern)
         view = self.view if self.view is not None else HnsView()
-        view.networks = networks
-        for endpoint_id in [*view.endpoints, *view.remotes]:
-            network = (
-                view.endpoints[endpoint_id].network_id
-                if endpoint_id in view.endpoints
-                else str(view.remotes[endpoint_id].get("HostComputeNetwork", "")).upper()
-            )
-            if network not in networks:
+        for gone in view.networks.keys() - networks.keys():
+            for endpoint_id in view.ids(gone):
                 view.forget(endpoint_id)
+        view.networks = networks
         self.view = view
 
     async def endpoints(self, then: WriteAfterRead | None = None) -> bool:
