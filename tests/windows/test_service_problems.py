@@ -21,7 +21,9 @@ from dataplane.ops.explain import explain
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.observer import Observer
 from dataplane.sim import SimPlatform
+from dataplane.windows.hns.acl import Packet
 from dataplane.windows.sim.lb_verdict import service_route
+from dataplane.windows.sim.verdict import packet_verdict
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import NETWORK_ID
 from tests.conftest import run_trio
@@ -116,14 +118,21 @@ def test_source_ranges_hns_cannot_enforce_fail_closed_and_say_so() -> None:
             (error,) = platform.object_errors()
             assert (error.kind, error.id) == ("service", "prod/shop")
             assert "loadBalancerSourceRanges (203.0.113.0/24) cannot be enforced" in error.reason
-            # No source reaches the load balancer IP (not even an allowed one:
-            # HNS has no filter to let only those in); in the cluster, the
-            # service is as before.
+            # No source reaches the load balancer IP, not even an allowed one:
+            # an HNS load balancer has no source filter and the backends' ACLs
+            # see the backend's address after the NAT, so letting only the
+            # ranges in cannot be said; closed is the side that stays safe.
             state = host.snapshot()
-            assert service_route(state, "198.51.100.10", "tcp", 80) is None
+            assert service_route(state, "198.51.100.10", "tcp", 80) is None  # for any source
+            for source in ("203.0.113.7", "192.0.2.9"):  # in the ranges, outside them
+                to_backend = packet_verdict(state, Packet(source, LOCAL_V4[0], 6, 40000, 80))
+                assert to_backend.allowed, source  # no ACL written for it: nothing else cut
+            # In the cluster the service is as before, and pod to pod is untouched.
             inside = service_route(state, "10.96.0.10", "tcp", 80)
             assert inside is not None
             assert {t.address for t in inside.backends} == set(LOCAL_V4)
+            for src, dst in ((LOCAL_V4[1], LOCAL_V4[0]), (LOCAL_V4[0], LOCAL_V4[2])):
+                assert packet_verdict(state, Packet(src, dst, 6, 40000, 80)).allowed
 
     run_trio(main)
 
