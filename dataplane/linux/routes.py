@@ -28,6 +28,7 @@ import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
+from dataplane.linux.kernel_errors import KERNEL_ERRORS
 from dataplane.linux.links import LinkMonitor, LinkState
 from dataplane.linux.netlink_batch import NetlinkBatch, Request, RouteRequest
 from dataplane.linux.route_target import RouteKind, RouteTarget
@@ -218,9 +219,9 @@ class RouteProgrammer:
             due = set(self.quarantine.due())
             skip = frozenset(c for c in self.quarantine if c not in due)
             failed = await trio.to_thread.run_sync(self._sync, skip)
-        except Exception as exc:
+        except KERNEL_ERRORS as exc:
             self.mark_for_resync()
-            raise ProgrammingError(f"routes: {type(exc).__name__}: {exc}") from None
+            raise ProgrammingError(f"routes: {type(exc).__name__}: {exc}") from exc
         refused = {cidr for cidr, _ in failed}
         for cidr in due - refused:
             self.quarantine.release(cidr)

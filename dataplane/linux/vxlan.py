@@ -32,6 +32,7 @@ from typing import Any
 import trio
 
 from dataplane.errors import ProgrammingError
+from dataplane.linux.kernel_errors import KERNEL_ERRORS, NetlinkError
 from dataplane.linux.links import LinkMonitor
 from dataplane.linux.netlink_batch import NeighRequest, NetlinkBatch, Request
 from dataplane.linux.overlay_plan import (
@@ -119,9 +120,9 @@ class VxlanProgrammer:
         self._dirty = self._check_devices = False
         try:
             await trio.to_thread.run_sync(self._sync, check_devices)
-        except Exception as exc:
+        except KERNEL_ERRORS as exc:
             self.mark_for_resync()
-            raise ProgrammingError(f"vxlan: {type(exc).__name__}: {exc}") from None
+            raise ProgrammingError(f"vxlan: {type(exc).__name__}: {exc}") from exc
 
     async def cleanup_all(self) -> None:
         self._plans = {}
@@ -192,7 +193,7 @@ class VxlanProgrammer:
     def _get_link(handle: Any, name: str) -> Any:
         try:
             links = handle.link("get", ifname=name)
-        except Exception as exc:
+        except NetlinkError as exc:
             if _code(exc) == _ENODEV:
                 return None
             raise

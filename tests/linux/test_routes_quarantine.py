@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 import trio
 
 from dataplane.errors import ProgrammingError
@@ -115,5 +116,49 @@ def test_when_every_route_fails_the_apply_fails() -> None:
         else:
             raise AssertionError("expected the apply to fail")
         assert len(routes.quarantine) == 0
+
+    trio.run(main)
+
+
+class BrokenNetlink(FakeNetlink):
+    """Reading the routes raises ``error``: the kernel refusing, or a bug."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error: Exception | None = error
+
+    def get_routes(self, **kwargs: Any) -> list[dict[str, Any]]:
+        if self.error is not None:
+            raise self.error
+        return super().get_routes(**kwargs)
+
+
+def test_a_kernel_error_fails_the_apply_with_its_cause_and_is_retried() -> None:
+    refused = OSError(105, "No buffer space available")
+    netlink = BrokenNetlink(refused)
+    routes = RouteProgrammer(netlink, LinkMonitor(netlink), protocol=80, writer=netlink.write)
+
+    async def main() -> None:
+        routes.set_routes({"10.65.0.1/32": RouteTarget.dev("cali1")})
+        with pytest.raises(ProgrammingError, match="routes: OSError") as caught:
+            await routes.apply()
+        assert caught.value.__cause__ is refused
+        netlink.error = None
+        await routes.apply()
+        assert netlink.routes == {"10.65.0.1/32": 11}
+
+    trio.run(main)
+
+
+def test_a_bug_is_not_taken_for_the_kernel_refusing() -> None:
+    """A TypeError reaches the loop as itself (and stops the driver), never a
+    ProgrammingError retried at every apply for ever."""
+    netlink = BrokenNetlink(TypeError("'NoneType' object is not subscriptable"))
+    routes = RouteProgrammer(netlink, LinkMonitor(netlink), protocol=80, writer=netlink.write)
+
+    async def main() -> None:
+        routes.set_routes({"10.65.0.1/32": RouteTarget.dev("cali1")})
+        with pytest.raises(TypeError):
+            await routes.apply()
 
     trio.run(main)
