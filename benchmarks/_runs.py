@@ -28,12 +28,12 @@ from typing import Any, TypeVar
 import trio
 
 from dataplane.core.loop import Dataplane
-from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.kernel.sysctls import SysctlWriter
+from dataplane.linux.netlink.routes import RouteProgrammer
+from dataplane.linux.netlink.vxlan import VxlanProgrammer
 from dataplane.linux.platform import LinuxPlatform
-from dataplane.linux.routes import RouteProgrammer
-from dataplane.linux.sysctls import SysctlWriter
-from dataplane.linux.table import Table
-from dataplane.linux.vxlan import VxlanProgrammer
 from dataplane.wire.framing import FrameDecoder
 from testbed.topology import Topology
 

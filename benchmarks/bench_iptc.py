@@ -100,7 +100,7 @@ def _iptc_read() -> int:
 
 
 def _save_read() -> int:
-    from dataplane.linux.chains import parse_save  # noqa: PLC0415
+    from dataplane.linux.iptables.chains import parse_save  # noqa: PLC0415
 
     out = subprocess.run(
         ["iptables-legacy-save", "-t", "filter"], capture_output=True, check=True

@@ -106,8 +106,8 @@ from benchmarks._runs import (
     stage_rows,
 )
 from dataplane.core.loop import Dataplane
-from dataplane.linux.ipset_names import main_name
-from dataplane.linux.overlay_plan import VXLAN_SOURCES_SET
+from dataplane.linux.ipsets.names import main_name
+from dataplane.linux.netlink.overlay_plan import VXLAN_SOURCES_SET
 from dataplane.linux.platform import LinuxPlatform
 from dataplane.model import IPSetType
 from dataplane.wire._pb import felixbackend_pb2 as pb

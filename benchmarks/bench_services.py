@@ -76,8 +76,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import machine, markdown_table, percentile, timed_tool
 from benchmarks._runs import apply_quick, child_argv, profile_text, require_root, run_floor
 from dataplane.core.loop import Dataplane
-from dataplane.linux.cmd import CommandResult, ProcessRunner
-from dataplane.linux.overlay_plan import OverlayPlan
+from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
+from dataplane.linux.netlink.overlay_plan import OverlayPlan
 from dataplane.linux.platform import LinuxPlatform
 from dataplane.linux.programmers import Programmers
 from dataplane.model.services import Service

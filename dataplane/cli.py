@@ -221,8 +221,8 @@ def _linux_platform(args: argparse.Namespace) -> LinuxPlatform:
         )
     from pathlib import Path  # noqa: PLC0415
 
+    from dataplane.linux.kernel.sysctl_state import DEFAULT_SYSCTL_STATE  # noqa: PLC0415
     from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
-    from dataplane.linux.sysctl_state import DEFAULT_SYSCTL_STATE  # noqa: PLC0415
 
     state = Path(args.sysctl_state) if args.sysctl_state else DEFAULT_SYSCTL_STATE
     return LinuxPlatform(chain_prefix=args.chain_prefix, sysctl_state=state)

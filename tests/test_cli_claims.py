@@ -23,8 +23,8 @@ import trio
 from dataplane import cli
 from dataplane.core.loop import Dataplane
 from dataplane.errors import PlatformUnavailableError, ProgrammingError
-from dataplane.linux.backend import detect_backend
-from dataplane.linux.cmd import CommandResult
+from dataplane.linux.iptables.backend import detect_backend
+from dataplane.linux.kernel.cmd import CommandResult
 from dataplane.sim import SimPlatform
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.framing import encode_frame
@@ -135,6 +135,8 @@ class DeniedRunner:
 
 
 def test_backend_detection_keeps_the_tools_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dataplane.linux.backend.shutil.which", lambda name: f"/usr/sbin/{name}")
+    monkeypatch.setattr(
+        "dataplane.linux.iptables.backend.shutil.which", lambda name: f"/usr/sbin/{name}"
+    )
     with pytest.raises(ProgrammingError, match="Permission denied \\(you must be root\\)"):
         trio.run(detect_backend, DeniedRunner(), "auto")

@@ -18,14 +18,14 @@ from collections.abc import Callable, Mapping
 
 from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.conntrack import ConntrackCleaner
-from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.ipsets import IPSetsProgrammer
-from dataplane.linux.marks import Marks
-from dataplane.linux.overlay_plan import OverlayPlan, resolve_encapsulation
-from dataplane.linux.rule_render import RuleRenderer
-from dataplane.linux.table import Table
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.kernel.conntrack import ConntrackCleaner
+from dataplane.linux.netlink.overlay_plan import OverlayPlan, resolve_encapsulation
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.filter import FilterRenderer
+from dataplane.linux.render.marks import Marks
+from dataplane.linux.render.rule import RuleRenderer
 from dataplane.linux.writers.base import FilterBase
 from dataplane.linux.writers.hosts import HostEndpointWriter
 from dataplane.linux.writers.nat import NatWriter

@@ -4,7 +4,7 @@ Nothing here is on the path of a platform without metrics:
 :meth:`LinuxPlatform.bind_metrics` puts these in place, before the first
 apply, and only then.
 
-* :class:`MeteredRunner` wraps the :class:`~dataplane.linux.cmd.CommandRunner`
+* :class:`MeteredRunner` wraps the :class:`~dataplane.linux.kernel.cmd.CommandRunner`
   every programmer runs the kernel's tools through, and knows each tool by
   its name (``iptables-nft-restore``, ``ip6tables-legacy-save``, ``ipset``,
   ...; an ``ip netns exec NS`` prefix is looked through). It counts calls
@@ -38,9 +38,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.cmd import CommandResult, CommandRunner
-from dataplane.linux.netlink_batch import Request
-from dataplane.linux.table import Table
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.kernel.cmd import CommandResult, CommandRunner
+from dataplane.linux.netlink.batch import Request
 
 if TYPE_CHECKING:  # a platform without metrics never loads prometheus_client
     from prometheus_client import Counter

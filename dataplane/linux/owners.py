@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from dataplane.core.platform import EndpointKey, PolicyUsers
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.rule_render import RuleRenderer
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.rule import RuleRenderer
 from dataplane.model import (
     HostEndpoint,
     HostEndpointKey,

@@ -28,23 +28,23 @@ import trio
 from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.core.platform import EndpointKey, NoPolicyUsers, ObjectError, PolicyUsers
-from dataplane.linux.backend import IptablesCommands, read_counters
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.cmd import CommandRunner, ProcessRunner
-from dataplane.linux.conntrack import ConntrackCleaner
 from dataplane.linux.desired import Desired
-from dataplane.linux.ipsets import IPSetsProgrammer
-from dataplane.linux.links import LinkMonitor
+from dataplane.linux.ipsets.pending import PendingIPSets
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.iptables.backend import IptablesCommands, read_counters
+from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
+from dataplane.linux.kernel.conntrack import ConntrackCleaner
 from dataplane.linux.metered import LinuxMeter
-from dataplane.linux.netlink_dump import FastReads
-from dataplane.linux.overlay_plan import OverlayPlan
+from dataplane.linux.netlink.dump import FastReads
+from dataplane.linux.netlink.links import LinkMonitor
+from dataplane.linux.netlink.overlay_plan import OverlayPlan
+from dataplane.linux.netlink.routes import NetlinkHandle
 from dataplane.linux.owners import ChainOwner
-from dataplane.linux.pending_ipsets import PendingIPSets
 from dataplane.linux.programmers import TABLES, Programmers
 from dataplane.linux.refresh import RefreshTimers
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.rule_labels import RuleLabels, RuleMap
 from dataplane.linux.reports import Reports
-from dataplane.linux.routes import NetlinkHandle
-from dataplane.linux.rule_labels import RuleLabels, RuleMap
 from dataplane.model import (
     EffectivePolicy,
     EndpointStatus,

@@ -13,19 +13,19 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from dataplane.config import Config
-from dataplane.linux.backend import IptablesCommands, detect_backend
-from dataplane.linux.chains import IptRule
-from dataplane.linux.cmd import CommandRunner
-from dataplane.linux.ipsets import IPSetsProgrammer
-from dataplane.linux.links import LinkMonitor
-from dataplane.linux.marks import Marks, set_mark
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.iptables.backend import IptablesCommands, detect_backend
+from dataplane.linux.iptables.chains import IptRule
+from dataplane.linux.iptables.table import FAIL_CLOSED, Table
+from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.kernel.sysctl_state import SysctlOriginals
+from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.metered import LinuxMeter
-from dataplane.linux.netlink_batch import NetlinkBatch
-from dataplane.linux.routes import NetlinkHandle, RouteProgrammer
-from dataplane.linux.sysctl_state import SysctlOriginals
-from dataplane.linux.sysctls import SysctlWriter
-from dataplane.linux.table import FAIL_CLOSED, Table
-from dataplane.linux.vxlan import VxlanProgrammer
+from dataplane.linux.netlink.batch import NetlinkBatch
+from dataplane.linux.netlink.links import LinkMonitor
+from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
+from dataplane.linux.netlink.vxlan import VxlanProgrammer
+from dataplane.linux.render.marks import Marks, set_mark
 
 __all__ = ["TABLES", "Programmers"]
 
@@ -122,7 +122,7 @@ class Programmers:
         """Remove everything ours: chains, hook rules, sets, routes, sysctls.
 
         Global forwarding goes back to what the driver found, where it
-        changed it (see :mod:`dataplane.linux.sysctl_state`).
+        changed it (see :mod:`dataplane.linux.kernel.sysctl_state`).
 
         Chains go first, in every listed backend that is installed (a host
         may hold leftovers in both), because the kernel refuses to destroy

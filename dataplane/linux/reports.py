@@ -13,11 +13,11 @@ import logging
 from collections.abc import Callable, Mapping
 
 from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
-from dataplane.linux.chain_names import ChainNames
+from dataplane.linux.iptables.table import Table
 from dataplane.linux.owners import ChainOwner, find_owner
 from dataplane.linux.programmers import Programmers
-from dataplane.linux.rule_render import RuleRenderer
-from dataplane.linux.table import Table
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.rule import RuleRenderer
 from dataplane.linux.writers.hosts import HostEndpointWriter
 from dataplane.linux.writers.policy import PolicyWriter
 from dataplane.linux.writers.routes import RoutesWriter

@@ -7,8 +7,8 @@ kernel differential tests and the Windows simulated-host tests compare real
 verdicts with this module's, so an ``explain`` answer is the answer a
 programmed node gives.
 
-Semantics (Felix's; see ``dataplane/linux/rule_render.py`` and
-``filter_render.py`` for how the Linux platform expresses them):
+Semantics (Felix's; see ``dataplane/linux/render/rule.py`` and
+``render/filter.py`` for how the Linux platform expresses them):
 
 * A rule matches when every field it sets matches (fields AND). Within a
   positive field the values OR (any of the CIDRs, any port range or named

@@ -11,12 +11,12 @@ exports them by the policy rule they were rendered from::
 ``rule`` is the rule's index in the policy's inbound or outbound rules as
 Felix sent them (``direction``), or ``end-of-tier`` for the drop that ends a
 tier; profiles are the tier ``__PROFILE__`` (see
-:mod:`dataplane.linux.rule_labels`). Counters of the iptables rules
+:mod:`dataplane.linux.render.rule_labels`). Counters of the iptables rules
 rendered from one policy rule, and of IPv4 and IPv6, are summed.
 
 Threads: :meth:`PolicyCounters.collect` runs in the metrics server's
 thread, never on the main loop. The main loop publishes the label map
-(:data:`~dataplane.linux.rule_labels.RuleMap`, immutable, replaced whole
+(:data:`~dataplane.linux.render.rule_labels.RuleMap`, immutable, replaced whole
 after each apply) and this reads whichever map is current. The save (a
 subprocess with a timeout) and its parsing run at most once per
 ``min_interval``, and only while someone scrapes; in the driver they run
@@ -40,8 +40,8 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.chains import parse_counters
-from dataplane.linux.rule_labels import RuleLabel, RuleMap
+from dataplane.linux.iptables.chains import parse_counters
+from dataplane.linux.render.rule_labels import RuleLabel, RuleMap
 from dataplane.ops.metrics import Metrics
 
 __all__ = [

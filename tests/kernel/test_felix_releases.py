@@ -34,7 +34,7 @@ from tests.kernel.test_linux_policy import matrix
 DRIVER = Path(sys.executable).parent / "dataplane-driver"
 _COUNTERS = re.compile(r"\[\d+:\d+\]")
 _INITVAL = re.compile(r" initval 0x[0-9a-f]+")  # the kernel's random hash seed per set
-_ROUTE_PROTOCOL = "80"  # ours (dataplane/linux/routes.py)
+_ROUTE_PROTOCOL = "80"  # ours (dataplane/linux/netlink/routes.py)
 # The host-side names testbed.topology gives the pods: the session needs
 # them before the node exists.
 IFACES = {spec.name: calico_iface(spec.name) for spec in scenario.PODS}

@@ -22,9 +22,9 @@ import pytest
 from google.protobuf.message import Message
 
 from dataplane.core.platform import ObjectError
-from dataplane.linux.chains import parse_save
-from dataplane.linux.ipset_names import is_owned
-from dataplane.linux.ipset_save import parse_save as parse_ipset_save
+from dataplane.linux.ipsets.names import is_owned
+from dataplane.linux.ipsets.save import parse_save as parse_ipset_save
+from dataplane.linux.iptables.chains import parse_save
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.topology import Topology
 from tests.conftest import REPO

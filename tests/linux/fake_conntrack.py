@@ -1,7 +1,7 @@
 """FakeConntrack: the ``conntrack`` command line over an in-memory table.
 
-A :class:`~dataplane.linux.cmd.CommandRunner` that only knows ``conntrack``
-and models what :class:`~dataplane.linux.conntrack.ConntrackCleaner` relies
+A :class:`~dataplane.linux.kernel.cmd.CommandRunner` that only knows ``conntrack``
+and models what :class:`~dataplane.linux.kernel.conntrack.ConntrackCleaner` relies
 on, as conntrack-tools 1.4.7 behaves (tests/linux/test_conntrack.py runs
 the same contract against both):
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.cmd import CommandResult
+from dataplane.linux.kernel.cmd import CommandResult
 
 __all__ = ["Entry", "FakeConntrack"]
 

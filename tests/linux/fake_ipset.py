@@ -1,6 +1,6 @@
 """FakeIPSet: the ``ipset`` command-line tool over an in-memory kernel.
 
-It is a :class:`~dataplane.linux.cmd.CommandRunner` that only knows
+It is a :class:`~dataplane.linux.kernel.cmd.CommandRunner` that only knows
 ``ipset``, and it models the semantics the programmer relies on, as ipset
 v7.17 on Linux 6.x behaves (the contract suite runs the same tests against
 both, which is what keeps this honest):
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.cmd import CommandResult
+from dataplane.linux.kernel.cmd import CommandResult
 
 __all__ = ["FakeIPSet", "FakeSet"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.linux.chain_order import leaves_first
-from dataplane.linux.chains import IptRule
+from dataplane.linux.iptables.chain_order import leaves_first
+from dataplane.linux.iptables.chains import IptRule
 
 
 def _jumps(*targets: str) -> tuple[IptRule, ...]:

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.linux.cmd import CommandRunner, ProcessRunner
-from dataplane.linux.conntrack import ConntrackCleaner, ConntrackDeletion, plan_deletions
+from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
+from dataplane.linux.kernel.conntrack import ConntrackCleaner, ConntrackDeletion, plan_deletions
 from dataplane.model.services import (
     Backend,
     BackendPort,

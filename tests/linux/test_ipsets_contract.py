@@ -24,10 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.cmd import CommandResult, CommandRunner, ProcessRunner
-from dataplane.linux.ipset_names import MAX_NAME_LEN, is_owned, main_name, temp_name
-from dataplane.linux.ipset_save import KernelSet, SetMeta, parse_save
-from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.ipsets.names import MAX_NAME_LEN, is_owned, main_name, temp_name
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.ipsets.save import KernelSet, SetMeta, parse_save
+from dataplane.linux.kernel.cmd import CommandResult, CommandRunner, ProcessRunner
 from dataplane.model import IPSet, IPSetType
 from tests.conftest import run_trio
 from tests.linux.fake_ipset import FakeIPSet

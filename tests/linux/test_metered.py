@@ -10,14 +10,14 @@ import pytest
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.backend import IptablesCommands
-from dataplane.linux.chains import Chain, IptRule
-from dataplane.linux.cmd import CommandResult
-from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.iptables.backend import IptablesCommands
+from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.kernel.cmd import CommandResult
+from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.metered import LinuxMeter, MeteredRunner, restore_lines, tool_of
-from dataplane.linux.netlink_batch import Request, RouteRequest
-from dataplane.linux.sysctls import SysctlWriter
-from dataplane.linux.table import Table
+from dataplane.linux.netlink.batch import Request, RouteRequest
 from dataplane.model import IPSet, IPSetType
 from dataplane.ops.metrics import Metrics
 from tests.linux.fake_ipset import FakeIPSet

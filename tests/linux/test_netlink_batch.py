@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pyroute2.netlink.rtnl.ndmsg import ndmsg  # type: ignore[import-untyped]
 from pyroute2.netlink.rtnl.rtmsg import rtmsg  # type: ignore[import-untyped]
 
-from dataplane.linux.netlink_batch import NeighRequest, RouteRequest, encode
+from dataplane.linux.netlink.batch import NeighRequest, RouteRequest, encode
 from testbed.topology import Topology, kernel_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def _python_in(netns: str, script: str) -> Any:
 
 _WRITE = """
 import json, socket, sys
-from dataplane.linux.netlink_batch import NetlinkBatch, NeighRequest, RouteRequest
+from dataplane.linux.netlink.batch import NetlinkBatch, NeighRequest, RouteRequest
 eth0 = socket.if_nametoindex("eth0")
 requests = [
     RouteRequest("replace", "10.70.0.0/24", 80, oif=eth0, gateway="10.66.0.9", onlink=True),
@@ -141,7 +141,7 @@ def test_the_kernel_answers_each_request_of_a_batch_on_its_own() -> None:
 _READ = """
 import json, socket
 from pyroute2 import IPRoute
-from dataplane.linux.netlink_dump import dump_links, dump_routes
+from dataplane.linux.netlink.dump import dump_links, dump_routes
 
 LINK = ("ifname", "index", "flags", "operstate")
 ROUTE = ("proto", "dst", "dst_len", "oif", "gateway", "type", "flags", "table")

@@ -8,13 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.config import Config
-from dataplane.linux.overlay_plan import (
+from dataplane.linux.netlink.overlay_plan import (
     FdbEntry,
     Neighbour,
     plan_overlay,
     resolve_encapsulation,
 )
-from dataplane.linux.route_target import RouteKind, RouteTarget
+from dataplane.linux.netlink.route_target import RouteKind, RouteTarget
 from dataplane.model.hosts import Encapsulation
 from dataplane.model.routes import PoolType, Route, RouteType, Vtep, VtepAddress
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import cast
 
 from dataplane.config import Config
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.ipsets import IPSetsProgrammer
-from dataplane.linux.overlay_plan import ALL_HOSTS_SET, VXLAN_SOURCES_SET
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.netlink.overlay_plan import ALL_HOSTS_SET, VXLAN_SOURCES_SET
+from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.writers.overlay import OverlayWriter
 from dataplane.linux.writers.target import Target
 from dataplane.model import IPSet

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.rule_labels import RuleLabel, RuleMap
+from dataplane.linux.render.rule_labels import RuleLabel, RuleMap
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.policy_counters import PolicyCounters
 from tests.linux.metric_samples import parsed, samples

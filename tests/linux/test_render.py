@@ -15,12 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.config import Config
-from dataplane.linux.chain_names import MAX_CHAIN_NAME, ChainNames
-from dataplane.linux.chains import Chain, IptRule, render_rule, safe_comment
-from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.marks import Marks
-from dataplane.linux.nat_render import NatRenderer
-from dataplane.linux.rule_render import RuleRenderer
+from dataplane.linux.iptables.chains import Chain, IptRule, render_rule, safe_comment
+from dataplane.linux.render.chain_names import MAX_CHAIN_NAME, ChainNames
+from dataplane.linux.render.filter import FilterRenderer
+from dataplane.linux.render.marks import Marks
+from dataplane.linux.render.nat import NatRenderer
+from dataplane.linux.render.rule import RuleRenderer
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import (
     Action,
@@ -233,7 +233,7 @@ def test_rule_for_other_family_renders_nothing() -> None:
 
 
 def test_host_endpoint_chains_golden() -> None:
-    from dataplane.linux.hostpolicy_render import HostPolicyRenderer  # noqa: PLC0415
+    from dataplane.linux.render.hostpolicy import HostPolicyRenderer  # noqa: PLC0415
     from dataplane.model import HostEndpoint, HostEndpointKey  # noqa: PLC0415
 
     untracked = PolicyKey("untracked-ssh")

@@ -39,15 +39,15 @@ from hypothesis import strategies as st
 
 from dataplane.config import Config, parse_config
 from dataplane.errors import InputError
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.chains import Chain, IptRule, render_rule, rule_hashes
-from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.hostpolicy_render import HostPolicyRenderer
-from dataplane.linux.ipset_names import main_name
-from dataplane.linux.marks import Marks
-from dataplane.linux.nat_render import NatRenderer
-from dataplane.linux.rule_render import RuleRenderer
-from dataplane.linux.service_render import ServiceRenderer
+from dataplane.linux.ipsets.names import main_name
+from dataplane.linux.iptables.chains import Chain, IptRule, render_rule, rule_hashes
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.filter import FilterRenderer
+from dataplane.linux.render.hostpolicy import HostPolicyRenderer
+from dataplane.linux.render.marks import Marks
+from dataplane.linux.render.nat import NatRenderer
+from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.render.service import ServiceRenderer
 from dataplane.managers import convert
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import HostEndpoint, IPSetType, Policy, PolicyKey, Profile, WorkloadEndpoint

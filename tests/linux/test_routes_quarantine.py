@@ -14,10 +14,10 @@ import pytest
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.links import LinkMonitor
-from dataplane.linux.netlink_batch import Request, RouteRequest
-from dataplane.linux.route_target import RouteTarget
-from dataplane.linux.routes import RouteProgrammer
+from dataplane.linux.netlink.batch import Request, RouteRequest
+from dataplane.linux.netlink.links import LinkMonitor
+from dataplane.linux.netlink.route_target import RouteTarget
+from dataplane.linux.netlink.routes import RouteProgrammer
 
 
 class FakeNetlink:

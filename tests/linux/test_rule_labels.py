@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dataplane.config import Config
-from dataplane.linux.backend import IptablesCommands
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.chains import Chain, parse_counters, render_rule
-from dataplane.linux.cmd import CommandResult
-from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.marks import Marks
-from dataplane.linux.rule_labels import RuleLabel, RuleLabels, RuleMap, model_labels
-from dataplane.linux.rule_render import RuleRenderer
-from dataplane.linux.table import Table
+from dataplane.linux.iptables.backend import IptablesCommands
+from dataplane.linux.iptables.chains import Chain, parse_counters, render_rule
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.kernel.cmd import CommandResult
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.filter import FilterRenderer
+from dataplane.linux.render.marks import Marks
+from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.render.rule_labels import RuleLabel, RuleLabels, RuleMap, model_labels
 from dataplane.model import (
     Action,
     DirectionPolicy,

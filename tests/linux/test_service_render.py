@@ -8,10 +8,10 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.linux.chain_names import MAX_CHAIN_NAME, ChainNames
-from dataplane.linux.chains import Chain
-from dataplane.linux.marks import Marks
-from dataplane.linux.service_render import Frontend, ServiceRenderer
+from dataplane.linux.iptables.chains import Chain
+from dataplane.linux.render.chain_names import MAX_CHAIN_NAME, ChainNames
+from dataplane.linux.render.marks import Marks
+from dataplane.linux.render.service import Frontend, ServiceRenderer
 from dataplane.model.services import (
     Backend,
     BackendPort,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import trio
 
-from dataplane.linux.sysctl_state import SysctlOriginals
-from dataplane.linux.sysctls import SysctlWriter
+from dataplane.linux.kernel.sysctl_state import SysctlOriginals
+from dataplane.linux.kernel.sysctls import SysctlWriter
 
 
 def _tree(root: Path, *ifaces: str) -> None:

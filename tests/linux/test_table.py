@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 import trio
 
-from dataplane.linux.backend import IptablesCommands
-from dataplane.linux.chains import Chain, IptRule, parse_save
-from dataplane.linux.cmd import ProcessRunner
-from dataplane.linux.table import Table
+from dataplane.linux.iptables.backend import IptablesCommands
+from dataplane.linux.iptables.chains import Chain, IptRule, parse_save
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.kernel.cmd import ProcessRunner
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a network namespace")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import trio
 
-from dataplane.linux.backend import IptablesCommands
-from dataplane.linux.chains import Chain, IptRule, parse_save
-from dataplane.linux.cmd import ProcessRunner
-from dataplane.linux.table import Table
+from dataplane.linux.iptables.backend import IptablesCommands
+from dataplane.linux.iptables.chains import Chain, IptRule, parse_save
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.kernel.cmd import ProcessRunner
 from tests.linux.test_table import _saved, netns, pytestmark
 
 __all__ = ["netns", "pytestmark"]

@@ -14,8 +14,8 @@ import trio
 from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.links import LinkMonitor
-from dataplane.linux.vxlan import VxlanProgrammer
+from dataplane.linux.netlink.links import LinkMonitor
+from dataplane.linux.netlink.vxlan import VxlanProgrammer
 
 
 class RaisingHandle:

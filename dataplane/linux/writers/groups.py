@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dataplane.linux.chains import Chain
-from dataplane.linux.table import Table
+from dataplane.linux.iptables.chains import Chain
+from dataplane.linux.iptables.table import Table
 
 __all__ = ["ChainGroups"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from dataplane.linux.hostpolicy_render import HostPolicyRenderer
+from dataplane.linux.render.hostpolicy import HostPolicyRenderer
 from dataplane.linux.writers.groups import ChainGroups
 from dataplane.linux.writers.target import Target
 from dataplane.model import HostEffectivePolicy, HostEndpoint, HostEndpointKey, Policy, PolicyKey

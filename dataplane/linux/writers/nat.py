@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataplane.linux.nat_render import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
-from dataplane.linux.overlay_plan import ALL_HOSTS_SET
+from dataplane.linux.netlink.overlay_plan import ALL_HOSTS_SET
+from dataplane.linux.render.nat import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
 from dataplane.linux.writers.groups import ChainGroups
 from dataplane.linux.writers.target import Target
 from dataplane.model import IPPool, IPSet, IPSetType, NatInfo, WorkloadEndpointKey

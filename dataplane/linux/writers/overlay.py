@@ -3,7 +3,7 @@
 It keeps what the routes and hosts managers hand over (every node's VTEP,
 Felix's routes by destination, node metadata, the pools' encapsulation)
 and, when any of it or the configuration changed, computes the overlay
-plan (:mod:`dataplane.linux.overlay_plan`) once for the apply. It writes
+plan (:mod:`dataplane.linux.netlink.overlay_plan`) once for the apply. It writes
 the IP sets the overlay's rules match: ``all-vxlan-net`` (who may send us
 VXLAN) and ``all-hosts-net`` (every node's address, for
 ``NATOutgoingExclusions=IPPoolsAndHostIPs``). The VXLAN programmer and the
@@ -13,7 +13,7 @@ route programmer take the plan from here.
 from __future__ import annotations
 
 from dataplane.config import Config
-from dataplane.linux.overlay_plan import (
+from dataplane.linux.netlink.overlay_plan import (
     ALL_HOSTS_SET,
     VXLAN_SOURCES_SET,
     OverlayPlan,

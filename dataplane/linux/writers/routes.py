@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from dataplane.linux.links import LinkState
-from dataplane.linux.route_target import RouteTarget
+from dataplane.linux.netlink.links import LinkState
+from dataplane.linux.netlink.route_target import RouteTarget
 from dataplane.model import WorkloadEndpoint, WorkloadEndpointKey
 
 __all__ = ["RoutesWriter"]

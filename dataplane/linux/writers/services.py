@@ -10,9 +10,9 @@ ports to answer; both do their I/O when the platform runs them.
 from __future__ import annotations
 
 from dataplane.core.healthcheck import HealthCheckServer
-from dataplane.linux.conntrack import ConntrackCleaner
-from dataplane.linux.nat_render import ALL_POOLS_SET
-from dataplane.linux.service_render import Frontend, RenderedService, ServiceRenderer
+from dataplane.linux.kernel.conntrack import ConntrackCleaner
+from dataplane.linux.render.nat import ALL_POOLS_SET
+from dataplane.linux.render.service import Frontend, RenderedService, ServiceRenderer
 from dataplane.linux.writers.groups import ChainGroups
 from dataplane.linux.writers.target import Target
 from dataplane.model.services import Service, ServiceKey

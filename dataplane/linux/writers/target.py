@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dataplane.config import Config
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.ipsets import IPSetsProgrammer
-from dataplane.linux.table import Table
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.filter import FilterRenderer
 
 __all__ = ["Target"]
 

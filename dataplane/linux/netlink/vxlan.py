@@ -1,6 +1,6 @@
 """VxlanProgrammer: the VXLAN devices, and their neighbour and FDB entries.
 
-Per family it makes the kernel match the plan (:mod:`dataplane.linux.overlay_plan`):
+Per family it makes the kernel match the plan (:mod:`dataplane.linux.netlink.overlay_plan`):
 
 - the device (``vxlan.calico``, ``vxlan-v6.calico``) exists with the VNI,
   port, source address and parent the plan says, learning off, this node's
@@ -15,7 +15,7 @@ Per family it makes the kernel match the plan (:mod:`dataplane.linux.overlay_pla
 
 Blocking netlink calls (the device, its address and reads of its entries
 through pyroute2, entries written many per system call through
-:mod:`dataplane.linux.netlink_batch`), so
+:mod:`dataplane.linux.netlink.batch`), so
 :meth:`apply` runs them in a worker thread with a fresh handle each time.
 What it could not do (the parent address is on no interface yet, the
 kernel refused an entry) is kept in :attr:`failing`
@@ -32,10 +32,10 @@ from typing import Any
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel_errors import KERNEL_ERRORS, NetlinkError
-from dataplane.linux.links import LinkMonitor
-from dataplane.linux.netlink_batch import NeighRequest, NetlinkBatch, Request
-from dataplane.linux.overlay_plan import (
+from dataplane.linux.kernel.errors import KERNEL_ERRORS, NetlinkError
+from dataplane.linux.netlink.batch import NeighRequest, NetlinkBatch, Request
+from dataplane.linux.netlink.links import LinkMonitor
+from dataplane.linux.netlink.overlay_plan import (
     DEVICE_NAMES,
     FamilyPlan,
     FdbEntry,

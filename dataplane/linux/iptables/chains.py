@@ -1,7 +1,7 @@
 """iptables values and the save-format parser.
 
 A rendered chain is a frozen :class:`Chain` of :class:`IptRule` values;
-renderers return them and the :mod:`~dataplane.linux.table` programmer
+renderers return them and the :mod:`~dataplane.linux.iptables.table` programmer
 writes them. Every rule we write carries a comment ``cali:<hash>`` whose
 hash covers the chain name, the rule's text and the previous rule's hash,
 so comparing two lists of hashes tells whether a chain in the kernel is

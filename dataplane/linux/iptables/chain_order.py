@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
 
-from dataplane.linux.chains import IptRule
+from dataplane.linux.iptables.chains import IptRule
 
 __all__ = ["leaves_first"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dataplane.linux.ipset_names import main_name
+from dataplane.linux.ipsets.names import main_name
 from dataplane.model import IPSet, IPSetType
 
 __all__ = ["WantedSet", "member_version"]

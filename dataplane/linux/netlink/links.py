@@ -1,7 +1,7 @@
 """LinkMonitor: the node's interfaces and their state, kept by netlink events.
 
 Reading every link still costs milliseconds on a node with thousands of
-interfaces (even the lean dump of :mod:`dataplane.linux.netlink_dump`),
+interfaces (even the lean dump of :mod:`dataplane.linux.netlink.dump`),
 so the monitor reads them all only at start
 and when the platform's route refresh asks for it, and otherwise follows
 the kernel's RTM_NEWLINK / RTM_DELLINK notifications. Each notification

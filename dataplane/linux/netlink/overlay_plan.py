@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from dataplane.config import Config
-from dataplane.linux.route_target import RouteKind, RouteTarget
+from dataplane.linux.netlink.route_target import RouteKind, RouteTarget
 from dataplane.model.hosts import Encapsulation
 from dataplane.model.routes import PoolType, Route, RouteType, Vtep, VtepAddress
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.chains import Chain, IptRule
-from dataplane.linux.marks import has_mark
+from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.marks import has_mark
 from dataplane.model import NatInfo
 
 __all__ = ["ALL_POOLS_SET", "MASQ_POOLS_SET", "NatRenderer"]

@@ -6,11 +6,11 @@ API model:
     programming iptables and ``apply_deletions`` after, so a rule never
     references a set that does not exist yet or any more. Those two and
     ``cleanup_all`` are the only methods that run commands, all through the
-    injected :class:`~dataplane.linux.cmd.CommandRunner`.
+    injected :class:`~dataplane.linux.kernel.cmd.CommandRunner`.
 
 Kernel model:
     Each desired set is one kernel hash set per IP version (see
-    :mod:`dataplane.linux.ipset_names`), family inet/inet6, ``maxelem``
+    :mod:`dataplane.linux.ipsets.names`), family inet/inet6, ``maxelem``
     ``max_size``; members are split by family and kept in the spelling
     ``ipset save`` prints (so comparing with a read-back is plain set
     arithmetic): hash:net drops a full-length prefix, and a /0, which
@@ -24,7 +24,7 @@ Goals and invariants:
       by filling a temp set and ``swap``-ing it in; new sets are filled
       directly; member deltas are add/del lines. The kernel only swaps sets
       of the same type and family, and the type is part of the name
-      (``ipset_names``), so a set id that changes type is a new set and the
+      (``ipsets.names``), so a set id that changes type is a new set and the
       old one goes with the stale sets. A set of our name with another
       type or family can then only be tampering: destroy + create, placed
       last in the batch (the kernel refuses to destroy a referenced set,
@@ -55,11 +55,11 @@ import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
-from dataplane.linux.cmd import CommandRunner
-from dataplane.linux.ipset_batch import RestoreBatch
-from dataplane.linux.ipset_members import WantedSet
-from dataplane.linux.ipset_names import is_owned, temp_name
-from dataplane.linux.ipset_save import KernelSet, SetMeta, parse_save
+from dataplane.linux.ipsets.batch import RestoreBatch
+from dataplane.linux.ipsets.members import WantedSet
+from dataplane.linux.ipsets.names import is_owned, temp_name
+from dataplane.linux.ipsets.save import KernelSet, SetMeta, parse_save
+from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.model import IPSet, IPSetType
 
 __all__ = ["IPSetsProgrammer"]
@@ -139,7 +139,7 @@ class IPSetsProgrammer:
     def kernel_name(self, set_id: str, version: int) -> str:
         """The name rules use to match ``set_id``'s IPv``version`` members.
 
-        It depends on the set's type (see ``ipset_names``), so ask only
+        It depends on the set's type (see ``ipsets.names``), so ask only
         after :meth:`replace`.
         """
         return self._wanted[set_id].names[version]

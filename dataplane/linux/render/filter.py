@@ -39,12 +39,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dataplane.config import Config, ProtoPort
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.chains import Chain, IptRule
-from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
-from dataplane.linux.overlay_plan import VXLAN_SOURCES_SET
-from dataplane.linux.overlay_rules import encap_drops, vxlan_host_rules
-from dataplane.linux.rule_render import RuleRenderer, is_whole_family
+from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.netlink.overlay_plan import VXLAN_SOURCES_SET
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
+from dataplane.linux.render.overlay import encap_drops, vxlan_host_rules
+from dataplane.linux.render.rule import RuleRenderer, is_whole_family
 from dataplane.model import (
     Action,
     DirectionPolicy,

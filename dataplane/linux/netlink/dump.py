@@ -25,7 +25,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from dataplane.linux.netlink_batch import replies
+from dataplane.linux.netlink.batch import replies
 
 __all__ = ["FastReads", "dump_links", "dump_routes"]
 

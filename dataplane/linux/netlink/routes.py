@@ -2,12 +2,12 @@
 
 Routes to each local workload address go via its interface (scope link);
 routes to other nodes' blocks via the VXLAN device or a node address, and
-our own blocks are blackholed (:mod:`dataplane.linux.route_target`). All
+our own blocks are blackholed (:mod:`dataplane.linux.netlink.route_target`). All
 are tagged with our route protocol number: the tag is how we find ours
 again, remove stale ones, and never touch anyone else's (BIRD's, the
 kernel's). The whole-table read is a lean netlink dump
-(:mod:`dataplane.linux.netlink_dump`) and writes go many per system call
-(:mod:`dataplane.linux.netlink_batch`); both block, so they run in a
+(:mod:`dataplane.linux.netlink.dump`) and writes go many per system call
+(:mod:`dataplane.linux.netlink.batch`); both block, so they run in a
 worker thread.
 
 A route whose interface does not exist yet (the CNI plugin has not created
@@ -28,10 +28,10 @@ import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel_errors import KERNEL_ERRORS
-from dataplane.linux.links import LinkMonitor, LinkState
-from dataplane.linux.netlink_batch import NetlinkBatch, Request, RouteRequest
-from dataplane.linux.route_target import RouteKind, RouteTarget
+from dataplane.linux.kernel.errors import KERNEL_ERRORS
+from dataplane.linux.netlink.batch import NetlinkBatch, Request, RouteRequest
+from dataplane.linux.netlink.links import LinkMonitor, LinkState
+from dataplane.linux.netlink.route_target import RouteKind, RouteTarget
 
 __all__ = ["NetlinkHandle", "RouteProgrammer"]
 

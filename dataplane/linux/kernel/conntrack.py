@@ -17,7 +17,7 @@ Two parts, after the house's split:
   service in, a frozen tuple of :class:`ConntrackDeletion` out.
 * :class:`ConntrackCleaner` -- the programmer: remembers the service values
   it last saw, queues their plans, and runs ``conntrack -D`` through the
-  injected :class:`~dataplane.linux.cmd.CommandRunner`. The platform calls
+  injected :class:`~dataplane.linux.kernel.cmd.CommandRunner`. The platform calls
   :meth:`ConntrackCleaner.apply` only after the iptables writes: deleting
   an entry before the new rules are in force would let the next packet
   re-create it through the old ones.
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.cmd import CommandRunner
+from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.model.services import Backend, BackendState, Service, ServiceKey
 
 __all__ = ["ConntrackCleaner", "ConntrackDeletion", "plan_deletions"]

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.cmd import CommandRunner, run_sync
+from dataplane.linux.kernel.cmd import CommandRunner, run_sync
 
 __all__ = ["IptablesCommands", "detect_backend", "read_counters"]
 

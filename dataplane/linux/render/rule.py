@@ -27,8 +27,8 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dataplane.linux.chains import IptRule
-from dataplane.linux.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
+from dataplane.linux.iptables.chains import IptRule
+from dataplane.linux.render.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
 from dataplane.model import Action, IcmpMatch, PortRange, Rule
 
 __all__ = ["RuleRenderer", "is_whole_family", "verdict_index"]

@@ -18,7 +18,7 @@ chains, and only then delete stale chains, so no reference ever dangles.
 
 Fault isolation: when a restore fails, the table asks the kernel's parser
 which of the chains it was writing are refused on their own
-(:mod:`~dataplane.linux.chain_check`), quarantines those and writes the rest
+(:mod:`~dataplane.linux.iptables.chain_check`), quarantines those and writes the rest
 at once. A quarantined chain keeps the version the kernel already holds
 (its last good one) or, if it has none, is written fail-closed (the
 ``fail_closed`` rules: DROP by default) so that nothing that jumps to it is
@@ -44,17 +44,17 @@ import trio
 
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
-from dataplane.linux.backend import IptablesCommands
-from dataplane.linux.chain_check import ChainChecker, RefusedChain, refusal_at
-from dataplane.linux.chain_order import leaves_first
-from dataplane.linux.chains import (
+from dataplane.linux.iptables.backend import IptablesCommands
+from dataplane.linux.iptables.chain_check import ChainChecker, RefusedChain, refusal_at
+from dataplane.linux.iptables.chain_order import leaves_first
+from dataplane.linux.iptables.chains import (
     Chain,
     IptRule,
     parse_save,
     render_rule,
     rule_hashes,
 )
-from dataplane.linux.cmd import CommandRunner
+from dataplane.linux.kernel.cmd import CommandRunner
 
 __all__ = ["FAIL_CLOSED", "Table"]
 

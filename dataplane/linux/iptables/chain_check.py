@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.chains import IptRule, render_rule, rule_hash_of
-from dataplane.linux.cmd import CommandRunner
+from dataplane.linux.iptables.chains import IptRule, render_rule, rule_hash_of
+from dataplane.linux.kernel.cmd import CommandRunner
 
 __all__ = ["ChainChecker", "RefusedChain", "failed_line"]
 

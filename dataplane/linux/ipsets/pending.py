@@ -7,7 +7,7 @@ then changes queue here, in order, and are replayed into it once.
 
 from __future__ import annotations
 
-from dataplane.linux.ipsets import IPSetsProgrammer
+from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.model import IPSet
 
 __all__ = ["PendingIPSets"]

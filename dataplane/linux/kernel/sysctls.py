@@ -20,7 +20,7 @@ from pathlib import Path
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.sysctl_state import SysctlOriginals
+from dataplane.linux.kernel.sysctl_state import SysctlOriginals
 
 __all__ = ["SysctlWriter"]
 

@@ -15,8 +15,8 @@ Pure, for one IP version. As Felix writes them:
 from __future__ import annotations
 
 from dataplane.config import Config
-from dataplane.linux.chains import IptRule
-from dataplane.linux.overlay_plan import vxlan_enabled
+from dataplane.linux.iptables.chains import IptRule
+from dataplane.linux.netlink.overlay_plan import vxlan_enabled
 
 __all__ = ["encap_drops", "vxlan_host_rules"]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dataplane.linux.chains import Chain, IptRule
-from dataplane.linux.filter_render import FilterRenderer
-from dataplane.linux.marks import clear_mark, has_mark
+from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.render.filter import FilterRenderer
+from dataplane.linux.render.marks import clear_mark, has_mark
 from dataplane.model import (
     EffectivePolicy,
     HostEffectivePolicy,

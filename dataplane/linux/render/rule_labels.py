@@ -13,7 +13,7 @@ matches nothing.
 What is labelled:
 
 * policy and profile chains: for each model rule, the one iptables rule
-  that carries its verdict (:func:`~dataplane.linux.rule_render.verdict_index`),
+  that carries its verdict (:func:`~dataplane.linux.render.rule.verdict_index`),
   labelled with the policy's tier, the policy (``str`` of its key) or
   profile id, the direction and the rule's index in the message;
   profiles have the tier :data:`PROFILE_TIER`, which no tier name can be
@@ -34,11 +34,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.chains import IptRule
-from dataplane.linux.filter_render import END_OF_TIER, NOTHING_ALLOWED
-from dataplane.linux.rule_render import RuleRenderer, verdict_index
-from dataplane.linux.table import Table
+from dataplane.linux.iptables.chains import IptRule
+from dataplane.linux.iptables.table import Table
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.filter import END_OF_TIER, NOTHING_ALLOWED
+from dataplane.linux.render.rule import RuleRenderer, verdict_index
 from dataplane.model import Policy, PolicyKey, Profile, Rule
 
 __all__ = ["END_OF_TIER_RULE", "PROFILE_TIER", "RuleLabel", "RuleLabels", "RuleMap", "model_labels"]

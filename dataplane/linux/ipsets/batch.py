@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataplane.linux.ipset_save import KernelSet, SetMeta
+from dataplane.linux.ipsets.save import KernelSet, SetMeta
 
 __all__ = ["RestoreBatch"]
 

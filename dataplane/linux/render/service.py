@@ -33,9 +33,9 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dataplane.linux.chain_names import ChainNames
-from dataplane.linux.chains import Chain, IptRule
-from dataplane.linux.marks import Marks, set_mark
+from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.marks import Marks, set_mark
 from dataplane.model.services import Backend, Service, ServicePort
 
 __all__ = ["Frontend", "RenderedService", "ServiceRenderer"]

@@ -1,0 +1,1 @@
+"""IP sets: kernel names, desired members, ``ipset save`` parsing and the programmer."""
