@@ -290,7 +290,7 @@ class Table:
             await self._runner.run(self._commands.restore, stdin="\n".join(lines).encode())
         except ProgrammingError as exc:
             self.mark_for_resync()
-            raise ProgrammingError(f"iptables v{self.version} table {self.name}: {exc}") from None
+            raise ProgrammingError(f"iptables v{self.version} table {self.name}: {exc}") from exc
         self.writes += 1
 
     async def _preload(self) -> None:

@@ -64,7 +64,7 @@ class ProcessRunner:
                 check=False,
             )
         except OSError as exc:
-            raise ProgrammingError(f"{argv[0]}: cannot run: {exc}") from None
+            raise ProgrammingError(f"{argv[0]}: cannot run: {exc}") from exc
         result = CommandResult(proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
             raise ProgrammingError(

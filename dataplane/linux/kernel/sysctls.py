@@ -70,7 +70,7 @@ class SysctlWriter:
         except FileNotFoundError:
             return  # interface went away, or IPv6 disabled: nothing to configure
         except OSError as exc:
-            raise ProgrammingError(f"sysctl {key}={value}: {exc}") from None
+            raise ProgrammingError(f"sysctl {key}={value}: {exc}") from exc
 
     def _read(self, key: str) -> str | None:
         try:
@@ -78,7 +78,7 @@ class SysctlWriter:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise ProgrammingError(f"sysctl {key}: {exc}") from None
+            raise ProgrammingError(f"sysctl {key}: {exc}") from exc
 
     def _write_global(self, key: str, value: str) -> None:
         found = self._read(key)
