@@ -1,10 +1,14 @@
-"""Table against the real kernel (both backends), in a throwaway namespace."""
+"""Table against the real kernel (both backends, in a throwaway namespace) and the fake.
+
+The same test runs on the iptables fake (``tests/linux/fake_iptables.py``) without
+root, which the contract suite holds to the real tools.
+"""
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 import trio
@@ -12,40 +16,58 @@ import trio
 from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.chains import Chain, IptRule, parse_save
 from dataplane.linux.iptables.table import Table
-from dataplane.linux.kernel.cmd import ProcessRunner
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a network namespace")
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    name = f"dptbl{os.getpid() % 100000}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
+from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
+from tests.linux.fake_iptables import FakeIptables
 
 
-def _table(netns: str, backend: str, threshold: int = 2000, batch: int = 2000) -> Table:
-    commands = IptablesCommands.for_backend(backend, 4)
+@dataclass(frozen=True)
+class Tools:
+    """One backend's tools: a runner for the Table, and a way to look and tamper."""
+
+    backend: str  # the commands' backend: legacy or nft (the fake answers both)
+    runner: CommandRunner
+    run: Callable[[list[str], bytes], bytes]  # argv, stdin -> stdout; raises on failure
+
+    def saved(self) -> str:
+        return self.run([f"iptables-{self.backend}-save", "-t", "filter"], b"").decode()
+
+    def restore(self, text: str) -> None:
+        self.run([f"iptables-{self.backend}-restore", "--noflush"], text.encode())
+
+
+@pytest.fixture(params=["nft", "legacy", "fake"])
+def tools(request: pytest.FixtureRequest) -> Iterator[Tools]:
+    if request.param == "fake":
+        fake = FakeIptables()
+
+        def run_fake(argv: list[str], stdin: bytes) -> bytes:
+            result = fake.run_sync(argv, stdin=stdin)
+            assert result.returncode == 0, result.stderr
+            return result.stdout
+
+        yield Tools("nft", fake, run_fake)
+        return
+    name = request.getfixturevalue("netns")  # skipped without root
+
+    def run_real(argv: list[str], stdin: bytes) -> bytes:
+        done = subprocess.run(
+            ["ip", "netns", "exec", name, *argv], input=stdin, check=True, capture_output=True
+        )
+        return done.stdout
+
+    yield Tools(request.param, ProcessRunner(name), run_real)
+
+
+def _table(tools: Tools, threshold: int = 2000, batch: int = 2000) -> Table:
+    commands = IptablesCommands.for_backend(tools.backend, 4)
     return Table(
         "filter",
         4,
-        ProcessRunner(netns),
+        tools.runner,
         commands,
         preload_threshold=threshold,
         preload_batch=batch,
     )
-
-
-def _saved(netns: str, backend: str) -> str:
-    return subprocess.run(
-        ["ip", "netns", "exec", netns, f"iptables-{backend}-save", "-t", "filter"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
 
 
 def _tree(width: int) -> list[Chain]:
@@ -60,15 +82,14 @@ def _tree(width: int) -> list[Chain]:
     return [root, *mids, *leaves]
 
 
-@pytest.mark.parametrize("backend", ["nft", "legacy"])
-def test_writes_only_differences_and_preloads_large_loads(netns: str, backend: str) -> None:
+def test_writes_only_differences_and_preloads_large_loads(tools: Tools) -> None:
     async def main() -> None:
-        table = _table(netns, backend, threshold=10, batch=7)
+        table = _table(tools, threshold=10, batch=7)
         table.set_chains(_tree(12))  # 25 new chains: preloaded in batches
         table.set_hooks("FORWARD", [IptRule("", "-j cali-root")])
         assert await table.apply()
         assert table.writes == 4 + 1  # ceil(25 / 7) preload batches, then the final one
-        saved = parse_save(_saved(netns, backend))["filter"]
+        saved = parse_save(tools.saved())["filter"]
         assert len(saved.chains["cali-root"].hashes) == 12
         assert all(h is not None for h in saved.chains["cali-leaf-11"].hashes)
         assert any("cali-root" in line for line in saved.chains["FORWARD"].lines)
@@ -79,21 +100,19 @@ def test_writes_only_differences_and_preloads_large_loads(netns: str, backend: s
         assert await table.apply()
         assert table.writes == writes + 1
         # A fresh Table (a restart) adopts the kernel's state: nothing to write.
-        again = _table(netns, backend)
+        again = _table(tools)
         chains = _tree(12)
         chains[1 + 12 + 3] = Chain("cali-leaf-3", (IptRule("-s 10.9.9.0/24", "-j DROP"),))
         again.set_chains(chains)
         again.set_hooks("FORWARD", [IptRule("", "-j cali-root")])
         assert not await again.apply()
         # Someone flushes a chain; a resync notices and rewrites just it.
-        subprocess.run(
-            ["ip", "netns", "exec", netns, f"iptables-{backend}", "-F", "cali-mid-5"], check=True
-        )
+        tools.restore("*filter\n-F cali-mid-5\nCOMMIT\n")
         again.mark_for_resync()
         assert await again.apply()
-        assert parse_save(_saved(netns, backend))["filter"].chains["cali-mid-5"].hashes
+        assert parse_save(tools.saved())["filter"].chains["cali-mid-5"].hashes
         # Cleanup removes every chain and hook we own, nothing else.
         await again.cleanup_all()
-        assert "cali-" not in _saved(netns, backend)
+        assert "cali-" not in tools.saved()
 
     trio.run(main)

@@ -8,15 +8,14 @@ quarantine when it changes.
 
 from __future__ import annotations
 
+import subprocess
+
 import trio
 
 from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.chains import Chain, IptRule, parse_save
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import ProcessRunner
-from tests.linux.test_table import _saved, netns, pytestmark
-
-__all__ = ["netns", "pytestmark"]
 
 # The kernel's parser refuses a second -d on one rule.
 BAD = IptRule("-d 10.0.0.0/8 ! -d 10.1.0.0/16", "-j ACCEPT")
@@ -38,7 +37,9 @@ def _table(netns: str, backend: str, clock: Clock) -> Table:
 
 
 def _rules(netns: str, backend: str, chain: str) -> list[str]:
-    saved = parse_save(_saved(netns, backend))["filter"]
+    argv = ["ip", "netns", "exec", netns, f"iptables-{backend}-save", "-t", "filter"]
+    text = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    saved = parse_save(text)["filter"]
     return list(saved.chains[chain].lines)
 
 
