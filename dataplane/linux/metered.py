@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from dataplane.errors import ProgrammingError
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import CommandResult, CommandRunner
-from dataplane.linux.netlink.batch import Request
+from dataplane.linux.netlink.batch import NetlinkWriter, Request
 
 if TYPE_CHECKING:  # a platform without metrics never loads prometheus_client
     from prometheus_client import Counter
@@ -55,7 +55,6 @@ _TABLE = re.compile(rb"^\*(\S+)", re.MULTILINE)
 # big load's restore has hundreds of thousands of lines).
 _CHANGES = (b"\n-A ", b"\n-I ", b"\n-R ", b"\n-D ", b"\n-F ", b"\n-X ", b"\n:")
 _NETNS_EXEC = ["ip", "netns", "exec"]
-NetlinkWriter = Callable[[Sequence[Request]], list[OSError | None]]
 
 
 def tool_of(argv: Sequence[str]) -> tuple[str, int]:

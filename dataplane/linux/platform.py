@@ -35,6 +35,7 @@ from dataplane.linux.iptables.backend import IptablesCommands, read_counters
 from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
 from dataplane.linux.metered import LinuxMeter
+from dataplane.linux.netlink.batch import NetlinkWriter
 from dataplane.linux.netlink.dump import FastReads
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.overlay_plan import OverlayPlan
@@ -94,6 +95,7 @@ class LinuxPlatform:
         *,
         runner: CommandRunner | None = None,
         netlink: Callable[[], NetlinkHandle] = _default_netlink,
+        netlink_writer: NetlinkWriter | None = None,
         sysctl_root: str = "/proc/sys",
         sysctl_state: Path | None = None,
         chain_prefix: str = "cali-",
@@ -104,6 +106,10 @@ class LinuxPlatform:
         # Where the policy counters' saves run (the runner's namespace).
         self._netns = self._runner.netns if isinstance(self._runner, ProcessRunner) else None
         self._netlink = netlink
+        # Route, neighbour and FDB writes (None: a raw netlink socket of the
+        # driver's namespace); a fake together with ``netlink`` and ``runner``
+        # runs the platform with no kernel at all.
+        self._netlink_writer = netlink_writer
         self._sysctl_root = sysctl_root
         # Where the forwarding values found at start are kept for cleanup
         # (None: in memory only, so a later cleanup cannot restore them).
@@ -248,6 +254,7 @@ class LinuxPlatform:
             sysctl_state=self._sysctl_state,
             clock=self._clock,
             meter=self._meter,
+            netlink_writer=self._netlink_writer,
         )
         self._ipset_changes.replay_into(kernel.ipsets)
         self._timers.start()
@@ -399,6 +406,11 @@ class LinuxPlatform:
         await kernel.cleanup(
             self._runner, self.names.prefix, backends, self.config.interface_prefixes
         )
+
+    @property
+    def programmers(self) -> Programmers | None:
+        """The programmers, once the first apply built them (for tests and tools: read only)."""
+        return self._kernel
 
     @property
     def backend(self) -> str | None:

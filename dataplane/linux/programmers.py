@@ -21,7 +21,7 @@ from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.metered import LinuxMeter
-from dataplane.linux.netlink.batch import NetlinkBatch
+from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
@@ -64,6 +64,7 @@ class Programmers:
         sysctl_state: Path | None = None,
         clock: Callable[[], float],
         meter: LinuxMeter | None = None,
+        netlink_writer: NetlinkWriter | None = None,
     ) -> Programmers:
         backend = await detect_backend(runner, config.iptables_backend)
         ipsets = IPSetsProgrammer(
@@ -89,7 +90,9 @@ class Programmers:
                     clock=clock,
                 )
         # Netlink writes are counted through these (the runner counts the tools).
-        writer = meter.netlink_writer(NetlinkBatch()) if meter else None
+        writer: NetlinkWriter = netlink_writer or NetlinkBatch()
+        if meter:
+            writer = meter.netlink_writer(writer)
         routes = RouteProgrammer(
             netlink,
             links,

@@ -24,7 +24,15 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["NeighRequest", "NetlinkBatch", "Request", "RouteRequest", "encode", "replies"]
+__all__ = [
+    "NeighRequest",
+    "NetlinkBatch",
+    "NetlinkWriter",
+    "Request",
+    "RouteRequest",
+    "encode",
+    "replies",
+]
 
 _NLMSG_ERROR = 2
 _RTM_NEWROUTE, _RTM_DELROUTE = 24, 25
@@ -70,6 +78,9 @@ class NeighRequest:
 
 
 Request = RouteRequest | NeighRequest
+# What writes requests (NetlinkBatch, a meter around it, a fake): one result
+# per request, in order, an OSError for each the kernel refused.
+NetlinkWriter = Callable[[Sequence[Request]], list[OSError | None]]
 
 
 def _attr(kind: int, payload: bytes) -> bytes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import trio
@@ -29,7 +29,7 @@ import trio
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
-from dataplane.linux.netlink.batch import NetlinkBatch, Request, RouteRequest
+from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter, RouteRequest
 from dataplane.linux.netlink.links import LinkMonitor, LinkState
 from dataplane.linux.netlink.route_target import RouteKind, RouteTarget
 
@@ -81,7 +81,7 @@ class RouteProgrammer:
         protocol: int,
         ipv6: bool = True,
         clock: Callable[[], float] = trio.current_time,
-        writer: Callable[[Sequence[Request]], list[OSError | None]] | None = None,
+        writer: NetlinkWriter | None = None,
     ) -> None:
         self._netlink_factory = netlink
         # Writes go many per system call.

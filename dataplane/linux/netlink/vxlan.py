@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.errors import KERNEL_ERRORS, NetlinkError
-from dataplane.linux.netlink.batch import NeighRequest, NetlinkBatch, Request
+from dataplane.linux.netlink.batch import NeighRequest, NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.overlay_plan import (
     DEVICE_NAMES,
@@ -74,7 +74,7 @@ class VxlanProgrammer:
         self,
         netlink: Callable[[], Any],
         links: LinkMonitor,
-        writer: Callable[[Sequence[Request]], list[OSError | None]] | None = None,
+        writer: NetlinkWriter | None = None,
     ) -> None:
         self._netlink = netlink
         self._writer = writer or NetlinkBatch()
