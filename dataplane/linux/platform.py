@@ -41,7 +41,7 @@ from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.overlay_plan import OverlayPlan
 from dataplane.linux.netlink.routes import NetlinkHandle
 from dataplane.linux.owners import ChainOwner
-from dataplane.linux.programmers import TABLES, Programmers
+from dataplane.linux.programmers import TABLES, HoldsBack, Programmers
 from dataplane.linux.refresh import RefreshTimers
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.rule_labels import RuleLabels, RuleMap
@@ -130,7 +130,6 @@ class LinuxPlatform:
         self._timers = RefreshTimers(clock)
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
-        self._sysctl_reported: set[str] = set()
         # True while apply() runs: the policy counters' save waits for the end.
         self.applying = False
         # Metrics, when bound; the policy counters' labels, when asked for.
@@ -301,33 +300,24 @@ class LinuxPlatform:
 
     async def _program(self, kernel: Programmers) -> None:
         plan = self._write(kernel)
-        await kernel.ipsets.apply_updates()
-        for set_id, message in kernel.ipsets.take_refusals():
-            log.error(
-                "IP set %s refused by the kernel: %s; quarantined, the kernel keeps what it"
-                " holds of it",
-                set_id,
-                message,
-            )
-        for table in TABLES:
-            for version in self._desired.versions():
-                await kernel.tables[(table, version)].apply()
-        self._reports().log_refusals(kernel.tables)
-        # UDP/SCTP flows to removed backends: only now that the new rules
-        # are in force, or the next packet would re-create them.
-        await self._conntrack.apply()
-        kernel.vxlan.set_plan(plan)
-        await kernel.vxlan.apply()
-        kernel.routes.set_routes(plan.routes() | self._desired.routes.routes())
-        await kernel.routes.apply()
-        for cidr, message in kernel.routes.take_refusals():
-            log.error("route to %s refused by the kernel: %s; quarantined", cidr, message)
-        await kernel.sysctls.apply(self._desired.routes.sysctls(kernel.routes.links))
-        for iface, message in kernel.sysctls.failed.items():
-            if iface not in self._sysctl_reported:
-                log.error("interface %s: %s; retried at the next apply", iface, message)
-        self._sysctl_reported = set(kernel.sysctls.failed)
-        await kernel.ipsets.apply_deletions()
+        try:
+            await kernel.ipsets.apply_updates()
+            for table in TABLES:
+                for version in self._desired.versions():
+                    await kernel.tables[(table, version)].apply()
+            self._reports().log_refusals(kernel.tables)
+            # UDP/SCTP flows to removed backends: only now that the new rules
+            # are in force, or the next packet would re-create them.
+            await self._conntrack.apply()
+            kernel.vxlan.set_plan(plan)
+            await kernel.vxlan.apply()
+            kernel.routes.set_routes(plan.routes() | self._desired.routes.routes())
+            await kernel.routes.apply()
+            await kernel.sysctls.apply(self._desired.routes.sysctls(kernel.routes.links))
+            await kernel.ipsets.apply_deletions()
+        finally:
+            # Said even when a later step failed: a refusal is news either way.
+            _log_refusals(kernel)
         self._links_changed = False
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
@@ -376,7 +366,7 @@ class LinuxPlatform:
         )
         if self._links_changed:
             return -math.inf  # a link came, went or changed state: now
-        if kernel.routes.pending or kernel.vxlan.failing:
+        if kernel.routes.pending or kernel.vxlan.held_back():
             # Routes wait for interfaces the CNI plugin has not created yet;
             # the link monitor normally wakes us first, this is the backstop.
             return min(refresh, self._last_apply + _PENDING_RETRY_SECONDS)
@@ -496,3 +486,21 @@ class LinuxPlatform:
             out += self._kernel.dump_tables()
             out += self._desired.dump()
         return "\n".join(out) + "\n"
+
+
+def _log_refusals(kernel: Programmers) -> None:
+    """What the kernel newly held back, but chains (named by the object they
+    came from, in Reports.log_refusals): one line each, the first time."""
+    programmers: tuple[tuple[HoldsBack, str], ...] = (
+        (
+            kernel.ipsets,
+            "IP set %s refused by the kernel: %s; quarantined, the kernel keeps what it"
+            " holds of it",
+        ),
+        (kernel.routes, "route to %s refused by the kernel: %s; quarantined"),
+        (kernel.sysctls, "interface %s: %s; retried at the next apply"),
+        (kernel.vxlan, "VXLAN %s: %s; retried"),
+    )
+    for programmer, line in programmers:
+        for what, why in programmer.take_refusals():
+            log.error(line, what, why)

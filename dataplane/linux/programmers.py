@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from dataplane.config import Config
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
@@ -27,10 +28,21 @@ from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
 from dataplane.linux.render.marks import Marks, set_mark
 
-__all__ = ["TABLES", "Programmers"]
+__all__ = ["TABLES", "HoldsBack", "Programmers"]
 
 # The order iptables tables are written in (see LinuxPlatform.apply).
 TABLES = ("raw", "mangle", "nat", "filter")
+
+
+class HoldsBack(Protocol):
+    """How a programmer says what it could not program (every one but the
+    iptables tables, whose refusals carry the rule that was refused)."""
+
+    def held_back(self) -> dict[str, str]:
+        """What is not as desired now, and why."""
+
+    def take_refusals(self) -> list[tuple[str, str]]:
+        """(what, why) newly held back since the last call: one report each."""
 
 
 class Programmers:

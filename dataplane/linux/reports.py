@@ -113,16 +113,17 @@ class Reports:
         """
         found: dict[tuple[str, str], str] = {}
         for (table, version), programmer in sorted(kernel.tables.items()):
-            for chain, rejection in programmer.quarantine.items():
+            for chain, why in programmer.held_back().items():
                 owner = self.owner(table, version, chain, None)
-                found.setdefault((_KINDS[owner.kind], owner.name), rejection.reason)
-        for set_id, rejection in kernel.ipsets.quarantine.items():
-            found.setdefault(("ipset", set_id), rejection.reason)
-        for cidr, rejection in kernel.routes.quarantine.items():
-            found.setdefault(("route", cidr), rejection.reason)
-        for iface, message in kernel.sysctls.failed.items():
-            found.setdefault(("interface", iface), message)
-        for what, why in kernel.vxlan.failing.items():
+                found.setdefault((_KINDS[owner.kind], owner.name), why)
+        for kind, held in (
+            ("ipset", kernel.ipsets.held_back()),
+            ("route", kernel.routes.held_back()),
+            ("interface", kernel.sysctls.held_back()),
+        ):
+            for what, why in held.items():
+                found.setdefault((kind, what), why)
+        for what, why in kernel.vxlan.held_back().items():
             # Entries are "neighbour ..." / "fdbentry ...", devices their name.
             found.setdefault(("vxlan" if " " in what else "interface", what), why)
         return [ObjectError(kind, ident, reason) for (kind, ident), reason in sorted(found.items())]

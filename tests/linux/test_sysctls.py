@@ -34,14 +34,18 @@ def test_a_refusing_interface_is_reported_and_the_rest_configured(tmp_path: Path
         await writer.apply([("cali1", 1, True), ("cali2", 2, True)])
 
     trio.run(main)
-    assert set(writer.failed) == {"cali1"}
+    assert set(writer.held_back()) == {"cali1"}
     assert (tmp_path / "net/ipv4/conf/cali2/proxy_arp").read_text() == "1"
     assert (tmp_path / "net/ipv4/conf/cali2/rp_filter").read_text() == "1"
+    # Reported once, not at every retry.
+    assert [iface for iface, _ in writer.take_refusals()] == ["cali1"]
+    trio.run(main)
+    assert writer.take_refusals() == [] and set(writer.held_back()) == {"cali1"}
     # Repaired: the next apply configures it and clears the failure.
     bad.rmdir()
     bad.write_text("0")
     trio.run(main)
-    assert writer.failed == {}
+    assert writer.held_back() == {} and writer.take_refusals() == []
     assert bad.read_text() == "1"
 
 

@@ -15,6 +15,7 @@ from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-unty
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.netlink.links import LinkMonitor
+from dataplane.linux.netlink.overlay_plan import DEVICE_NAMES, FamilyPlan, OverlayPlan, VxlanDevice
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
 
 
@@ -62,3 +63,33 @@ def test_a_bug_is_not_taken_for_the_kernel_refusing() -> None:
     vxlan = programmer(RaisingHandle(KeyError("IFLA_LINKINFO")))
     with pytest.raises(KeyError):
         trio.run(vxlan.apply)
+
+
+class NoParent(RaisingHandle):
+    """No VXLAN device yet, and no interface holding the VTEP's parent address."""
+
+    def get_addr(self, **kwargs: Any) -> list[dict[str, Any]]:
+        return []
+
+
+def test_a_device_that_cannot_be_made_is_held_back_and_reported_once() -> None:
+    device = VxlanDevice(
+        name=DEVICE_NAMES[4],
+        version=4,
+        vni=4096,
+        port=4789,
+        mac="66:00:00:00:00:01",
+        local="192.0.2.1",
+        address="10.65.0.1",
+        mtu=0,
+        overhead=50,
+    )
+    vxlan = programmer(NoParent(None))
+    vxlan.set_plan(OverlayPlan({4: FamilyPlan(device=device)}))
+    trio.run(vxlan.apply)  # not an error of the apply: retried, reported
+    (why,) = vxlan.held_back().values()
+    assert "no interface holds the VTEP parent address 192.0.2.1" in why
+    assert vxlan.take_refusals() == [(DEVICE_NAMES[4], why)]
+    trio.run(vxlan.apply)
+    assert vxlan.take_refusals() == []  # once, not at every retry
+    assert vxlan.held_back() == {DEVICE_NAMES[4]: why}

@@ -224,6 +224,10 @@ class IPSetsProgrammer:
             if self.quarantine.reject(set_id, str(error)):
                 self._refusals.append((set_id, str(error)))
 
+    def held_back(self) -> dict[str, str]:
+        """IP sets (by id) in quarantine now, and the kernel's reason."""
+        return {key: rejection.reason for key, rejection in self.quarantine.items()}
+
     def take_refusals(self) -> list[tuple[str, str]]:
         """(set id, kernel's message) of sets newly quarantined since the last call."""
         refusals, self._refusals = self._refusals, []

@@ -403,6 +403,10 @@ class Table:
         held = (self._actual_chains or {}).get(name)
         return held is not None and held != self._closed_hashes(name)
 
+    def held_back(self) -> dict[str, str]:
+        """Chains in quarantine now, and the kernel's reason."""
+        return {chain: rejection.reason for chain, rejection in self.quarantine.items()}
+
     def take_refusals(self) -> list[RefusedChain]:
         """Chains refused since the last call (each reported once)."""
         refusals, self._refusals = self._refusals, []

@@ -58,6 +58,7 @@ class SysctlWriter:
         self.originals = originals if originals is not None else SysctlOriginals()
         self._done: dict[str, tuple[int, bool]] = {}  # iface -> (ifindex, strict rpf)
         self.failed: dict[str, str] = {}  # iface -> why, as of the last apply
+        self._told: dict[str, str] = {}  # failures take_refusals has returned
         self.writes = 0  # files written so far (metrics); read from the loop after apply
 
     def _write(self, key: str, value: str) -> None:
@@ -117,6 +118,16 @@ class SysctlWriter:
         self.failed = failed
         for iface in [i for i in self._done if i not in wanted]:
             del self._done[iface]
+
+    def held_back(self) -> dict[str, str]:
+        """Interfaces whose settings the last apply could not write, and why."""
+        return dict(self.failed)
+
+    def take_refusals(self) -> list[tuple[str, str]]:
+        """(iface, why) failing since the last call, or failing for a new reason."""
+        new = [(iface, why) for iface, why in self.failed.items() if self._told.get(iface) != why]
+        self._told = dict(self.failed)
+        return new
 
     async def apply(self, interfaces: Iterable[tuple[str, int, bool]]) -> None:
         """Configure each (name, ifindex, strict_rpf) interface that is new or changed."""

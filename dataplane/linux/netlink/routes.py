@@ -109,6 +109,10 @@ class RouteProgrammer:
                 self.quarantine.release(cidr)  # changed or gone: a fresh chance
         self._desired = dict(desired)
 
+    def held_back(self) -> dict[str, str]:
+        """Routes (by CIDR) in quarantine now, and the kernel's reason."""
+        return {key: rejection.reason for key, rejection in self.quarantine.items()}
+
     def take_refusals(self) -> list[tuple[str, str]]:
         """(cidr, error) of routes newly quarantined since the last call."""
         refusals, self._refusals = self._refusals, []

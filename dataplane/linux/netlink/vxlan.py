@@ -90,6 +90,7 @@ class VxlanProgrammer:
         self._neighbours: dict[int, set[Neighbour]] | None = None
         self._fdb: dict[int, set[FdbEntry]] | None = None
         self.failing: dict[str, str] = {}  # what -> why, as of the last apply
+        self._told: dict[str, str] = {}  # failures take_refusals has returned
 
     def set_plan(self, plan: OverlayPlan) -> None:
         plans = dict(plan.families)
@@ -124,6 +125,18 @@ class VxlanProgrammer:
             self.mark_for_resync()
             raise ProgrammingError(f"vxlan: {type(exc).__name__}: {exc}") from exc
 
+    def held_back(self) -> dict[str, str]:
+        """What is not as desired after the last apply, and why: devices by
+        name, entries as ``neighbour ...`` / ``fdbentry ...``."""
+        return dict(self.failing)
+
+    def take_refusals(self) -> list[tuple[str, str]]:
+        """(what, why) failing since the last call, or failing for a new reason:
+        one report per failure, not per retry."""
+        new = [(what, why) for what, why in self.failing.items() if self._told.get(what) != why]
+        self._told = dict(self.failing)
+        return new
+
     async def cleanup_all(self) -> None:
         self._plans = {}
         self.mark_for_resync()
@@ -141,9 +154,6 @@ class VxlanProgrammer:
                 changed |= self._sync_family(
                     handle, version, name, plan, failing, check_devices=check_devices
                 )
-            for what, why in failing.items():
-                if self.failing.get(what) != why:  # one line per failure, not per retry
-                    log.error("VXLAN %s: %s; retried", what, why)
             self.failing = failing
             if changed:
                 self._links.mark_stale()  # routes look their device up again
