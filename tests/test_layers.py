@@ -14,13 +14,14 @@ import pytest
 
 from tests.conftest import REPO
 
-_LINUX_LOW = {"kernel", "iptables", "ipsets", "netlink"}
+_LINUX_LOW = {"kernel", "iptables", "ipsets", "netlink", "nftables"}
 LAYERS: dict[str, dict[str, set[str]]] = {
     "linux": {
         "kernel": set(),
         "iptables": {"kernel"},
         "ipsets": {"kernel"},
         "netlink": {"kernel"},
+        "nftables": {"kernel"},
         "render": _LINUX_LOW,
         "writers": _LINUX_LOW | {"render"},
     },

@@ -1,0 +1,152 @@
+"""The nf_tables element writer against the kernel: what ``nft`` lists after it wrote.
+
+The tables, sets and maps are made with ``nft -f`` in a throwaway
+namespace, as the backend will make its structure; the writer then adds
+and deletes elements of every kind the services layout uses (addresses,
+a concatenated key with a protocol, a port and a slot, a concatenated
+value), and ``nft`` reads them back. A transaction with one refused
+change applies none of its changes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataplane.linux.nftables.elements import encode_batch
+from testbed.topology import Topology, kernel_unavailable
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.skipif(kernel_unavailable() is not None, reason=str(kernel_unavailable())),
+    pytest.mark.skipif(shutil.which("nft") is None, reason="needs nft (nftables)"),
+]
+
+RULESET = """
+table ip dp-test {
+  set addrs { type ipv4_addr; }
+  map backends {
+    typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport
+  }
+}
+table ip6 dp-test6 {
+  set addrs { type ipv6_addr; }
+}
+"""
+
+_WRITE = """
+import json, sys
+from dataplane.linux.nftables.elements import (
+    NFPROTO_IPV4, NFPROTO_IPV6, Element, ElementChange, ElementWriter, addr, integer, port, proto,
+)
+
+def backend(vip, slot, ip, number):
+    return Element((addr(vip), proto(6), port(80), integer(slot)), (addr(ip), port(number)))
+
+steps = {
+    "add": [
+        ElementChange("add", NFPROTO_IPV4, "dp-test", "addrs",
+                      tuple(Element((addr(f"10.0.0.{i}"),)) for i in range(1, 4))),
+        ElementChange("add", NFPROTO_IPV6, "dp-test6", "addrs", (Element((addr("fd00::1"),)),)),
+        ElementChange("add", NFPROTO_IPV4, "dp-test", "backends", (
+            backend("10.96.0.10", 0, "10.65.0.10", 8080),
+            backend("10.96.0.10", 1, "10.65.0.11", 8080),
+        )),
+    ],
+    # One backend replaced: the old element out, the new in, one transaction.
+    "swap": [
+        ElementChange("delete", NFPROTO_IPV4, "dp-test", "backends",
+                      (backend("10.96.0.10", 1, "10.65.0.11", 8080),)),
+        ElementChange("add", NFPROTO_IPV4, "dp-test", "backends",
+                      (backend("10.96.0.10", 1, "10.65.0.12", 9090),)),
+        ElementChange("delete", NFPROTO_IPV4, "dp-test", "addrs", (Element((addr("10.0.0.2"),)),)),
+    ],
+    # The second change deletes what is not there: the first must not land.
+    "refused": [
+        ElementChange("add", NFPROTO_IPV4, "dp-test", "addrs", (Element((addr("10.0.0.9"),)),)),
+        ElementChange("delete", NFPROTO_IPV4, "dp-test", "addrs", (Element((addr("10.0.0.7"),)),)),
+    ],
+}
+try:
+    ElementWriter()(steps[sys.argv[1]])
+    print(json.dumps(None))
+except OSError as exc:
+    print(json.dumps([exc.errno, str(exc)]))
+"""
+
+
+def _write(netns: str, step: str) -> Any:
+    argv = ["ip", "netns", "exec", netns, sys.executable, "-c", _WRITE, step]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=REPO)
+    return json.loads(done.stdout)
+
+
+def _elements(topology: Topology, netns: str, family: str, table: str, name: str) -> list[Any]:
+    listed = topology.run(netns, "nft", "-j", "list", "set", family, table, name).stdout
+    for item in json.loads(listed)["nftables"]:
+        for kind in ("set", "map"):
+            if kind in item:
+                return list(item[kind].get("elem", []))
+    raise AssertionError(f"no set {name} in {listed}")
+
+
+def _backends(topology: Topology, netns: str) -> dict[int, tuple[str, int]]:
+    listed = topology.run(netns, "nft", "-j", "list", "map", "ip", "dp-test", "backends").stdout
+    elements = next(i["map"] for i in json.loads(listed)["nftables"] if "map" in i)["elem"]
+    out = {}
+    for key, value in elements:
+        vip, protocol, dport, slot = key["concat"]
+        assert (vip, protocol, dport) == ("10.96.0.10", "tcp", 80)
+        out[slot] = tuple(value["concat"])
+    return out
+
+
+def test_elements_land_as_nft_reads_them_and_a_refusal_lands_nothing() -> None:
+    with Topology() as topology:
+        netns = topology.new_netns("nfe")
+        topology.run(netns, "nft", "-f", "-", stdin=RULESET)
+        assert _write(netns, "add") is None
+        assert _elements(topology, netns, "ip", "dp-test", "addrs") == [
+            "10.0.0.1",
+            "10.0.0.2",
+            "10.0.0.3",
+        ]
+        assert _elements(topology, netns, "ip6", "dp-test6", "addrs") == ["fd00::1"]
+        assert _backends(topology, netns) == {0: ("10.65.0.10", 8080), 1: ("10.65.0.11", 8080)}
+
+        assert _write(netns, "swap") is None
+        assert _backends(topology, netns) == {0: ("10.65.0.10", 8080), 1: ("10.65.0.12", 9090)}
+        assert _elements(topology, netns, "ip", "dp-test", "addrs") == ["10.0.0.1", "10.0.0.3"]
+
+        code, message = _write(netns, "refused")
+        assert code == 2  # ENOENT: the element to delete is not there
+        assert "change 1 (delete of 1 elements in dp-test addrs)" in message
+        assert _elements(topology, netns, "ip", "dp-test", "addrs") == ["10.0.0.1", "10.0.0.3"]
+
+
+def test_the_batch_is_one_transaction_of_acknowledged_changes() -> None:
+    """Without a kernel: the framing nfnetlink expects, sequence numbers in order."""
+    from dataplane.linux.nftables.elements import (  # noqa: PLC0415
+        NFPROTO_IPV4,
+        Element,
+        ElementChange,
+        addr,
+    )
+
+    change = ElementChange("add", NFPROTO_IPV4, "t", "s", (Element((addr("10.0.0.1"),)),))
+    data = encode_batch([change, change], first_seq=5)
+    kinds, seqs, offset = [], [], 0
+    while offset < len(data):
+        length = int.from_bytes(data[offset : offset + 4], sys.byteorder)
+        kinds.append(int.from_bytes(data[offset + 4 : offset + 6], sys.byteorder))
+        seqs.append(int.from_bytes(data[offset + 8 : offset + 12], sys.byteorder))
+        offset += (length + 3) & ~3
+    assert kinds == [0x10, (10 << 8) | 12, (10 << 8) | 12, 0x11]
+    assert seqs[1:] == [5, 6, 7]
