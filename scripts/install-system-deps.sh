@@ -7,6 +7,7 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v ipset >/dev/null 2>&1 || need+=(ipset)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-system-deps: missing ${need[*]} (run as root on Debian/Ubuntu to install)" >&2

@@ -30,6 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "NFPROTO_INET",
+    "NFPROTO_IPV4",
+    "NFPROTO_IPV6",
     "Element",
     "ElementChange",
     "ElementWriter",
