@@ -1,4 +1,4 @@
-"""Helpers the kernel benchmarks share: timing a tool, percentiles, reports."""
+"""Helpers the kernel benchmarks share: timing a tool, percentiles, reports, a namespace."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import math
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["machine", "markdown_table", "percentile", "timed_tool"]
+__all__ = ["machine", "markdown_table", "percentile", "run_inside_netns", "timed_tool"]
 
 
 def timed_tool(argv: list[str], stdin_path: Path) -> float:
@@ -67,3 +68,18 @@ def machine() -> str:
         f"nproc {os.cpu_count()}, {cpu}, kernel {platform.release()}, "
         f"Python {platform.python_version()}, {tools}"
     )
+
+
+def run_inside_netns(script: str, args: Sequence[str], prefix: str) -> None:
+    """Run ``script --inside ARGS`` in a throwaway network namespace, deleted after.
+
+    For benchmarks that measure the kernel from inside one namespace (their
+    own netlink sockets, tables and sets live there).
+    """
+    netns = f"{prefix}{os.getpid() % 10000}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        argv = ["ip", "netns", "exec", netns, sys.executable, script, "--inside", *args]
+        subprocess.run(argv, check=True)
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)

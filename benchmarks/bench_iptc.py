@@ -16,7 +16,6 @@ It re-executes itself inside the namespace it creates.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-NETNS = f"dpbench{os.getpid() % 10000}"
+from benchmarks._common import run_inside_netns
 
 
 def _restore_script(chains: int, rules: int, only: int | None = None) -> str:
@@ -159,28 +158,8 @@ def main() -> None:
     if args.inside:
         inside(args.chains, args.rules, args.repeat)
         return
-    subprocess.run(["ip", "netns", "add", NETNS], check=True)
-    try:
-        subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                NETNS,
-                sys.executable,
-                __file__,
-                "--inside",
-                "--chains",
-                str(args.chains),
-                "--rules",
-                str(args.rules),
-                "--repeat",
-                str(args.repeat),
-            ],
-            check=True,
-        )
-    finally:
-        subprocess.run(["ip", "netns", "del", NETNS], check=False)
+    args_out = ["--chains", str(args.chains), "--rules", str(args.rules)]
+    run_inside_netns(__file__, [*args_out, "--repeat", str(args.repeat)], "dpbench")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ It re-executes itself inside the namespace it creates.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -43,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine, markdown_table, percentile
+from benchmarks._common import machine, markdown_table, percentile, run_inside_netns
 from dataplane.linux.nftables.elements import (
     NFPROTO_IPV4,
     Element,
@@ -55,7 +54,6 @@ from dataplane.linux.nftables.elements import (
     proto,
 )
 
-NETNS = f"dpnftbench{os.getpid() % 10000}"
 TABLE, MAP = "dp-svc", "backends"
 
 
@@ -185,13 +183,8 @@ def main() -> None:
     if args.inside:
         inside(args.services, args.backends, args.changes)
         return
-    subprocess.run(["ip", "netns", "add", NETNS], check=True)
-    try:
-        argv = [sys.executable, __file__, "--inside", "--services", str(args.services)]
-        argv += ["--backends", str(args.backends), "--changes", str(args.changes)]
-        subprocess.run(["ip", "netns", "exec", NETNS, *argv], check=True)
-    finally:
-        subprocess.run(["ip", "netns", "del", NETNS], check=False)
+    argv = ["--services", str(args.services), "--backends", str(args.backends)]
+    run_inside_netns(__file__, [*argv, "--changes", str(args.changes)], "dpnftbench")
 
 
 if __name__ == "__main__":
