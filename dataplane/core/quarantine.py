@@ -83,3 +83,7 @@ class Quarantine(Generic[K]):
 
     def items(self) -> list[tuple[K, Rejection]]:
         return list(self._held.items())
+
+    def reasons(self) -> dict[K, str]:
+        """Each held object and why it is held."""
+        return {key: rejection.reason for key, rejection in self._held.items()}

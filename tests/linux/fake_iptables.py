@@ -45,8 +45,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import CommandResult
+from dataplane.linux.kernel.cmd import CommandResult, check_exit
 
 __all__ = ["BUILTIN_CHAINS", "STANDARD_TARGETS", "FakeIptables", "FakeTable"]
 
@@ -108,11 +107,8 @@ class FakeIptables:
         self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
     ) -> CommandResult:
         result = self.run_sync(argv, stdin=stdin)
-        if check and result.returncode != 0:
-            raise ProgrammingError(
-                f"{' '.join(argv[:3])}: exit {result.returncode}: "
-                + result.stderr.decode(errors="replace").strip().replace("\n", " | ")[:500]
-            )
+        if check:
+            check_exit(argv, result)
         return result
 
     def run_sync(self, argv: Sequence[str], *, stdin: bytes | None = None) -> CommandResult:

@@ -226,7 +226,7 @@ class IPSetsProgrammer:
 
     def held_back(self) -> dict[str, str]:
         """IP sets (by id) in quarantine now, and the kernel's reason."""
-        return {key: rejection.reason for key, rejection in self.quarantine.items()}
+        return self.quarantine.reasons()
 
     def take_refusals(self) -> list[tuple[str, str]]:
         """(set id, kernel's message) of sets newly quarantined since the last call."""

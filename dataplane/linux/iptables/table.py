@@ -405,7 +405,7 @@ class Table:
 
     def held_back(self) -> dict[str, str]:
         """Chains in quarantine now, and the kernel's reason."""
-        return {chain: rejection.reason for chain, rejection in self.quarantine.items()}
+        return self.quarantine.reasons()
 
     def take_refusals(self) -> list[RefusedChain]:
         """Chains refused since the last call (each reported once)."""

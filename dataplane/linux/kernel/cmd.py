@@ -18,7 +18,7 @@ import trio
 
 from dataplane.errors import ProgrammingError
 
-__all__ = ["CommandResult", "CommandRunner", "ProcessRunner", "run_sync"]
+__all__ = ["CommandResult", "CommandRunner", "ProcessRunner", "check_exit", "run_sync"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +66,19 @@ class ProcessRunner:
         except OSError as exc:
             raise ProgrammingError(f"{argv[0]}: cannot run: {exc}") from exc
         result = CommandResult(proc.returncode, proc.stdout, proc.stderr)
-        if check and proc.returncode != 0:
-            raise ProgrammingError(
-                f"{' '.join(argv[:3])}: exit {proc.returncode}: "
-                + proc.stderr.decode(errors="replace").strip().replace("\n", " | ")[:500]
-            )
+        if check:
+            check_exit(argv, result)
         return result
+
+
+def check_exit(argv: Sequence[str], result: CommandResult) -> None:
+    """A non-zero exit as the one-line ProgrammingError an operator reads: the
+    command and the tool's own words (a runner's ``check``)."""
+    if result.returncode != 0:
+        raise ProgrammingError(
+            f"{' '.join(argv[:3])}: exit {result.returncode}: "
+            + result.stderr.decode(errors="replace").strip().replace("\n", " | ")[:500]
+        )
 
 
 def run_sync(

@@ -111,7 +111,7 @@ class RouteProgrammer:
 
     def held_back(self) -> dict[str, str]:
         """Routes (by CIDR) in quarantine now, and the kernel's reason."""
-        return {key: rejection.reason for key, rejection in self.quarantine.items()}
+        return self.quarantine.reasons()
 
     def take_refusals(self) -> list[tuple[str, str]]:
         """(cidr, error) of routes newly quarantined since the last call."""
