@@ -207,7 +207,7 @@ def _port_ranges(raw: str) -> tuple[tuple[int, int], ...]:
 # Marks the iptables renderers carve out of IptablesMarkMask (policy
 # accept/pass, scratch bits, services, masquerade, drop...): checked here,
 # at the edge, so a mask too narrow is refused with the ConfigUpdate
-# rather than failing every apply later (dataplane.linux.render.marks checks the
+# rather than failing every apply later (dataplane.linux.rules.marks checks the
 # same number).
 MIN_MARK_BITS = 10
 

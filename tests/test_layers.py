@@ -14,14 +14,15 @@ import pytest
 
 from tests.conftest import REPO
 
-_LINUX_LOW = {"kernel", "iptables", "ipsets", "netlink", "nftables"}
+_LINUX_LOW = {"kernel", "rules", "iptables", "ipsets", "netlink", "nftables"}
 LAYERS: dict[str, dict[str, set[str]]] = {
     "linux": {
         "kernel": set(),
-        "iptables": {"kernel"},
+        "rules": set(),  # the rule model: values only
+        "iptables": {"kernel", "rules"},
         "ipsets": {"kernel"},
         "netlink": {"kernel"},
-        "nftables": {"kernel"},
+        "nftables": {"kernel", "rules"},
         "render": _LINUX_LOW,
         "writers": _LINUX_LOW | {"render"},
     },

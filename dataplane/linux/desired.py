@@ -24,8 +24,8 @@ from dataplane.linux.kernel.conntrack import ConntrackCleaner
 from dataplane.linux.netlink.overlay_plan import OverlayPlan, resolve_encapsulation
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
-from dataplane.linux.render.marks import Marks
 from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.rules.marks import Marks
 from dataplane.linux.writers.base import FilterBase
 from dataplane.linux.writers.hosts import HostEndpointWriter
 from dataplane.linux.writers.nat import NatWriter

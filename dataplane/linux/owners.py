@@ -5,7 +5,7 @@ and services. This maps one back to the other (pure, and only run when
 something was refused, so a linear scan is fine), with the endpoints whose
 status must say ``error`` (looked up in the managers' reverse indexes)
 and, for policy and profile chains, the index of the message's rule that
-the refused iptables rule was rendered from.
+the refused iptables rule was rendered from (its origin).
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from dataclasses import dataclass
 
 from dataplane.core.platform import EndpointKey, PolicyUsers
 from dataplane.linux.render.chain_names import ChainNames
-from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.rules.rule import Origin
 from dataplane.model import (
     HostEndpoint,
     HostEndpointKey,
     Policy,
     PolicyKey,
     Profile,
-    Rule,
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
@@ -56,24 +55,16 @@ class ChainOwner:
         return f"{self.kind} {self.name}{where}"
 
 
-def _source_rule(rules: Iterable[Rule], render: RuleRenderer, index: int | None) -> int | None:
-    """Index of the model rule whose rendering holds iptables rule ``index``."""
-    if index is None:
-        return None
-    end = 0
-    for i, rule in enumerate(rules):
-        end += len(render.render(rule))
-        if index < end:
-            return i
-    return None
+def _rule_index(origin: Origin | None) -> int | None:
+    """The message's index of the policy rule behind a refused rule."""
+    return int(origin.rule) if origin is not None and origin.rule.isdigit() else None
 
 
 def find_owner(
     chain: str,
-    chain_rule_index: int | None,
+    origin: Origin | None,
     *,
     names: ChainNames,
-    render: RuleRenderer,
     policies: Mapping[PolicyKey, Policy],
     profiles: Mapping[str, Profile],
     workloads: Iterable[tuple[WorkloadEndpointKey, WorkloadEndpoint]],
@@ -82,24 +73,24 @@ def find_owner(
     service_of: Callable[[str], ServiceKey | None],
 ) -> ChainOwner:
     """The object ``chain`` was rendered from (see :class:`ChainOwner`)."""
-    for key, policy in policies.items():
-        for inbound, rules in ((True, policy.inbound), (False, policy.outbound)):
+    for key in policies:
+        for inbound in (True, False):
             if names.policy(key, inbound) == chain:
                 return ChainOwner(
                     "policy",
                     str(key),
                     users.endpoints_using_policy(key),
-                    _source_rule(rules, render, chain_rule_index),
+                    _rule_index(origin),
                     "inbound" if inbound else "outbound",
                 )
-    for name, profile in profiles.items():
-        for inbound, rules in ((True, profile.inbound), (False, profile.outbound)):
+    for name in profiles:
+        for inbound in (True, False):
             if names.profile(name, inbound) == chain:
                 return ChainOwner(
                     "profile",
                     name,
                     users.endpoints_using_profile(name),
-                    _source_rule(rules, render, chain_rule_index),
+                    _rule_index(origin),
                     "inbound" if inbound else "outbound",
                 )
     for wkey, wep in workloads:

@@ -163,24 +163,16 @@ class LinuxPlatform:
     def set_policy(self, key: PolicyKey, policy: Policy) -> None:
         self._desired.policies.set_policy(key, policy)
         self._desired.hosts.policy_changed(key, policy)
-        if self._labels is not None:
-            self._labels.policy_changed(key)
 
     def remove_policy(self, key: PolicyKey) -> None:
         self._desired.policies.remove_policy(key)
         self._desired.hosts.policy_changed(key, None)
-        if self._labels is not None:
-            self._labels.policy_changed(key)
 
     def set_profile(self, profile_id: str, profile: Profile) -> None:
         self._desired.policies.set_profile(profile_id, profile)
-        if self._labels is not None:
-            self._labels.profile_changed(profile_id)
 
     def remove_profile(self, profile_id: str) -> None:
         self._desired.policies.remove_profile(profile_id)
-        if self._labels is not None:
-            self._labels.profile_changed(profile_id)
 
     def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
         self._desired.workloads.set(endpoint, policy)
@@ -332,7 +324,6 @@ class LinuxPlatform:
         desired = self._desired
         return Reports(
             self.names,
-            lambda version: desired.filter(version).rules,
             desired.policies,
             desired.workloads,
             desired.hosts,
@@ -444,7 +435,7 @@ class LinuxPlatform:
         )
 
         if self._labels is None:
-            self._labels = RuleLabels(self.names)
+            self._labels = RuleLabels()
             if self._kernel is not None:
                 self._publish_labels(self._kernel)
         netns = self._netns
@@ -468,12 +459,8 @@ class LinuxPlatform:
 
     def _publish_labels(self, kernel: Programmers) -> None:
         assert self._labels is not None
-        versions = [v for (table, v) in kernel.tables if table == "filter"]
         self._rule_map = self._labels.update(
-            {v: kernel.tables[("filter", v)] for v in versions},
-            {v: self._desired.filter(v).rules for v in versions},
-            self._desired.policies.policies,
-            self._desired.policies.profiles,
+            {v: table for (name, v), table in kernel.tables.items() if name == "filter"}
         )
 
     def table_writes(self) -> int:

@@ -17,6 +17,7 @@ from dataplane.config import Config
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands, detect_backend
 from dataplane.linux.iptables.chains import IptRule
+from dataplane.linux.iptables.marks import set_mark
 from dataplane.linux.iptables.table import FAIL_CLOSED, Table
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals
@@ -26,7 +27,7 @@ from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
-from dataplane.linux.render.marks import Marks, set_mark
+from dataplane.linux.rules.marks import Marks
 
 __all__ = ["TABLES", "HoldsBack", "Programmers"]
 

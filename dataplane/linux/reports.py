@@ -10,14 +10,14 @@ traffic meets a held-back chain, route, sysctl or IP set reports ``error``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.owners import ChainOwner, find_owner
 from dataplane.linux.programmers import Programmers
 from dataplane.linux.render.chain_names import ChainNames
-from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.rules.rule import Origin
 from dataplane.linux.writers.hosts import HostEndpointWriter
 from dataplane.linux.writers.policy import PolicyWriter
 from dataplane.linux.writers.routes import RoutesWriter
@@ -44,7 +44,6 @@ class Reports:
     def __init__(  # noqa: PLR0917 - each is one source of owners
         self,
         names: ChainNames,
-        rules: Callable[[int], RuleRenderer],
         policies: PolicyWriter,
         workloads: WorkloadWriter,
         hosts: HostEndpointWriter,
@@ -52,19 +51,17 @@ class Reports:
         users: PolicyUsers,
     ) -> None:
         self._names = names
-        self._rules = rules
         self._policies = policies
         self._workloads = workloads
         self._hosts = hosts
         self._services = services
         self._users = users
 
-    def owner(self, table: str, version: int, chain: str, index: int | None) -> ChainOwner:
+    def owner(self, table: str, version: int, chain: str, origin: Origin | None) -> ChainOwner:
         return find_owner(
             chain,
-            index,
+            origin,
             names=self._names,
-            render=self._rules(version),
             policies=self._policies.policies,
             profiles=self._policies.profiles,
             workloads=self._workloads,
@@ -77,7 +74,8 @@ class Reports:
         """One line per newly refused chain, naming the object behind it."""
         for (table, version), programmer in tables.items():
             for refusal in programmer.take_refusals():
-                owner = self.owner(table, version, refusal.chain, refusal.rule_index)
+                origin = programmer.origin(refusal.chain, refusal.rule_index)
+                owner = self.owner(table, version, refusal.chain, origin)
                 kept = (
                     "last good version kept"
                     if programmer.keeps_last_good(refusal.chain)

@@ -41,7 +41,8 @@ from prometheus_client.registry import Collector
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.iptables.chains import parse_counters
-from dataplane.linux.render.rule_labels import RuleLabel, RuleMap
+from dataplane.linux.render.rule_labels import RuleMap
+from dataplane.linux.rules.rule import Origin
 from dataplane.ops.metrics import Metrics
 
 __all__ = [
@@ -68,10 +69,10 @@ class RuleCounts:
     bytes: int
 
 
-def count_rules(rules: RuleMap, saves: dict[int, str]) -> dict[RuleLabel, RuleCounts]:
+def count_rules(rules: RuleMap, saves: dict[int, str]) -> dict[Origin, RuleCounts]:
     """Counters of each labelled rule in ``saves`` (``iptables-save -c`` text by
     IP version), summed per label."""
-    totals: dict[RuleLabel, tuple[int, int]] = {}
+    totals: dict[Origin, tuple[int, int]] = {}
     for version, text in saves.items():
         for chain, rule_hash, packets, octets in parse_counters(text):
             labels = rules.get((version, chain))
@@ -121,7 +122,7 @@ class PolicyCounters(Collector):
         self._lock = threading.Lock()  # scrapes may come in parallel
         self._refreshing = False
         self._next = -float("inf")
-        self._counts: dict[RuleLabel, RuleCounts] = {}
+        self._counts: dict[Origin, RuleCounts] = {}
 
     def describe(self) -> Iterator[Metric]:
         # The names only: registering must not run a save.
@@ -168,7 +169,7 @@ class PolicyCounters(Collector):
             log.exception("policy counters: reading the rule counters failed")
 
     @staticmethod
-    def _families(counts: dict[RuleLabel, RuleCounts]) -> Iterator[Metric]:
+    def _families(counts: dict[Origin, RuleCounts]) -> Iterator[Metric]:
         packets = CounterMetricFamily(
             "dataplane_policy_packets",
             "Packets that matched each policy rule (the kernel's rule counters).",

@@ -9,13 +9,14 @@ import pytest
 from prometheus_client import generate_latest
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.render.rule_labels import RuleLabel, RuleMap
+from dataplane.linux.render.rule_labels import RuleMap
+from dataplane.linux.rules.rule import Origin
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.policy_counters import PolicyCounters
 from tests.linux.metric_samples import parsed, samples
 
-DENY = RuleLabel("security", "guard", "inbound", "0", "deny")
-ALLOW = RuleLabel("default", "NetworkPolicy:backend/web", "outbound", "2", "allow")
+DENY = Origin("security", "guard", "inbound", "0", "deny")
+ALLOW = Origin("default", "NetworkPolicy:backend/web", "outbound", "2", "allow")
 RULES: RuleMap = MappingProxyType(
     {
         (4, "cali-pi-guard"): {"AAAAAAAAAAAAAAAA": DENY},

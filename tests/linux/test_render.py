@@ -15,12 +15,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.config import Config
-from dataplane.linux.iptables.chains import Chain, IptRule, render_rule, safe_comment
+from dataplane.linux.iptables.chains import Chain, IptRule, render_rule
+from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.render.chain_names import MAX_CHAIN_NAME, ChainNames
 from dataplane.linux.render.filter import FilterRenderer
-from dataplane.linux.render.marks import Marks
 from dataplane.linux.render.nat import NatRenderer
 from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.rules.comment import safe_comment
+from dataplane.linux.rules.marks import Marks
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import (
     Action,
@@ -212,17 +214,20 @@ def test_dispatch_tree_reaches_every_interface_in_few_rules(suffixes: list[str])
 
 
 def test_multiport_splits_past_fifteen_entries() -> None:
-    r = RuleRenderer(4, Marks.from_mask(0xFFFF0000), _set_name)
-    rules = r.render(
-        Rule(
-            Action.DENY,
-            protocol="tcp",
-            dst_ports=tuple(PortRange(p, p + 1) for p in range(0, 40, 2)),
+    marks = Marks.from_mask(0xFFFF0000)
+    r = RuleRenderer(4, marks, _set_name)
+    rules = IptablesSerialiser(marks).rules(
+        r.render(
+            Rule(
+                Action.DENY,
+                protocol="tcp",
+                dst_ports=tuple(PortRange(p, p + 1) for p in range(0, 40, 2)),
+            )
         )
     )
     multiports = [x.match for x in rules if "multiport" in x.match]
     assert len(multiports) == 3  # 20 ranges, 7 per 15-entry chunk
-    assert rules[-1] == IptRule("-p tcp -m mark --mark 0x800000/0x800000", "-j DROP")
+    assert rules[-1].text() == "-p tcp -m mark --mark 0x800000/0x800000 -j DROP"
 
 
 def test_rule_for_other_family_renders_nothing() -> None:
@@ -277,8 +282,11 @@ def test_host_endpoint_chains_golden() -> None:
 def test_ipblock_with_except_uses_each_address_flag_once() -> None:
     """Kubernetes ipBlock + except: one -d and one negated -d on one rule."""
     for version, block, hole in ((4, "0.0.0.0/4", "10.67.1.3/32"), (6, "fd00::/8", "fd00::3/128")):
-        rules = _renderer(version).rules.render(
-            Rule(Action.ALLOW, dst_nets=(block,), not_dst_nets=(hole,), src_nets=(block,))
+        renderer = _renderer(version)
+        rules = renderer.ipt.rules(
+            renderer.rules.render(
+                Rule(Action.ALLOW, dst_nets=(block,), not_dst_nets=(hole,), src_nets=(block,))
+            )
         )
         for r in rules:
             words = r.text().split()
@@ -384,4 +392,21 @@ def test_forwarded_traffic_meets_host_endpoints_around_workload_policy() -> None
         < at("-o cali+ -j cali-to-wl-dispatch")
         < at("-j cali-to-hep-forward")
         < at("-i cali+ -j ACCEPT")
+    )
+
+
+def test_port_sets_never_match_a_protocol_without_ports() -> None:
+    # Named-port and service sets hold TCP, UDP and SCTP members only.
+    rules = _renderer(4).rules
+    gre = Rule(Action.ALLOW, protocol="47")
+    assert (
+        rules.render(Rule(Action.ALLOW, protocol="47", dst_named_port_ip_set_ids=("n:http",))) == []
+    )
+    assert rules.render(Rule(Action.ALLOW, protocol="icmp", dst_ip_port_set_ids=("n:http",))) == []
+    assert rules.render(
+        Rule(Action.ALLOW, protocol="47", not_src_named_port_ip_set_ids=("n:http",))
+    ) == rules.render(gre)
+    # With a port protocol, or none, the lookup stays.
+    assert rules.render(Rule(Action.ALLOW, dst_named_port_ip_set_ids=("n:http",))) != rules.render(
+        Rule(Action.ALLOW)
     )

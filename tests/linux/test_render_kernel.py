@@ -44,10 +44,10 @@ from dataplane.linux.iptables.chains import Chain, IptRule, render_rule, rule_ha
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.render.hostpolicy import HostPolicyRenderer
-from dataplane.linux.render.marks import Marks
 from dataplane.linux.render.nat import NatRenderer
 from dataplane.linux.render.rule import RuleRenderer
 from dataplane.linux.render.service import ServiceRenderer
+from dataplane.linux.rules.marks import Marks
 from dataplane.managers import convert
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
 from dataplane.model import HostEndpoint, IPSetType, Policy, PolicyKey, Profile, WorkloadEndpoint

@@ -11,9 +11,10 @@ from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import CommandResult
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
-from dataplane.linux.render.marks import Marks
 from dataplane.linux.render.rule import RuleRenderer
-from dataplane.linux.render.rule_labels import RuleLabel, RuleLabels, RuleMap, model_labels
+from dataplane.linux.render.rule_labels import RuleLabels, RuleMap, chain_labels
+from dataplane.linux.rules.marks import Marks
+from dataplane.linux.rules.rule import Origin
 from dataplane.model import (
     Action,
     DirectionPolicy,
@@ -102,28 +103,21 @@ def test_verdict_rules_and_end_of_tier_drops_are_labelled() -> None:
     tables, renders = {}, {}
     for v in (4, 6):
         tables[v], renders[v] = _node(v)
-    labels = RuleLabels(NAMES).update(
-        tables,
-        {v: r.rules for v, r in renders.items()},
-        {GUARD: GUARD_POLICY, WEB: WEB_POLICY},
-        {"kns.a": PROFILE},
-    )
+    labels = RuleLabels().update(tables)
     guard_in, guard_out = NAMES.policy(GUARD, True), NAMES.policy(GUARD, False)
     web_in = NAMES.policy(WEB, True)
     profile_in = NAMES.profile("kns.a", True)
     to_pod, from_pod = NAMES.to_workload("cali1"), NAMES.from_workload("cali1")
 
-    def at(
-        version: int, chain: str, **where: RuleLabel
-    ) -> tuple[tuple[int, str], dict[str, RuleLabel]]:
+    def at(version: int, chain: str, **where: Origin) -> tuple[tuple[int, str], dict[str, Origin]]:
         hashes = _hashes(tables[version], chain)
         return (version, chain), {hashes[int(i[1:])]: label for i, label in where.items()}
 
-    def guard(rule: str, action: str, direction: str = "inbound") -> RuleLabel:
-        return RuleLabel("security", "guard", direction, rule, action)
+    def guard(rule: str, action: str, direction: str = "inbound") -> Origin:
+        return Origin("security", "guard", direction, rule, action)
 
-    end_of_security = RuleLabel("security", "", "inbound", "end-of-tier", "deny")
-    expected: dict[tuple[int, str], dict[str, RuleLabel]] = dict(
+    end_of_security = Origin("security", "", "inbound", "end-of-tier", "deny")
+    expected: dict[tuple[int, str], dict[str, Origin]] = dict(
         [
             # v4 inbound: [0 DROP] [1 clear, 2 set, 3 set, 4 accept mark, 5 RETURN]
             # [6 pass mark, 7 RETURN] [8 LOG]; rule 2 renders nothing.
@@ -149,14 +143,14 @@ def test_verdict_rules_and_end_of_tier_drops_are_labelled() -> None:
                 at(
                     v,
                     web_in,
-                    i0=RuleLabel(
+                    i0=Origin(
                         "default", "NetworkPolicy:backend/allow-web", "inbound", "0", "allow"
                     ),
                 )
                 for v in (4, 6)
             ),
             *(
-                at(v, profile_in, i0=RuleLabel("__PROFILE__", "kns.a", "inbound", "0", "allow"))
+                at(v, profile_in, i0=Origin("__PROFILE__", "kns.a", "inbound", "0", "allow"))
                 for v in (4, 6)
             ),
             # Ingress: [0 clear marks] [1 tier security, 2 guard, 3 RETURN, 4 end of tier]
@@ -166,7 +160,7 @@ def test_verdict_rules_and_end_of_tier_drops_are_labelled() -> None:
                     v,
                     to_pod,
                     i4=end_of_security,
-                    i10=RuleLabel("__PROFILE__", "", "inbound", "end-of-tier", "deny"),
+                    i10=Origin("__PROFILE__", "", "inbound", "end-of-tier", "deny"),
                 )
                 for v in (4, 6)
             ),
@@ -176,83 +170,66 @@ def test_verdict_rules_and_end_of_tier_drops_are_labelled() -> None:
     v4_egress = tables[4].desired(from_pod)
     assert v4_egress is not None
     expected[(4, from_pod)] = {
-        v4_egress[1][-1]: RuleLabel("__PROFILE__", "", "outbound", "end-of-tier", "deny")
+        v4_egress[1][-1]: Origin("__PROFILE__", "", "outbound", "end-of-tier", "deny")
     }
     v6_egress = tables[6].desired(from_pod)
     assert v6_egress is not None  # no IPv6 address: everything is dropped as spoofed first
     expected[(6, from_pod)] = {
-        v6_egress[1][-1]: RuleLabel("__PROFILE__", "", "outbound", "end-of-tier", "deny")
+        v6_egress[1][-1]: Origin("__PROFILE__", "", "outbound", "end-of-tier", "deny")
     }
     assert {key: dict(value) for key, value in labels.items()} == expected
 
 
 def test_labels_follow_changes_to_policies_profiles_and_chains() -> None:
     table, render = _node(4)
-    labels = RuleLabels(NAMES)
-    policies = {GUARD: GUARD_POLICY, WEB: WEB_POLICY}
-    profiles = {"kns.a": PROFILE}
-    first = labels.update({4: table}, {4: render.rules}, policies, profiles)
+    labels = RuleLabels()
+    first = labels.update({4: table})
     guard_in = NAMES.policy(GUARD, True)
 
     # Nothing changed: the same map, not a copy.
-    assert labels.update({4: table}, {4: render.rules}, policies, profiles) is first
+    assert labels.update({4: table}) is first
 
-    # A rule that renders nothing in IPv4 goes first: the chain is the same,
-    # the indexes are not; the platform says the policy changed.
+    # A rule that renders nothing in IPv4 goes first: the chain's rules are
+    # the same, their origins are not; the table reports the change.
     shifted = Policy("security", (Rule(Action.ALLOW, ip_version=6), GUARD_POLICY.inbound[0]))
-    policies[GUARD] = shifted
     for chain in render.policy_chains(GUARD, shifted):
         table.update_chain(chain)
-    labels.policy_changed(GUARD)
     # The profile goes.
-    del profiles["kns.a"]
     table.remove_chain(NAMES.profile("kns.a", True))
     table.remove_chain(NAMES.profile("kns.a", False))
-    labels.profile_changed("kns.a")
-    second = labels.update({4: table}, {4: render.rules}, policies, profiles)
+    second = labels.update({4: table})
     assert dict(second[(4, guard_in)]) == {
-        _hashes(table, guard_in)[0]: RuleLabel("security", "guard", "inbound", "1", "deny")
+        _hashes(table, guard_in)[0]: Origin("security", "guard", "inbound", "1", "deny")
     }
     assert (4, NAMES.profile("kns.a", True)) not in second
     assert dict(first[(4, guard_in)]) != dict(
         second[(4, guard_in)]
     )  # published whole, never changed
 
-    # A chain re-rendered behind the platform's back (a configuration change)
-    # is relabelled from the table's own report of what changed.
+    # A chain re-rendered with other policy is relabelled from the table's
+    # own report of what changed.
     table.update_chain(render.workload_chains(POD, EffectivePolicy())[0])
-    third = labels.update({4: table}, {4: render.rules}, policies, profiles)
+    third = labels.update({4: table})
     assert dict(third[(4, NAMES.to_workload("cali1"))]) == {
-        _hashes(table, NAMES.to_workload("cali1"))[-1]: RuleLabel(
+        _hashes(table, NAMES.to_workload("cali1"))[-1]: Origin(
             "__PROFILE__", "", "inbound", "end-of-tier", "deny"
         )
     }
 
 
-def test_a_chain_that_is_not_the_policys_rendering_is_not_labelled() -> None:
+def test_only_the_rule_that_counts_carries_a_label() -> None:
+    """A mark block and the RETURN after a verdict belong to the rule but count nothing of it."""
     render = _renderer(4)
     (inbound, _) = render.policy_chains(GUARD, GUARD_POLICY)
-    hashes = ["h"] * len(inbound.rules)
-    other = Policy("security", inbound=(Rule(Action.DENY),))
-    assert (
-        model_labels(
-            "security", "guard", "inbound", other.inbound, render.rules, inbound.rules, hashes
-        )
-        is None
-    )
-    # A prefix is not enough either.
-    assert (
-        model_labels(
-            "security",
-            "guard",
-            "inbound",
-            GUARD_POLICY.inbound[:1],
-            render.rules,
-            inbound.rules,
-            hashes,
-        )
-        is None
-    )
+    allow_two_nets = [r for r in inbound.rules if r.origin and r.origin.rule == "1"]
+    # clear, set, set, the accept mark (the verdict), RETURN
+    assert [r.counts for r in allow_two_nets] == [False, False, False, True, False]
+    assert chain_labels(inbound.rules, [str(i) for i in range(len(inbound.rules))]) == {
+        "0": Origin("security", "guard", "inbound", "0", "deny"),
+        "4": Origin("security", "guard", "inbound", "1", "allow"),
+        "6": Origin("security", "guard", "inbound", "3", "pass"),
+        "8": Origin("security", "guard", "inbound", "4", "log"),
+    }
 
 
 # As iptables-nft-save -c prints it (a trimmed recording): counters before
@@ -301,12 +278,7 @@ def test_counters_are_summed_per_policy_rule_over_its_rules_and_versions() -> No
     tables, renders = {}, {}
     for v in (4, 6):
         tables[v], renders[v] = _node(v)
-    rules: RuleMap = RuleLabels(NAMES).update(
-        tables,
-        {v: r.rules for v, r in renders.items()},
-        {GUARD: GUARD_POLICY, WEB: WEB_POLICY},
-        {"kns.a": PROFILE},
-    )
+    rules: RuleMap = RuleLabels().update(tables)
     guard_in = NAMES.policy(GUARD, True)
     to_pod = NAMES.to_workload("cali1")
     # Every rule gets (index + 1) packets of 100 bytes times 10 in v6.
@@ -320,8 +292,8 @@ def test_counters_are_summed_per_policy_rule_over_its_rules_and_versions() -> No
     v6 = _saved(tables[6], {guard_in: [(10 * (i + 1), 1000 * (i + 1)) for i in range(6)]})
     counted = count_rules(rules, {4: v4, 6: v6})
 
-    def guard(rule: str, action: str) -> RuleLabel:
-        return RuleLabel("security", "guard", "inbound", rule, action)
+    def guard(rule: str, action: str) -> Origin:
+        return Origin("security", "guard", "inbound", rule, action)
 
     assert counted == {
         # v4 positions 0, 4, 6, 8; v6 positions 0, 1, 3, 5.
@@ -330,6 +302,6 @@ def test_counters_are_summed_per_policy_rule_over_its_rules_and_versions() -> No
         guard("2", "allow"): RuleCounts(20, 2000),
         guard("3", "pass"): RuleCounts(7 + 40, 700 + 4000),
         guard("4", "log"): RuleCounts(9 + 60, 900 + 6000),
-        RuleLabel("security", "", "inbound", "end-of-tier", "deny"): RuleCounts(5, 500),
-        RuleLabel("__PROFILE__", "", "inbound", "end-of-tier", "deny"): RuleCounts(11, 1100),
+        Origin("security", "", "inbound", "end-of-tier", "deny"): RuleCounts(5, 500),
+        Origin("__PROFILE__", "", "inbound", "end-of-tier", "deny"): RuleCounts(11, 1100),
     }

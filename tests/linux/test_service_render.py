@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from dataplane.linux.iptables.chains import Chain
 from dataplane.linux.render.chain_names import MAX_CHAIN_NAME, ChainNames
-from dataplane.linux.render.marks import Marks
 from dataplane.linux.render.service import Frontend, ServiceRenderer
+from dataplane.linux.rules.marks import Marks
 from dataplane.model.services import (
     Backend,
     BackendPort,

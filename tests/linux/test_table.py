@@ -17,6 +17,7 @@ from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.chains import Chain, IptRule, parse_save
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
+from dataplane.linux.rules.rule import Origin
 from tests.linux.fake_iptables import FakeIptables
 
 
@@ -99,6 +100,16 @@ def test_writes_only_differences_and_preloads_large_loads(tools: Tools) -> None:
         writes = table.writes
         assert await table.apply()
         assert table.writes == writes + 1
+        # The same rules rendered from another policy rule: a change to
+        # report (labels follow it), nothing to write.
+        moved = IptRule(
+            "-s 10.9.9.0/24", "-j DROP", origin=Origin("t", "p", "inbound", "1", "deny")
+        )
+        table.take_changed()
+        table.update_chain(Chain("cali-leaf-3", (moved,)))
+        assert table.take_changed() == {"cali-leaf-3"}
+        assert table.origin("cali-leaf-3", 0) == moved.origin
+        assert not await table.apply()
         # A fresh Table (a restart) adopts the kernel's state: nothing to write.
         again = _table(tools)
         chains = _tree(12)

@@ -17,6 +17,9 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from dataplane.linux.rules.comment import safe_comment
+from dataplane.linux.rules.rule import Origin
+
 __all__ = [
     "Chain",
     "IptRule",
@@ -25,7 +28,6 @@ __all__ = [
     "parse_counters",
     "parse_save",
     "rule_hashes",
-    "safe_comment",
 ]
 
 HASH_COMMENT_PREFIX = "cali:"
@@ -43,6 +45,10 @@ class IptRule:
     match: str = ""
     action: str = ""
     comment: str = ""  # for people reading iptables-save; not part of identity
+    # Where the rule came from (see the rule model); not written to the
+    # kernel, but part of equality so a table notices an origin-only change.
+    origin: Origin | None = None
+    counts: bool = False
 
     def text(self) -> str:
         return f"{self.match} {self.action}".strip()
@@ -83,19 +89,6 @@ def render_rule(
     if text:
         parts.append(text)
     return " ".join(parts)
-
-
-# What a label comment may hold. Comments carry names from messages (tier
-# names), which only label, so anything outside this alphabet becomes "_":
-# no quote, backslash, newline or NUL can end the comment, the line or the
-# restore input, whatever a message says.
-_COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:/=@+-]")
-_COMMENT_MAX = 200  # the kernel takes 255 bytes; leave room for the quotes
-
-
-def safe_comment(text: str) -> str:
-    """``text`` reduced to the label alphabet and length (pure, idempotent)."""
-    return _COMMENT_UNSAFE.sub("_", text[:_COMMENT_MAX])
 
 
 def _quote(text: str) -> str:

@@ -55,6 +55,7 @@ from dataplane.linux.iptables.chains import (
     rule_hashes,
 )
 from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.rules.rule import Origin
 
 __all__ = ["FAIL_CLOSED", "Table"]
 
@@ -129,14 +130,18 @@ class Table:
     def update_chain(self, chain: Chain) -> None:
         if not chain.name.startswith(self.prefix):
             raise ValueError(f"chain {chain.name} lacks our prefix {self.prefix}")
-        if self._desired.get(chain.name) == chain.rules:
+        old = self._desired.get(chain.name)
+        if old == chain.rules:
             return
-        self.quarantine.release(chain.name)  # a new version gets a fresh chance
-        self.rule_count += len(chain.rules) - len(self._desired.get(chain.name, ()))
+        hashes = rule_hashes(chain.name, chain.rules)
         self._desired[chain.name] = chain.rules
         if self._changed is not None:
             self._changed.add(chain.name)
-        self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
+        if old is not None and hashes == self._hashes[chain.name]:
+            return  # the same rules from other origins: nothing for the kernel
+        self.quarantine.release(chain.name)  # a new version gets a fresh chance
+        self.rule_count += len(chain.rules) - len(old or ())
+        self._hashes[chain.name] = hashes
         self._dirty.add(chain.name)
 
     def remove_chain(self, name: str) -> None:
@@ -186,6 +191,13 @@ class Table:
         """
         rules = self._desired.get(name)
         return None if rules is None else (rules, self._hashes[name])
+
+    def origin(self, name: str, index: int | None) -> Origin | None:
+        """Where rule ``index`` of desired chain ``name`` came from, if known."""
+        rules = self._desired.get(name, ())
+        if index is None or not 0 <= index < len(rules):
+            return None
+        return rules[index].origin
 
     def mark_for_resync(self) -> None:
         self._actual_chains = None

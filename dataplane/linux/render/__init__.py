@@ -1,4 +1,4 @@
-"""Pure renderers: model values in, frozen iptables chains out.
+"""Pure renderers: model values in, frozen chains out (rule model, iptables syntax).
 
 Policies, profiles, endpoints and their dispatch (``filter``), host
 endpoint policy in raw and mangle (``hostpolicy``), NAT-outgoing and

@@ -40,11 +40,16 @@ from dataclasses import dataclass
 
 from dataplane.config import Config, ProtoPort
 from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.iptables.marks import clear_mark, has_mark, lacks_mark, set_mark
+from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.netlink.overlay_plan import VXLAN_SOURCES_SET
 from dataplane.linux.render.chain_names import ChainNames
-from dataplane.linux.render.marks import Marks, clear_mark, has_mark, lacks_mark, set_mark
 from dataplane.linux.render.overlay import encap_drops, vxlan_host_rules
 from dataplane.linux.render.rule import RuleRenderer, is_whole_family
+from dataplane.linux.rules.action import Drop, Jump, Return, SetMark
+from dataplane.linux.rules.marks import Marks
+from dataplane.linux.rules.match import MarkMatch
+from dataplane.linux.rules.rule import END_OF_TIER_RULE, PROFILE_TIER, Origin, TableRule
 from dataplane.model import (
     Action,
     DirectionPolicy,
@@ -57,10 +62,10 @@ from dataplane.model import (
     WorkloadEndpoint,
 )
 
-__all__ = ["END_OF_TIER", "NOTHING_ALLOWED", "FilterRenderer"]
+__all__ = ["FilterRenderer"]
 
 # Comments of the drops an endpoint chain ends its tiers and its profiles
-# with (read back by rule_labels to name their counters).
+# with, for people reading the ruleset (counters name them by origin).
 END_OF_TIER = "end of tier "
 NOTHING_ALLOWED = "no policy or profile allowed it"
 _DISPATCH_LEAF = 16  # interfaces matched directly before the tree branches
@@ -68,6 +73,10 @@ _ESTABLISHED = IptRule("-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT"
 _INVALID = IptRule("-m conntrack --ctstate INVALID", "-j DROP")
 # Neighbour discovery and router solicitation from pods must reach the host.
 _ICMPV6_TO_HOST = (130, 131, 132, 133, 135, 136)
+
+
+def _way(inbound: bool) -> str:
+    return "inbound" if inbound else "outbound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +87,28 @@ class FilterRenderer:
     names: ChainNames
     rules: RuleRenderer
 
+    @property
+    def ipt(self) -> IptablesSerialiser:
+        return IptablesSerialiser(self.marks)
+
     # --- policies and profiles ------------------------------------------------
 
     def policy_chains(self, key: PolicyKey, policy: Policy) -> list[Chain]:
         return [
-            Chain(self.names.policy(key, True), self.rules.render_all(policy.inbound)),
-            Chain(self.names.policy(key, False), self.rules.render_all(policy.outbound)),
+            Chain(
+                self.names.policy(key, inbound),
+                self.ipt.rules(self.rules.render_all(rules, policy.tier, str(key), _way(inbound))),
+            )
+            for inbound, rules in ((True, policy.inbound), (False, policy.outbound))
         ]
 
     def profile_chains(self, name: str, profile: Profile) -> list[Chain]:
         return [
-            Chain(self.names.profile(name, True), self.rules.render_all(profile.inbound)),
-            Chain(self.names.profile(name, False), self.rules.render_all(profile.outbound)),
+            Chain(
+                self.names.profile(name, inbound),
+                self.ipt.rules(self.rules.render_all(rules, PROFILE_TIER, name, _way(inbound))),
+            )
+            for inbound, rules in ((True, profile.inbound), (False, profile.outbound))
         ]
 
     # --- endpoints ------------------------------------------------------------------
@@ -106,27 +125,43 @@ class FilterRenderer:
         end-of-tier drop, no profile and no final drop.
         """
         out = self._tiers(policy, inbound, end_of_tier_drop=enforce)
-        if not enforce:
-            return out
-        m = self.marks
-        for name in policy.profiles:
-            out.append(IptRule("", f"-j {self.names.profile(name, inbound)}"))
-            out.append(IptRule(has_mark(m.accept), "-j RETURN"))
-        out.append(IptRule("", "-j DROP", comment=NOTHING_ALLOWED))
-        return out
+        if enforce:
+            accepted = MarkMatch.has(self.marks.accept)
+            for name in policy.profiles:
+                out.append(TableRule((), Jump(self.names.profile(name, inbound))))
+                out.append(TableRule((accepted,), Return()))
+            out.append(
+                TableRule(
+                    (),
+                    Drop(),
+                    comment=NOTHING_ALLOWED,
+                    origin=Origin(PROFILE_TIER, "", _way(inbound), END_OF_TIER_RULE, "deny"),
+                    counts=True,
+                )
+            )
+        return list(self.ipt.rules(out))
 
     def _tiers(
         self, policy: DirectionPolicy, inbound: bool, *, end_of_tier_drop: bool
-    ) -> list[IptRule]:
+    ) -> list[TableRule]:
         m = self.marks
-        out = [IptRule("", clear_mark(m.accept | m.pass_))]
+        passed = MarkMatch.lacks(m.pass_)
+        out = [TableRule((), SetMark.off(m.accept | m.pass_))]
         for tier in policy.tiers:
-            out.append(IptRule("", clear_mark(m.pass_), comment=f"tier {tier.name}"))
+            out.append(TableRule((), SetMark.off(m.pass_), comment=f"tier {tier.name}"))
             for key in tier.policies:
-                out.append(IptRule(lacks_mark(m.pass_), f"-j {self.names.policy(key, inbound)}"))
-                out.append(IptRule(has_mark(m.accept), "-j RETURN"))
+                out.append(TableRule((passed,), Jump(self.names.policy(key, inbound))))
+                out.append(TableRule((MarkMatch.has(m.accept),), Return()))
             if end_of_tier_drop and tier.default_action is Action.DENY:
-                out.append(IptRule(lacks_mark(m.pass_), "-j DROP", comment=END_OF_TIER + tier.name))
+                out.append(
+                    TableRule(
+                        (passed,),
+                        Drop(),
+                        comment=END_OF_TIER + tier.name,
+                        origin=Origin(tier.name, "", _way(inbound), END_OF_TIER_RULE, "deny"),
+                        counts=True,
+                    )
+                )
         return out
 
     def _anti_spoof(self, endpoint: WorkloadEndpoint) -> list[IptRule]:
@@ -209,7 +244,7 @@ class FilterRenderer:
         """
         if not policy.tiers:
             return [IptRule("", set_mark(self.marks.accept), comment="no forward policy: allow")]
-        return self._tiers(policy, inbound, end_of_tier_drop=True)
+        return list(self.ipt.rules(self._tiers(policy, inbound, end_of_tier_drop=True)))
 
     # --- dispatch --------------------------------------------------------------------
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.iptables.marks import clear_mark, has_mark
 from dataplane.linux.render.filter import FilterRenderer
-from dataplane.linux.render.marks import clear_mark, has_mark
 from dataplane.model import (
     EffectivePolicy,
     HostEffectivePolicy,

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.iptables.marks import has_mark
 from dataplane.linux.render.chain_names import ChainNames
-from dataplane.linux.render.marks import has_mark
 from dataplane.model import NatInfo
 
 __all__ = ["ALL_POOLS_SET", "MASQ_POOLS_SET", "NatRenderer"]

@@ -34,8 +34,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.iptables.marks import set_mark
 from dataplane.linux.render.chain_names import ChainNames
-from dataplane.linux.render.marks import Marks, set_mark
+from dataplane.linux.rules.marks import Marks
 from dataplane.model.services import Backend, Service, ServicePort
 
 __all__ = ["Frontend", "RenderedService", "ServiceRenderer"]

@@ -1,0 +1,206 @@
+"""The rule model in iptables syntax.
+
+One model rule becomes one iptables rule, or a short block of them where
+one iptables rule cannot say an OR: several networks on one side (each of
+``-s`` and ``-d`` is taken once per rule), ports together with named-port
+sets, or more than 15 multiport entries. The block clears a scratch mark
+bit, sets it for each alternative, and the final rule requires it (any of
+them) or its absence (none of them). The final rule carries the model
+rule's action, comment and origin, and is the one whose counter counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from dataplane.linux.iptables.chains import IptRule
+from dataplane.linux.iptables.marks import clear_mark, set_mark
+from dataplane.linux.rules.action import Accept, Action, Drop, Goto, Jump, Log, Return, SetMark
+from dataplane.linux.rules.marks import Marks
+from dataplane.linux.rules.match import (
+    Addresses,
+    ConnState,
+    Icmp,
+    InSet,
+    Interface,
+    MarkMatch,
+    Match,
+    Ports,
+    Protocol,
+    SetKind,
+    Side,
+)
+from dataplane.linux.rules.rule import Origin, TableRule
+from dataplane.model import PortRange
+
+__all__ = ["IptablesSerialiser", "action_text"]
+
+_MULTIPORT_MAX = 15  # entries per -m multiport; a range counts as two
+
+
+def port_chunks(ports: Sequence[PortRange]) -> list[str]:
+    """``ports`` as multiport lists of at most 15 entries each."""
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for p in ports:
+        cost = 1 if p.first == p.last else 2
+        if used + cost > _MULTIPORT_MAX:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(str(p.first) if p.first == p.last else f"{p.first}:{p.last}")
+        used += cost
+    return [",".join(c) for c in chunks if c]
+
+
+def _protocol(name: str) -> str:
+    return "ipv6-icmp" if name == "icmpv6" else name
+
+
+def _set_match(name: str, side: Side, kind: SetKind, *, negate: bool) -> str:
+    direction = side.value if kind is SetKind.ADDRESSES else f"{side.value},{side.value}"
+    bang = "! " if negate else ""
+    return f"-m set {bang}--match-set {name} {direction}"
+
+
+def action_text(action: Action | None) -> str:
+    match action:
+        case None:
+            return ""
+        case Accept():
+            return "-j ACCEPT"
+        case Drop():
+            return "-j DROP"
+        case Return():
+            return "-j RETURN"
+        case Jump(chain):
+            return f"-j {chain}"
+        case Goto(chain):
+            return f"-g {chain}"
+        case SetMark(mask, value):
+            return f"-j MARK --set-xmark {value:#x}/{mask:#x}"
+        case Log(prefix, level):
+            return f'-j LOG --log-prefix "{prefix}" --log-level {level}'
+
+
+@dataclass(slots=True)
+class _Rendering:
+    """One model rule on its way out: the blocks before it and its own matches."""
+
+    marks: Marks
+    origin: Origin | None
+    blocks: list[IptRule] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+    protocol: str = ""  # the positive -p match, repeated in port alternatives
+    inline: set[str] = field(default_factory=set)  # -s / -d already used
+    bits: set[int] = field(default_factory=set)  # scratch bits this rule uses
+
+    def scratch(self, bit: int) -> int:
+        if bit in self.bits:
+            # Two ORs on one bit would mix their alternatives.
+            raise ValueError(f"two terms of one rule need scratch mark {bit:#x}")
+        self.bits.add(bit)
+        return bit
+
+    def any_of(self, bit: int, alternatives: Iterable[str]) -> None:
+        # Helpers belong to the rule they serve (origin), but count none of it.
+        self.blocks.append(IptRule("", clear_mark(bit), origin=self.origin))
+        self.blocks.extend(IptRule(alt, set_mark(bit), origin=self.origin) for alt in alternatives)
+
+    def addresses(self, term: Addresses) -> None:
+        if not term.nets:
+            raise ValueError("an address term with no networks matches nothing")
+        flag = "-s" if term.side is Side.SRC else "-d"
+        m = self.marks
+        if len(term.nets) == 1 and flag not in self.inline:
+            self.inline.add(flag)
+            self.parts.append(f"{'! ' if term.negate else ''}{flag} {term.nets[0]}")
+            return
+        if term.negate:
+            bit = self.scratch(m.not_src_net if term.side is Side.SRC else m.not_dst_net)
+            self.any_of(bit, (f"{flag} {n}" for n in term.nets))
+            self.parts.append(f"-m mark --mark 0x0/{bit:#x}")
+        else:
+            bit = self.scratch(m.src_net if term.side is Side.SRC else m.dst_net)
+            self.any_of(bit, (f"{flag} {n}" for n in term.nets))
+            self.parts.append(f"-m mark --mark {bit:#x}/{bit:#x}")
+
+    def ports(self, term: Ports) -> None:
+        opt = "--sports" if term.side is Side.SRC else "--dports"
+        chunks = port_chunks(term.ranges)
+        if term.negate:
+            # None of them: each chunk and each set must fail, an AND.
+            self.parts.extend(f"-m multiport ! {opt} {c}" for c in chunks)
+            self.parts.extend(
+                _set_match(n, term.side, SetKind.ADDRESS_PORTS, negate=True) for n in term.named
+            )
+            return
+        alternatives = [f"-m multiport {opt} {c}" for c in chunks] + [
+            _set_match(n, term.side, SetKind.ADDRESS_PORTS, negate=False) for n in term.named
+        ]
+        if not alternatives:
+            raise ValueError("a port term with no ports or sets matches nothing")
+        if len(alternatives) == 1:
+            self.parts.append(alternatives[0])
+            return
+        m = self.marks
+        bit = self.scratch(m.src_port if term.side is Side.SRC else m.dst_port)
+        # multiport needs -p in each rule that uses it.
+        self.any_of(bit, (f"{self.protocol} {alt}".strip() for alt in alternatives))
+        self.parts.append(f"-m mark --mark {bit:#x}/{bit:#x}")
+
+    def term(self, term: Match) -> None:
+        match term:
+            case Protocol(name, negate):
+                text = f"-p {_protocol(name)}"
+                if negate:
+                    self.parts.append(f"! {text}")
+                else:
+                    self.protocol = text
+                    self.parts.append(text)
+            case Addresses():
+                self.addresses(term)
+            case InSet(side, name, kind, negate):
+                self.parts.append(_set_match(name, side, kind, negate=negate))
+            case Ports():
+                self.ports(term)
+            case Icmp(version, icmp, negate):
+                bang = "! " if negate else ""
+                if version == 4:
+                    self.parts.append(f"-m icmp {bang}--icmp-type {icmp}")
+                else:
+                    self.parts.append(f"-m icmp6 {bang}--icmpv6-type {icmp}")
+            case MarkMatch(mask, value):
+                self.parts.append(f"-m mark --mark {value:#x}/{mask:#x}")
+            case ConnState(states, negate):
+                bang = "! " if negate else ""
+                self.parts.append(f"-m conntrack {bang}--ctstate {','.join(states)}")
+            case Interface(name, inbound, negate):
+                bang = "! " if negate else ""
+                self.parts.append(f"{bang}{'-i' if inbound else '-o'} {name}")
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesSerialiser:
+    """Model rules to iptables rules; ``marks`` gives the scratch bits for ORs."""
+
+    marks: Marks
+
+    def rule(self, rule: TableRule) -> list[IptRule]:
+        out = _Rendering(self.marks, rule.origin)
+        for term in rule.match:
+            out.term(term)
+        final = IptRule(
+            " ".join(out.parts),
+            action_text(rule.action),
+            comment=rule.comment,
+            origin=rule.origin,
+            counts=rule.counts,
+        )
+        return [*out.blocks, final]
+
+    def rules(self, rules: Iterable[TableRule]) -> tuple[IptRule, ...]:
+        out: list[IptRule] = []
+        for rule in rules:
+            out.extend(self.rule(rule))
+        return tuple(out)

@@ -1,0 +1,140 @@
+"""What a rule matches: typed terms, ANDed within a rule.
+
+Each term states its meaning, not a syntax: :class:`Addresses` is "the
+source address is in any of these networks" however many there are; a
+backend that cannot say that in one rule (iptables takes one ``-s``)
+spells the OR its own way. A negated term holds when its positive form
+does not.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from dataplane.model import IcmpMatch, PortRange
+
+__all__ = [
+    "Addresses",
+    "ConnState",
+    "Icmp",
+    "InSet",
+    "Interface",
+    "MarkMatch",
+    "Match",
+    "Ports",
+    "Protocol",
+    "SetKind",
+    "Side",
+]
+
+
+class Side(enum.Enum):
+    """Which end of the packet a term looks at."""
+
+    SRC = "src"
+    DST = "dst"
+
+
+class SetKind(enum.Enum):
+    """What an IP set's members are, so a backend knows what to look up."""
+
+    ADDRESSES = "addresses"  # addresses and networks
+    ADDRESS_PORTS = "address-ports"  # (address, protocol, port): named ports, services
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    """The IP protocol, a lower-case name ("tcp", "icmpv6") or a number as text."""
+
+    name: str
+    negate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Addresses:
+    """The ``side`` address is in any of ``nets`` (negated: in none of them).
+
+    Every net is of the family the rule is rendered for, and none is a /0
+    (a renderer resolves those: every packet, or none).
+    """
+
+    side: Side
+    nets: tuple[str, ...]
+    negate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InSet:
+    """The ``side`` address (with protocol and port, for ADDRESS_PORTS) is in IP set ``name``.
+
+    ``name`` is the kernel's name of the set, for the rule's IP version.
+    """
+
+    side: Side
+    name: str
+    kind: SetKind = SetKind.ADDRESSES
+    negate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """The ``side`` port is in any of ``ranges`` or, with its address and
+    protocol, in any of the ADDRESS_PORTS sets ``named`` (Felix's named
+    ports); negated, in none of them.
+
+    Needs a :class:`Protocol` term with ports (TCP, UDP or SCTP) before it.
+    """
+
+    side: Side
+    ranges: tuple[PortRange, ...] = ()
+    named: tuple[str, ...] = ()
+    negate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Icmp:
+    """ICMP (``version`` 4) or ICMPv6 (6) of a type, and optionally a code."""
+
+    version: int
+    icmp: IcmpMatch
+    negate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MarkMatch:
+    """The packet mark's ``mask`` bits equal ``value`` (all set, or none)."""
+
+    mask: int
+    value: int
+
+    @classmethod
+    def has(cls, bits: int) -> MarkMatch:
+        return cls(bits, bits)
+
+    @classmethod
+    def lacks(cls, bits: int) -> MarkMatch:
+        return cls(bits, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnState:
+    """The connection's conntrack state is any of ``states`` (upper case, as conntrack says)."""
+
+    states: tuple[str, ...]
+    negate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Interface:
+    """The packet arrived on (``inbound``) or leaves by interface ``name``.
+
+    A trailing ``+`` matches every name that starts with the rest.
+    """
+
+    name: str
+    inbound: bool
+    negate: bool = False
+
+
+Match = Protocol | Addresses | InSet | Ports | Icmp | MarkMatch | ConnState | Interface
