@@ -16,7 +16,21 @@ from dataclasses import dataclass, field
 
 from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.marks import clear_mark, set_mark
-from dataplane.linux.rules.action import Accept, Action, Drop, Goto, Jump, Log, Return, SetMark
+from dataplane.linux.rules.action import (
+    Accept,
+    Action,
+    Dnat,
+    Drop,
+    Goto,
+    Jump,
+    Log,
+    Masquerade,
+    Notrack,
+    Reject,
+    Return,
+    SetMark,
+    Snat,
+)
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.rules.match import (
     Addresses,
@@ -24,8 +38,10 @@ from dataplane.linux.rules.match import (
     Icmp,
     InSet,
     Interface,
+    LocalAddress,
     MarkMatch,
     Match,
+    Port,
     Ports,
     Protocol,
     SetKind,
@@ -71,6 +87,10 @@ def action_text(action: Action | None) -> str:
             return "-j ACCEPT"
         case Drop():
             return "-j DROP"
+        case Notrack():
+            return "-j NOTRACK"
+        case Reject():
+            return "-j REJECT"
         case Return():
             return "-j RETURN"
         case Jump(chain):
@@ -79,6 +99,15 @@ def action_text(action: Action | None) -> str:
             return f"-g {chain}"
         case SetMark(mask, value):
             return f"-j MARK --set-xmark {value:#x}/{mask:#x}"
+        case Dnat(to):
+            return f"-j DNAT --to-destination {to}"
+        case Snat(to):
+            return f"-j SNAT --to-source {to}"
+        case Masquerade(ports):
+            if ports is None:
+                return "-j MASQUERADE"
+            first, last = ports
+            return f"-j MASQUERADE --to-ports {first}" + (f"-{last}" if last != first else "")
         case Log(prefix, level):
             return f'-j LOG --log-prefix "{prefix}" --log-level {level}'
 
@@ -87,7 +116,7 @@ def action_text(action: Action | None) -> str:
 class _Rendering:
     """One model rule on its way out: the blocks before it and its own matches."""
 
-    marks: Marks
+    marks: Marks | None
     origin: Origin | None
     blocks: list[IptRule] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
@@ -95,7 +124,10 @@ class _Rendering:
     inline: set[str] = field(default_factory=set)  # -s / -d already used
     bits: set[int] = field(default_factory=set)  # scratch bits this rule uses
 
-    def scratch(self, bit: int) -> int:
+    def scratch(self, name: str) -> int:
+        if self.marks is None:
+            raise ValueError("an OR needs scratch mark bits, and this table has none")
+        bit: int = getattr(self.marks, name)
         if bit in self.bits:
             # Two ORs on one bit would mix their alternatives.
             raise ValueError(f"two terms of one rule need scratch mark {bit:#x}")
@@ -111,17 +143,16 @@ class _Rendering:
         if not term.nets:
             raise ValueError("an address term with no networks matches nothing")
         flag = "-s" if term.side is Side.SRC else "-d"
-        m = self.marks
         if len(term.nets) == 1 and flag not in self.inline:
             self.inline.add(flag)
             self.parts.append(f"{'! ' if term.negate else ''}{flag} {term.nets[0]}")
             return
         if term.negate:
-            bit = self.scratch(m.not_src_net if term.side is Side.SRC else m.not_dst_net)
+            bit = self.scratch(f"not_{term.side.value}_net")
             self.any_of(bit, (f"{flag} {n}" for n in term.nets))
             self.parts.append(f"-m mark --mark 0x0/{bit:#x}")
         else:
-            bit = self.scratch(m.src_net if term.side is Side.SRC else m.dst_net)
+            bit = self.scratch(f"{term.side.value}_net")
             self.any_of(bit, (f"{flag} {n}" for n in term.nets))
             self.parts.append(f"-m mark --mark {bit:#x}/{bit:#x}")
 
@@ -143,8 +174,7 @@ class _Rendering:
         if len(alternatives) == 1:
             self.parts.append(alternatives[0])
             return
-        m = self.marks
-        bit = self.scratch(m.src_port if term.side is Side.SRC else m.dst_port)
+        bit = self.scratch(f"{term.side.value}_port")
         # multiport needs -p in each rule that uses it.
         self.any_of(bit, (f"{self.protocol} {alt}".strip() for alt in alternatives))
         self.parts.append(f"-m mark --mark {bit:#x}/{bit:#x}")
@@ -164,6 +194,12 @@ class _Rendering:
                 self.parts.append(_set_match(name, side, kind, negate=negate))
             case Ports():
                 self.ports(term)
+            case Port(side, port):
+                self.parts.append(f"--{side.value[0]}port {port}")
+            case LocalAddress(side, negate, out_interface):
+                bang = "! " if negate else ""
+                limit = " --limit-iface-out" if out_interface else ""
+                self.parts.append(f"-m addrtype {bang}--{side.value}-type LOCAL{limit}")
             case Icmp(version, icmp, negate):
                 bang = "! " if negate else ""
                 if version == 4:
@@ -182,9 +218,10 @@ class _Rendering:
 
 @dataclass(frozen=True, slots=True)
 class IptablesSerialiser:
-    """Model rules to iptables rules; ``marks`` gives the scratch bits for ORs."""
+    """Model rules to iptables rules; ``marks`` gives the scratch bits for ORs
+    (a table whose rules never OR needs none)."""
 
-    marks: Marks
+    marks: Marks | None = None
 
     def rule(self, rule: TableRule) -> list[IptRule]:
         out = _Rendering(self.marks, rule.origin)

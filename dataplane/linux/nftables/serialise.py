@@ -20,7 +20,21 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dataplane.linux.rules.action import Accept, Action, Drop, Goto, Jump, Log, Return, SetMark
+from dataplane.linux.rules.action import (
+    Accept,
+    Action,
+    Dnat,
+    Drop,
+    Goto,
+    Jump,
+    Log,
+    Masquerade,
+    Notrack,
+    Reject,
+    Return,
+    SetMark,
+    Snat,
+)
 from dataplane.linux.rules.comment import safe_comment
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.rules.match import (
@@ -29,8 +43,10 @@ from dataplane.linux.rules.match import (
     Icmp,
     InSet,
     Interface,
+    LocalAddress,
     MarkMatch,
     Match,
+    Port,
     Ports,
     Protocol,
     SetKind,
@@ -74,6 +90,11 @@ def _name(name: str) -> str:
     return name
 
 
+def _address(text: str) -> str:
+    """One address, checked (it is written unquoted)."""
+    return str(ipaddress.ip_address(text))
+
+
 def _one_or_set(values: Sequence[str]) -> str:
     return values[0] if len(values) == 1 else "{ " + ", ".join(values) + " }"
 
@@ -102,6 +123,10 @@ def action_text(action: Action | None) -> str:
             return "accept"
         case Drop():
             return "drop"
+        case Notrack():
+            return "notrack"
+        case Reject():
+            return "reject"
         case Return():
             return "return"
         case Jump(chain):
@@ -110,6 +135,15 @@ def action_text(action: Action | None) -> str:
             return f"goto {_name(chain)}"
         case SetMark(mask, value):
             return mark_text(mask, value)
+        case Dnat(to):
+            return f"dnat to {_address(to)}"
+        case Snat(to):
+            return f"snat to {_address(to)}"
+        case Masquerade(ports):
+            if ports is None:
+                return "masquerade"
+            first, last = ports
+            return f"masquerade to :{first}" + (f"-{last}" if last != first else "")
         case Log(prefix, level):
             # The prefix is configuration (LogPrefix), checked at the edge.
             return f'log prefix "{prefix}" level {_LEVELS[level]}'
@@ -118,7 +152,7 @@ def action_text(action: Action | None) -> str:
 @dataclass(slots=True)
 class _Rendering:
     version: int
-    marks: Marks
+    marks: Marks | None
     origin: Origin | None
     blocks: list[NftRule] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
@@ -154,7 +188,9 @@ class _Rendering:
         if len(alternatives) == 1:
             self.parts.append(alternatives[0])
             return
-        bit = self.marks.src_port if term.side is Side.SRC else self.marks.dst_port
+        if self.marks is None:
+            raise ValueError("an OR needs scratch mark bits, and this table has none")
+        bit: int = getattr(self.marks, f"{term.side.value}_port")
         if bit in self.bits:
             raise ValueError(f"two terms of one rule need scratch mark {bit:#x}")
         self.bits.add(bit)
@@ -182,6 +218,11 @@ class _Rendering:
                 self.parts.append(f"{self.set_key(side, kind)} {op}@{_name(name)}")
             case Ports():
                 self.ports(term)
+            case Port(side, port):
+                self.parts.append(f"th {side.value[0]}port {port}")
+            case LocalAddress(side, negate, out_interface):
+                key = f"{side.value[0]}addr . oif" if out_interface else f"{side.value[0]}addr"
+                self.parts.append(f"fib {key} type {'!= ' if negate else ''}local")
             case Icmp(version, icmp, negate):
                 icmp_kind = "icmp" if version == 4 else "icmpv6"
                 if icmp.code is None:
@@ -212,7 +253,7 @@ class NftSerialiser:
     """Model rules to nft rules for one IP version; ``marks`` gives the scratch bits."""
 
     version: int
-    marks: Marks
+    marks: Marks | None = None
 
     def rule(self, rule: TableRule) -> list[NftRule]:
         out = _Rendering(self.version, self.marks, rule.origin)

@@ -40,15 +40,32 @@ from dataclasses import dataclass
 
 from dataplane.config import Config, ProtoPort
 from dataplane.linux.iptables.chains import Chain, IptRule
-from dataplane.linux.iptables.marks import clear_mark, has_mark, lacks_mark, set_mark
 from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.netlink.overlay_plan import VXLAN_SOURCES_SET
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.overlay import encap_drops, vxlan_host_rules
 from dataplane.linux.render.rule import RuleRenderer, is_whole_family
-from dataplane.linux.rules.action import Drop, Jump, Return, SetMark
+from dataplane.linux.rules.action import (
+    Accept,
+    Drop,
+    Goto,
+    Jump,
+    Return,
+    SetMark,
+    named_verdict,
+)
 from dataplane.linux.rules.marks import Marks
-from dataplane.linux.rules.match import MarkMatch
+from dataplane.linux.rules.match import (
+    Addresses,
+    ConnState,
+    Icmp,
+    Interface,
+    MarkMatch,
+    Match,
+    Port,
+    Protocol,
+    Side,
+)
 from dataplane.linux.rules.rule import END_OF_TIER_RULE, PROFILE_TIER, Origin, TableRule
 from dataplane.model import (
     Action,
@@ -56,21 +73,22 @@ from dataplane.model import (
     EffectivePolicy,
     HostEffectivePolicy,
     HostEndpoint,
+    IcmpMatch,
     Policy,
     PolicyKey,
     Profile,
     WorkloadEndpoint,
 )
 
-__all__ = ["FilterRenderer"]
+__all__ = ["ESTABLISHED", "FilterRenderer"]
 
 # Comments of the drops an endpoint chain ends its tiers and its profiles
 # with, for people reading the ruleset (counters name them by origin).
 END_OF_TIER = "end of tier "
 NOTHING_ALLOWED = "no policy or profile allowed it"
 _DISPATCH_LEAF = 16  # interfaces matched directly before the tree branches
-_ESTABLISHED = IptRule("-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT")
-_INVALID = IptRule("-m conntrack --ctstate INVALID", "-j DROP")
+ESTABLISHED = TableRule((ConnState(("RELATED", "ESTABLISHED")),), Accept())
+_INVALID = TableRule((ConnState(("INVALID",)),), Drop())
 # Neighbour discovery and router solicitation from pods must reach the host.
 _ICMPV6_TO_HOST = (130, 131, 132, 133, 135, 136)
 
@@ -91,22 +109,25 @@ class FilterRenderer:
     def ipt(self) -> IptablesSerialiser:
         return IptablesSerialiser(self.marks)
 
+    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain:
+        return Chain(name, self.ipt.rules(rules))
+
     # --- policies and profiles ------------------------------------------------
 
     def policy_chains(self, key: PolicyKey, policy: Policy) -> list[Chain]:
         return [
-            Chain(
+            self._chain(
                 self.names.policy(key, inbound),
-                self.ipt.rules(self.rules.render_all(rules, policy.tier, str(key), _way(inbound))),
+                self.rules.render_all(rules, policy.tier, str(key), _way(inbound)),
             )
             for inbound, rules in ((True, policy.inbound), (False, policy.outbound))
         ]
 
     def profile_chains(self, name: str, profile: Profile) -> list[Chain]:
         return [
-            Chain(
+            self._chain(
                 self.names.profile(name, inbound),
-                self.ipt.rules(self.rules.render_all(rules, PROFILE_TIER, name, _way(inbound))),
+                self.rules.render_all(rules, PROFILE_TIER, name, _way(inbound)),
             )
             for inbound, rules in ((True, profile.inbound), (False, profile.outbound))
         ]
@@ -115,7 +136,7 @@ class FilterRenderer:
 
     def tiered_rules(
         self, policy: DirectionPolicy, inbound: bool, *, enforce: bool = True
-    ) -> list[IptRule]:
+    ) -> list[TableRule]:
         """Tiers, then profiles, then drop.
 
         ``policy`` is already resolved (active policies only, empty tiers
@@ -139,7 +160,7 @@ class FilterRenderer:
                     counts=True,
                 )
             )
-        return list(self.ipt.rules(out))
+        return out
 
     def _tiers(
         self, policy: DirectionPolicy, inbound: bool, *, end_of_tier_drop: bool
@@ -164,62 +185,55 @@ class FilterRenderer:
                 )
         return out
 
-    def _anti_spoof(self, endpoint: WorkloadEndpoint) -> list[IptRule]:
+    def _anti_spoof(self, endpoint: WorkloadEndpoint) -> list[TableRule]:
         own = endpoint.ipv4_nets if self.version == 4 else endpoint.ipv6_nets
-        allowed = [
+        allowed = tuple(
             n
             for n in own + endpoint.allow_spoofed_source_prefixes
             if (":" in n) == (self.version == 6)
-        ]
+        )
         comment = "source address is not the endpoint's"
         if any(is_whole_family(n) for n in allowed):
             # Every source is allowed; and nft refuses "! -s 0.0.0.0/0" at
             # commit (EINVAL) though its parser passes it.
             return []
         if not allowed:
-            return [IptRule("", "-j DROP", comment=comment)]
-        if len(allowed) == 1:
-            return [IptRule(f"! -s {allowed[0]}", "-j DROP", comment=comment)]
-        bit = self.marks.src_net
-        return [
-            IptRule("", clear_mark(bit)),
-            *(IptRule(f"-s {n}", set_mark(bit)) for n in allowed),
-            IptRule(lacks_mark(bit), "-j DROP", comment=comment),
-        ]
+            return [TableRule((), Drop(), comment=comment)]
+        return [TableRule((Addresses(Side.SRC, allowed, negate=True),), Drop(), comment=comment)]
 
     def workload_chains(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> list[Chain]:
         to_name = self.names.to_workload(endpoint.name)
         from_name = self.names.from_workload(endpoint.name)
         if not endpoint.admin_up:
-            down = (IptRule("", "-j DROP", comment="endpoint is not active"),)
-            return [Chain(to_name, down), Chain(from_name, down)]
+            down = (TableRule((), Drop(), comment="endpoint is not active"),)
+            return [self._chain(to_name, down), self._chain(from_name, down)]
         ingress = self.tiered_rules(policy.ingress, True)
         egress = (
             self._anti_spoof(endpoint)
             + encap_drops(self.config)
             + self.tiered_rules(policy.egress, False)
         )
-        return [Chain(to_name, tuple(ingress)), Chain(from_name, tuple(egress))]
+        return [self._chain(to_name, ingress), self._chain(from_name, egress)]
 
     def host_endpoint_chains(
         self, endpoint: HostEndpoint, policy: HostEffectivePolicy
     ) -> list[Chain]:
         n = self.names
         ingress = [
-            _ESTABLISHED,
-            IptRule("", f"-j {n.top('failsafe-in')}"),
+            ESTABLISHED,
+            TableRule((), Jump(n.top("failsafe-in"))),
             *self.tiered_rules(policy.normal.ingress, True),
         ]
         egress = [
-            _ESTABLISHED,
-            IptRule("", f"-j {n.top('failsafe-out')}"),
+            ESTABLISHED,
+            TableRule((), Jump(n.top("failsafe-out"))),
             *self.tiered_rules(policy.normal.egress, False),
         ]
         # The endpoint chains end in DROP; what they allow returns with the
         # accept mark, which the top-level chain turns into ACCEPT.
         chains = [
-            Chain(n.from_host_endpoint(endpoint.name), tuple(ingress)),
-            Chain(n.to_host_endpoint(endpoint.name), tuple(egress)),
+            self._chain(n.from_host_endpoint(endpoint.name), ingress),
+            self._chain(n.to_host_endpoint(endpoint.name), egress),
         ]
         # Forwarded traffic through the endpoint (applyOnForward policy).
         # Every endpoint has these chains, not only those with forward
@@ -230,10 +244,10 @@ class FilterRenderer:
             (False, n.dispatch_child("thfw", endpoint.name)),
         ):
             rules = self.forward_rules(policy.forward.direction(inbound), inbound)
-            chains.append(Chain(name, tuple(rules)))
+            chains.append(self._chain(name, rules))
         return chains
 
-    def forward_rules(self, policy: DirectionPolicy, inbound: bool) -> list[IptRule]:
+    def forward_rules(self, policy: DirectionPolicy, inbound: bool) -> list[TableRule]:
         """A host endpoint's applyOnForward policy for one direction (Felix's rules).
 
         With no policy for the direction, forwarded traffic is allowed. With
@@ -243,8 +257,9 @@ class FilterRenderer:
         kernel's own FORWARD chain to judge.
         """
         if not policy.tiers:
-            return [IptRule("", set_mark(self.marks.accept), comment="no forward policy: allow")]
-        return list(self.ipt.rules(self._tiers(policy, inbound, end_of_tier_drop=True)))
+            allow = SetMark.on(self.marks.accept)
+            return [TableRule((), allow, comment="no forward policy: allow")]
+        return self._tiers(policy, inbound, end_of_tier_drop=True)
 
     # --- dispatch --------------------------------------------------------------------
 
@@ -252,37 +267,40 @@ class FilterRenderer:
         self,
         root: str,
         child_kind: str,
-        flag: str,
+        inbound: bool,
         ifaces: Iterable[str],
         target: Callable[[str], str],
-        default: IptRule,
+        default: TableRule,
     ) -> list[Chain]:
         """A prefix tree over interface names; each leaf gotos ``target(iface)``."""
         chains: list[Chain] = []
 
-        def build(name: str, members: list[str], final: IptRule | None) -> None:
-            rules: list[IptRule] = []
+        def leaf(iface: str) -> TableRule:
+            return TableRule((Interface(iface, inbound),), Goto(target(iface)))
+
+        def build(name: str, members: list[str], final: TableRule | None) -> None:
+            rules: list[TableRule] = []
             if len(members) <= _DISPATCH_LEAF:
-                rules = [IptRule(f"{flag} {i}", f"-g {target(i)}") for i in members]
+                rules = [leaf(i) for i in members]
             else:
                 common = os.path.commonprefix(members)  # noqa: RUF071 - string prefix wanted
                 groups: dict[str, list[str]] = {}
                 for iface in members:
                     if iface == common:
-                        rules.append(IptRule(f"{flag} {iface}", f"-g {target(iface)}"))
+                        rules.append(leaf(iface))
                     else:
                         groups.setdefault(common + iface[len(common)], []).append(iface)
                 for branch in sorted(groups):
                     group = groups[branch]
                     if len(group) == 1:
-                        rules.append(IptRule(f"{flag} {group[0]}", f"-g {target(group[0])}"))
+                        rules.append(leaf(group[0]))
                         continue
                     child = self.names.dispatch_child(child_kind, branch)
-                    rules.append(IptRule(f"{flag} {branch}+", f"-g {child}"))
+                    rules.append(TableRule((Interface(f"{branch}+", inbound),), Goto(child)))
                     build(child, group, default)
             if final is not None:
                 rules.append(final)
-            chains.append(Chain(name, tuple(rules)))
+            chains.append(self._chain(name, rules))
 
         members = set(ifaces)
         if "" in members:
@@ -290,37 +308,37 @@ class FilterRenderer:
             # leaf (there is no "-i " to match) but what every interface
             # without an endpoint of its own falls through to.
             members.discard("")
-            default = IptRule("", f"-g {target('')}", comment="all-interfaces endpoint")
+            default = TableRule((), Goto(target("")), comment="all-interfaces endpoint")
         build(root, sorted(members), default)
         return chains
 
     def workload_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:
         n = self.names
-        unknown = IptRule("", "-j DROP", comment="unknown workload interface")
+        unknown = TableRule((), Drop(), comment="unknown workload interface")
         names = sorted(ifaces)
         return self.dispatch_chains(
-            n.top("from-wl-dispatch"), "fwd", "-i", names, n.from_workload, unknown
+            n.top("from-wl-dispatch"), "fwd", True, names, n.from_workload, unknown
         ) + self.dispatch_chains(
-            n.top("to-wl-dispatch"), "twd", "-o", names, n.to_workload, unknown
+            n.top("to-wl-dispatch"), "twd", False, names, n.to_workload, unknown
         )
 
     def host_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:
         """Dispatch to host endpoint chains, local and forwarded traffic."""
         n = self.names
         # Interfaces without a host endpoint are not policed.
-        other = IptRule("", "-j RETURN")
+        other = TableRule((), Return())
         names = sorted(ifaces)
         return (
             self.dispatch_chains(
-                n.top("from-host-endpoint"), "fhd", "-i", names, n.from_host_endpoint, other
+                n.top("from-host-endpoint"), "fhd", True, names, n.from_host_endpoint, other
             )
             + self.dispatch_chains(
-                n.top("to-host-endpoint"), "thd", "-o", names, n.to_host_endpoint, other
+                n.top("to-host-endpoint"), "thd", False, names, n.to_host_endpoint, other
             )
             + self.dispatch_chains(
                 n.top("from-hep-forward"),
                 "fhfd",
-                "-i",
+                True,
                 names,
                 lambda i: n.dispatch_child("fhfw", i),
                 other,
@@ -328,7 +346,7 @@ class FilterRenderer:
             + self.dispatch_chains(
                 n.top("to-hep-forward"),
                 "thfd",
-                "-o",
+                False,
                 names,
                 lambda i: n.dispatch_child("thfw", i),
                 other,
@@ -337,16 +355,19 @@ class FilterRenderer:
 
     # --- static chains and hooks ----------------------------------------------------
 
-    def _failsafe(self, ports: Sequence[ProtoPort], inbound: bool) -> tuple[IptRule, ...]:
+    def _failsafe(self, ports: Sequence[ProtoPort], inbound: bool) -> list[TableRule]:
         out = []
         for p in ports:
             if p.net and (":" in p.net) != (self.version == 6):
                 continue
-            peer = f"{'-s' if inbound else '-d'} {p.net} " if p.net else ""
-            out.append(IptRule(f"{peer}-p {p.protocol} --dport {p.port}", "-j ACCEPT"))
-        return tuple(out)
+            match: list[Match] = []
+            if p.net:
+                match.append(Addresses(Side.SRC if inbound else Side.DST, (p.net,)))
+            match += [Protocol(p.protocol), Port(Side.DST, p.port)]
+            out.append(TableRule(tuple(match), Accept()))
+        return out
 
-    def _vxlan(self, inbound: bool) -> list[IptRule]:
+    def _vxlan(self, inbound: bool) -> list[TableRule]:
         nodes = self.rules.ipset_name(VXLAN_SOURCES_SET, self.version)
         return vxlan_host_rules(self.config, self.version, nodes, inbound=inbound)
 
@@ -355,6 +376,11 @@ class FilterRenderer:
         m = self.marks
         c = self.config
         prefixes = [f"{p}+" for p in c.interface_prefixes]
+        accepted = MarkMatch.has(m.accept)
+
+        def each(inbound: bool, action: Jump | Accept | Return | Goto) -> list[TableRule]:
+            return [TableRule((Interface(p, inbound),), action) for p in prefixes]
+
         # Forwarded traffic meets, in Felix's order, the forward policy of
         # the host endpoint it arrives through, the policy of the workload
         # it leaves and of the one it reaches, and the forward policy of
@@ -363,37 +389,37 @@ class FilterRenderer:
         # accept mark survives from pre-DNAT policy, which allowed it: such
         # traffic skips the arriving endpoint's forward policy, as in Felix.
         forward = [
-            _ESTABLISHED,
+            ESTABLISHED,
             _INVALID,
-            IptRule("", clear_mark(m.all & ~m.accept)),
-            IptRule(lacks_mark(m.accept), f"-j {n.top('from-hep-forward')}"),
+            TableRule((), SetMark.off(m.all & ~m.accept)),
+            TableRule((MarkMatch.lacks(m.accept),), Jump(n.top("from-hep-forward"))),
         ]
-        forward += [IptRule(f"-i {p}", f"-j {n.top('from-wl-dispatch')}") for p in prefixes]
-        forward += [IptRule(f"-o {p}", f"-j {n.top('to-wl-dispatch')}") for p in prefixes]
-        forward.append(IptRule("", f"-j {n.top('to-hep-forward')}"))
+        forward += each(True, Jump(n.top("from-wl-dispatch")))
+        forward += each(False, Jump(n.top("to-wl-dispatch")))
+        forward.append(TableRule((), Jump(n.top("to-hep-forward"))))
         # A workload's chains end in DROP, so traffic from or to one that
         # got here was allowed by its policy; the host endpoints' forward
         # policy may leave it undecided (every tier passed). Traffic only
         # between host endpoints needs one to have allowed it, else the
         # kernel's own FORWARD chain decides.
-        forward += [IptRule(f"-i {p}", "-j ACCEPT") for p in prefixes]
-        forward += [IptRule(f"-o {p}", "-j ACCEPT") for p in prefixes]
-        forward.append(IptRule(has_mark(m.accept), "-j ACCEPT"))
+        forward += each(True, Accept())
+        forward += each(False, Accept())
+        forward.append(TableRule((accepted,), Accept()))
         # Untracked policy let these through in the raw table (it set our
         # accept mark and NOTRACK); normal policy must not drop them.
-        untracked = IptRule(f"-m conntrack --ctstate UNTRACKED {has_mark(m.accept)}", "-j ACCEPT")
+        untracked = TableRule((ConnState(("UNTRACKED",)), accepted), Accept())
         # Service traffic the nat table condemned, and new connections to
         # service ports with no backend (refused at once, as kube-proxy does).
         services = [
-            IptRule(has_mark(m.drop), "-j DROP"),
-            IptRule("-m conntrack --ctstate NEW", f"-j {n.top('svc-reject')}"),
+            TableRule((MarkMatch.has(m.drop),), Drop()),
+            TableRule((ConnState(("NEW",)),), Jump(n.top("svc-reject"))),
         ]
         forward[0:0] = [untracked, *services]
 
         # IPv6 stops working without neighbour discovery, whatever the policy.
         ndp = (
             [
-                IptRule(f"-p ipv6-icmp -m icmp6 --icmpv6-type {t}", "-j ACCEPT")
+                TableRule((Protocol("icmpv6"), Icmp(6, IcmpMatch(t))), Accept())
                 for t in _ICMPV6_TO_HOST
             ]
             if self.version == 6
@@ -404,45 +430,47 @@ class FilterRenderer:
         # pod's egress policy and DefaultEndpointToHostAction, which judge
         # only new traffic: with Felix's default DROP the node could not
         # reach its own pods otherwise. Felix's INPUT path does the same.
-        to_host: list[IptRule] = [*ndp, _ESTABLISHED, _INVALID]
-        to_host.append(IptRule("", f"-j {n.top('from-wl-dispatch')}"))
+        to_host: list[TableRule] = [*ndp, ESTABLISHED, _INVALID]
+        to_host.append(TableRule((), Jump(n.top("from-wl-dispatch"))))
         to_host.append(
-            IptRule(
-                "",
-                f"-j {c.default_endpoint_to_host_action}",
+            TableRule(
+                (),
+                named_verdict(c.default_endpoint_to_host_action),
                 comment="DefaultEndpointToHostAction",
             )
         )
 
         inp = [untracked, *services, *self._vxlan(True)]
-        inp += [IptRule(f"-i {p}", f"-g {n.top('wl-to-host')}") for p in prefixes]
+        inp += each(True, Goto(n.top("wl-to-host")))
         inp += ndp
         inp += [
-            IptRule("", clear_mark(m.all)),
-            IptRule("", f"-j {n.top('from-host-endpoint')}"),
-            IptRule(has_mark(m.accept), "-j ACCEPT"),
+            TableRule((), SetMark.off(m.all)),
+            TableRule((), Jump(n.top("from-host-endpoint"))),
+            TableRule((accepted,), Accept()),
         ]
         out = [untracked, *services]
-        out += [IptRule(f"-o {p}", "-j RETURN") for p in prefixes]
+        out += each(False, Return())
         out += self._vxlan(False)
         out += ndp
         out += [
-            IptRule("", clear_mark(m.all)),
-            IptRule("", f"-j {n.top('to-host-endpoint')}"),
-            IptRule(has_mark(m.accept), "-j ACCEPT"),
+            TableRule((), SetMark.off(m.all)),
+            TableRule((), Jump(n.top("to-host-endpoint"))),
+            TableRule((accepted,), Accept()),
         ]
         return [
-            Chain(n.top("FORWARD"), tuple(forward)),
-            Chain(n.top("wl-to-host"), tuple(to_host)),
-            Chain(n.top("INPUT"), tuple(inp)),
-            Chain(n.top("OUTPUT"), tuple(out)),
-            Chain(n.top("failsafe-in"), self._failsafe(c.failsafe_inbound_host_ports, True)),
-            Chain(n.top("failsafe-out"), self._failsafe(c.failsafe_outbound_host_ports, False)),
+            self._chain(n.top("FORWARD"), forward),
+            self._chain(n.top("wl-to-host"), to_host),
+            self._chain(n.top("INPUT"), inp),
+            self._chain(n.top("OUTPUT"), out),
+            self._chain(n.top("failsafe-in"), self._failsafe(c.failsafe_inbound_host_ports, True)),
+            self._chain(
+                n.top("failsafe-out"), self._failsafe(c.failsafe_outbound_host_ports, False)
+            ),
         ]
 
     def hooks(self) -> Mapping[str, tuple[IptRule, ...]]:
         n = self.names
         return {
-            builtin: (IptRule("", f"-j {n.top(builtin)}"),)
+            builtin: self.ipt.rules([TableRule((), Jump(n.top(builtin)))])
             for builtin in ("INPUT", "FORWARD", "OUTPUT")
         }

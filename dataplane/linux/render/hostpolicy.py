@@ -20,8 +20,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dataplane.linux.iptables.chains import Chain, IptRule
-from dataplane.linux.iptables.marks import clear_mark, has_mark
-from dataplane.linux.render.filter import FilterRenderer
+from dataplane.linux.render.filter import ESTABLISHED, FilterRenderer
+from dataplane.linux.rules.action import Accept, Jump, Notrack, Return, SetMark
+from dataplane.linux.rules.match import ConnState, Interface, MarkMatch
+from dataplane.linux.rules.rule import TableRule
 from dataplane.model import (
     EffectivePolicy,
     HostEffectivePolicy,
@@ -74,19 +76,22 @@ class HostPolicyRenderer:
             if not tiers:
                 continue
             rules = self.base.tiered_rules(effective.direction(inbound), inbound, enforce=False)
-            chains.append(Chain(names.dispatch_child(kind, hep.name), tuple(rules)))
+            chains.append(self._chain(names.dispatch_child(kind, hep.name), rules))
             ifaces.append(hep.name)
         return chains, ifaces
 
-    def _dispatch(self, root: str, kind: str, flag: str, ifaces: Iterable[str]) -> list[Chain]:
+    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain:
+        return Chain(name, self.base.ipt.rules(rules))
+
+    def _dispatch(self, root: str, kind: str, inbound: bool, ifaces: Iterable[str]) -> list[Chain]:
         names = self.base.names
         return self.base.dispatch_chains(
             names.top(root),
             kind + "d",
-            flag,
+            inbound,
             ifaces,
             lambda i: names.dispatch_child(kind, i),
-            IptRule("", "-j RETURN"),
+            TableRule((), Return()),
         )
 
     def _policies(
@@ -105,26 +110,24 @@ class HostPolicyRenderer:
         n = self.base.names
         ingress, in_ifaces = self._endpoint_chains("fhu", endpoints, _untracked, True)
         egress, out_ifaces = self._endpoint_chains("thu", endpoints, _untracked, False)
-        allowed = [
-            IptRule(has_mark(m.accept), "-j NOTRACK"),
-            IptRule(has_mark(m.accept), "-j ACCEPT"),
-        ]
+        accepted = MarkMatch.has(m.accept)
+        allowed = [TableRule((accepted,), Notrack()), TableRule((accepted,), Accept())]
         prerouting = [
-            *(IptRule(f"-i {p}+", "-j RETURN") for p in self.base.config.interface_prefixes),
-            IptRule("", clear_mark(m.all)),
-            IptRule("", f"-j {n.top('untracked-in')}"),
+            *self._from_workloads(),
+            TableRule((), SetMark.off(m.all)),
+            TableRule((), Jump(n.top("untracked-in"))),
             *allowed,
         ]
         output = [
-            IptRule("", clear_mark(m.all)),
-            IptRule("", f"-j {n.top('untracked-out')}"),
+            TableRule((), SetMark.off(m.all)),
+            TableRule((), Jump(n.top("untracked-out"))),
             *allowed,
         ]
         return [
-            Chain(n.top("PREROUTING"), tuple(prerouting)),
-            Chain(n.top("OUTPUT"), tuple(output)),
-            *self._dispatch("untracked-in", "fhu", "-i", in_ifaces),
-            *self._dispatch("untracked-out", "thu", "-o", out_ifaces),
+            self._chain(n.top("PREROUTING"), prerouting),
+            self._chain(n.top("OUTPUT"), output),
+            *self._dispatch("untracked-in", "fhu", True, in_ifaces),
+            *self._dispatch("untracked-out", "thu", False, out_ifaces),
             *ingress,
             *egress,
             *self._policies(policies, lambda p: p.untracked),
@@ -137,22 +140,29 @@ class HostPolicyRenderer:
         n = self.base.names
         ingress, ifaces = self._endpoint_chains("fhp", endpoints, _pre_dnat, True)
         prerouting = [
-            IptRule("-m conntrack --ctstate RELATED,ESTABLISHED", "-j ACCEPT"),
+            ESTABLISHED,
             # Untracked policy already decided these; keep its accept mark.
-            IptRule("-m conntrack --ctstate UNTRACKED", "-j RETURN"),
-            *(IptRule(f"-i {p}+", "-j RETURN") for p in self.base.config.interface_prefixes),
-            IptRule("", clear_mark(m.all)),
-            IptRule("", f"-j {n.top('pre-dnat')}"),
-            IptRule(has_mark(m.accept), "-j ACCEPT"),
+            TableRule((ConnState(("UNTRACKED",)),), Return()),
+            *self._from_workloads(),
+            TableRule((), SetMark.off(m.all)),
+            TableRule((), Jump(n.top("pre-dnat"))),
+            TableRule((MarkMatch.has(m.accept),), Accept()),
         ]
         return [
-            Chain(n.top("PREROUTING"), tuple(prerouting)),
-            *self._dispatch("pre-dnat", "fhp", "-i", ifaces),
+            self._chain(n.top("PREROUTING"), prerouting),
+            *self._dispatch("pre-dnat", "fhp", True, ifaces),
             *ingress,
             *self._policies(policies, lambda p: p.pre_dnat),
+        ]
+
+    def _from_workloads(self) -> list[TableRule]:
+        """Host endpoint policy is not for traffic from workloads."""
+        return [
+            TableRule((Interface(f"{p}+", inbound=True),), Return())
+            for p in self.base.config.interface_prefixes
         ]
 
     def hooks(self, table: str) -> Mapping[str, tuple[IptRule, ...]]:
         n = self.base.names
         builtins = ("PREROUTING", "OUTPUT") if table == "raw" else ("PREROUTING",)
-        return {b: (IptRule("", f"-j {n.top(b)}"),) for b in builtins}
+        return {b: self.base.ipt.rules([TableRule((), Jump(n.top(b)))]) for b in builtins}

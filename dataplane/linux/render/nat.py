@@ -13,8 +13,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dataplane.linux.iptables.chains import Chain, IptRule
-from dataplane.linux.iptables.marks import has_mark
+from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.rules.action import Dnat, Jump, Masquerade, Snat
+from dataplane.linux.rules.match import (
+    Addresses,
+    InSet,
+    Interface,
+    LocalAddress,
+    MarkMatch,
+    Match,
+    Protocol,
+    Side,
+)
+from dataplane.linux.rules.rule import TableRule
 from dataplane.model import NatInfo
 
 __all__ = ["ALL_POOLS_SET", "MASQ_POOLS_SET", "NatRenderer"]
@@ -39,80 +51,85 @@ class NatRenderer:
     # (NATOutgoingExclusions=IPPoolsAndHostIPs).
     all_hosts_set: str = ""
 
+    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain:
+        return Chain(name, IptablesSerialiser().rules(rules))
+
     def chains(self, floating: Iterable[NatInfo]) -> list[Chain]:
         n = self.names
         fips = sorted(
             (f for f in floating if (":" in f.ext_ip) == (self.version == 6)),
             key=lambda f: (f.ext_ip, f.int_ip),
         )
-        dnat = tuple(
-            IptRule(f"-d {f.ext_ip}", f"-j DNAT --to-destination {f.int_ip}") for f in fips
-        )
-        snat = tuple(
-            IptRule(f"-s {f.int_ip} -d {f.int_ip}", f"-j SNAT --to-source {f.ext_ip}") for f in fips
-        )
-        hosts = f" -m set ! --match-set {self.all_hosts_set} dst" if self.all_hosts_set else ""
-        outgoing = self._masquerade(
-            f"-m set --match-set {self.masq_pools_set} src"
-            f" -m set ! --match-set {self.all_pools_set} dst{hosts}"
-        )
-        services = IptRule("", f"-j {n.top('SERVICES')}")
-        masq = has_mark(self.masq_mark)
+        dnat = [TableRule((Addresses(Side.DST, (f.ext_ip,)),), Dnat(f.int_ip)) for f in fips]
+        snat = [
+            TableRule(
+                (Addresses(Side.SRC, (f.int_ip,)), Addresses(Side.DST, (f.int_ip,))), Snat(f.ext_ip)
+            )
+            for f in fips
+        ]
+        leaving: list[Match] = [
+            InSet(Side.SRC, self.masq_pools_set),
+            InSet(Side.DST, self.all_pools_set, negate=True),
+        ]
+        if self.all_hosts_set:
+            leaving.append(InSet(Side.DST, self.all_hosts_set, negate=True))
+        services = TableRule((), Jump(n.top("SERVICES")))
+        fip_dnat = TableRule((), Jump(n.top("fip-dnat")))
         return [
-            Chain(n.top("PREROUTING"), (IptRule("", f"-j {n.top('fip-dnat')}"), services)),
-            Chain(n.top("OUTPUT"), (IptRule("", f"-j {n.top('fip-dnat')}"), services)),
-            Chain(
+            self._chain(n.top("PREROUTING"), (fip_dnat, services)),
+            self._chain(n.top("OUTPUT"), (fip_dnat, services)),
+            self._chain(
                 n.top("POSTROUTING"),
                 (
-                    IptRule("", f"-j {n.top('fip-snat')}"),
+                    TableRule((), Jump(n.top("fip-snat"))),
                     # Service traffic marked for it (hairpin, off-node
                     # backends, external Cluster-policy traffic).
-                    *self._masquerade(masq),
+                    *self._masquerade((MarkMatch.has(self.masq_mark),)),
                     *self._tunnel_source(),
-                    IptRule("", f"-j {n.top('nat-outgoing')}"),
+                    TableRule((), Jump(n.top("nat-outgoing"))),
                 ),
             ),
-            Chain(n.top("fip-dnat"), dnat),
-            Chain(n.top("fip-snat"), snat),
-            Chain(n.top("nat-outgoing"), outgoing),
+            self._chain(n.top("fip-dnat"), dnat),
+            self._chain(n.top("fip-snat"), snat),
+            self._chain(n.top("nat-outgoing"), self._masquerade(tuple(leaving))),
         ]
 
-    def _tunnel_source(self) -> tuple[IptRule, ...]:
+    def _tunnel_source(self) -> list[TableRule]:
         """Host traffic into the tunnel from a host address other than the
         tunnel's own (a socket bound to the wrong address, a service IP the
         kernel NATed after picking the source) takes the tunnel address, or
         replies could not find their way back; as Felix does."""
         if not self.tunnel:
-            return ()
-        match = (
-            f"-o {self.tunnel} -m addrtype ! --src-type LOCAL --limit-iface-out"
-            " -m addrtype --src-type LOCAL"
+            return []
+        return self._masquerade(
+            (
+                Interface(self.tunnel, inbound=False),
+                LocalAddress(Side.SRC, negate=True, out_interface=True),
+                LocalAddress(Side.SRC),
+            )
         )
-        return self._masquerade(match)
 
-    def _masquerade(self, match: str) -> tuple[IptRule, ...]:
+    def _masquerade(self, match: tuple[Match, ...]) -> list[TableRule]:
         """MASQUERADE what ``match`` selects, within ``NATPortRange`` if set.
 
-        The kernel takes ``--to-ports`` only with ``-p tcp|udp|sctp|...``
-        (a port range means nothing to ICMP), so with a range there is one
-        rule for TCP and UDP and a last one, without ports, for the rest
-        -- as Felix writes it.
+        The kernel takes a port range only with a protocol that has ports
+        (it means nothing to ICMP), so with a range there is one rule for
+        TCP and UDP and a last one, without ports, for the rest -- as Felix
+        writes it.
         """
         if not self.nat_port_range:
-            return (IptRule(match, "-j MASQUERADE"),)
-        lo, hi = self.nat_port_range
-        ports = f"--to-ports {lo}-{hi}" if lo != hi else f"--to-ports {lo}"
-        return (
+            return [TableRule(match, Masquerade())]
+        return [
             *(
-                IptRule(f"-p {proto} {match}".strip(), f"-j MASQUERADE {ports}")
+                TableRule((Protocol(proto), *match), Masquerade(self.nat_port_range))
                 for proto in ("tcp", "udp")
             ),
-            IptRule(match, "-j MASQUERADE"),
-        )
+            TableRule(match, Masquerade()),
+        ]
 
     def hooks(self) -> Mapping[str, tuple[IptRule, ...]]:
         n = self.names
         return {
-            builtin: (IptRule("", f"-j {n.top(builtin)}"),)
+            builtin: IptablesSerialiser().rules([TableRule((), Jump(n.top(builtin)))])
             for builtin in ("PREROUTING", "OUTPUT", "POSTROUTING")
         }

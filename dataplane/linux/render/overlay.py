@@ -15,50 +15,52 @@ Pure, for one IP version. As Felix writes them:
 from __future__ import annotations
 
 from dataplane.config import Config
-from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.netlink.overlay_plan import vxlan_enabled
+from dataplane.linux.rules.action import named_verdict
+from dataplane.linux.rules.match import InSet, LocalAddress, Port, Protocol, Side
+from dataplane.linux.rules.rule import TableRule
 
 __all__ = ["encap_drops", "vxlan_host_rules"]
 
 
-def encap_drops(config: Config) -> list[IptRule]:
+def encap_drops(config: Config) -> list[TableRule]:
     """The start of every pod's egress chain."""
-    deny = f"-j {config.iptables_filter_deny_action}"
+    deny = named_verdict(config.iptables_filter_deny_action)
     out = []
     if not config.allow_vxlan_packets_from_workloads:
         out.append(
-            IptRule(
-                f"-p udp --dport {config.vxlan_port}",
+            TableRule(
+                (Protocol("udp"), Port(Side.DST, config.vxlan_port)),
                 deny,
                 comment="VXLAN encapsulated packets from workloads",
             )
         )
     if not config.allow_ipip_packets_from_workloads:
-        out.append(IptRule("-p 4", deny, comment="IPIP encapsulated packets from workloads"))
+        out.append(
+            TableRule((Protocol("4"),), deny, comment="IPIP encapsulated packets from workloads")
+        )
     return out
 
 
 def vxlan_host_rules(
     config: Config, version: int, nodes: str | None, *, inbound: bool
-) -> list[IptRule]:
+) -> list[TableRule]:
     """INPUT (``inbound``) or OUTPUT rules; ``nodes``: the kernel name of all-vxlan-net."""
     if not vxlan_enabled(config, version):
         return []
-    port = config.vxlan_port
-    allow = f"-j {config.iptables_filter_allow_action}"
+    vxlan = (Protocol("udp"), Port(Side.DST, config.vxlan_port))
+    allow = named_verdict(config.iptables_filter_allow_action)
     if not inbound:
         if nodes is None:
             return []
-        match = f"-p udp --dport {port} -m addrtype --src-type LOCAL -m set --match-set {nodes} dst"
-        return [IptRule(match, allow, comment="VXLAN to other nodes")]
-    local = f"-p udp --dport {port} -m addrtype --dst-type LOCAL"
+        to_nodes = (*vxlan, LocalAddress(Side.SRC), InSet(Side.DST, nodes))
+        return [TableRule(to_nodes, allow, comment="VXLAN to other nodes")]
+    local = (*vxlan, LocalAddress(Side.DST))
     out = []
     if nodes is not None:
         out.append(
-            IptRule(
-                f"{local} -m set --match-set {nodes} src", allow, comment="VXLAN from other nodes"
-            )
+            TableRule((*local, InSet(Side.SRC, nodes)), allow, comment="VXLAN from other nodes")
         )
-    deny = f"-j {config.iptables_filter_deny_action}"
-    out.append(IptRule(local, deny, comment="VXLAN from anywhere else"))
+    deny = named_verdict(config.iptables_filter_deny_action)
+    out.append(TableRule(local, deny, comment="VXLAN from anywhere else"))
     return out

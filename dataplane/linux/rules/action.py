@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Accept", "Action", "Drop", "Goto", "Jump", "Log", "Return", "SetMark"]
+__all__ = [
+    "Accept",
+    "Action",
+    "Dnat",
+    "Drop",
+    "Goto",
+    "Jump",
+    "Log",
+    "Masquerade",
+    "Notrack",
+    "Reject",
+    "Return",
+    "SetMark",
+    "Snat",
+    "named_verdict",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +30,16 @@ class Accept:
 @dataclass(frozen=True, slots=True)
 class Drop:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Drop, and tell the sender (ICMP unreachable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notrack:
+    """Leave the packet's connection untracked (raw table only); go on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,4 +85,51 @@ class Log:
     level: int = 5
 
 
-Action = Accept | Drop | Return | Jump | Goto | SetMark | Log
+@dataclass(frozen=True, slots=True)
+class Dnat:
+    """Rewrite the destination address to ``to`` (nat table)."""
+
+    to: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snat:
+    """Rewrite the source address to ``to`` (nat table)."""
+
+    to: str
+
+
+@dataclass(frozen=True, slots=True)
+class Masquerade:
+    """Rewrite the source to the outgoing interface's address, the source
+    port within ``ports`` (first, last) if given (nat table)."""
+
+    ports: tuple[int, int] | None = None
+
+
+Action = (
+    Accept
+    | Drop
+    | Reject
+    | Return
+    | Jump
+    | Goto
+    | SetMark
+    | Log
+    | Notrack
+    | Dnat
+    | Snat
+    | Masquerade
+)
+
+_NAMED: dict[str, Action] = {
+    "ACCEPT": Accept(),
+    "DROP": Drop(),
+    "REJECT": Reject(),
+    "RETURN": Return(),
+}
+
+
+def named_verdict(name: str) -> Action:
+    """A verdict as Felix's configuration names it (``IptablesFilterDenyAction=REJECT``)."""
+    return _NAMED[name]

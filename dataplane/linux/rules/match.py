@@ -20,8 +20,10 @@ __all__ = [
     "Icmp",
     "InSet",
     "Interface",
+    "LocalAddress",
     "MarkMatch",
     "Match",
+    "Port",
     "Ports",
     "Protocol",
     "SetKind",
@@ -93,6 +95,27 @@ class Ports:
 
 
 @dataclass(frozen=True, slots=True)
+class Port:
+    """The ``side`` port is exactly ``port`` (needs a :class:`Protocol` with ports)."""
+
+    side: Side
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocalAddress:
+    """The ``side`` address is one of this host's own (the kernel's LOCAL type).
+
+    ``out_interface``: local to the interface the packet leaves by, not
+    merely to the host.
+    """
+
+    side: Side
+    negate: bool = False
+    out_interface: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Icmp:
     """ICMP (``version`` 4) or ICMPv6 (6) of a type, and optionally a code."""
 
@@ -137,4 +160,15 @@ class Interface:
     negate: bool = False
 
 
-Match = Protocol | Addresses | InSet | Ports | Icmp | MarkMatch | ConnState | Interface
+Match = (
+    Protocol
+    | Addresses
+    | InSet
+    | Ports
+    | Port
+    | LocalAddress
+    | Icmp
+    | MarkMatch
+    | ConnState
+    | Interface
+)
