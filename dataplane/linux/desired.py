@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.iptables.chains import IptRule
+from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
 from dataplane.linux.netlink.overlay_plan import OverlayPlan, resolve_encapsulation
@@ -61,7 +63,7 @@ class Desired:
         self.overlay = OverlayWriter()
         self.config = Config()
         self.effective = self.config  # no pool uses an overlay yet
-        self._filters: dict[int, FilterRenderer] = {}
+        self._filters: dict[int, FilterRenderer[IptRule]] = {}
         self._everything = True  # first apply, or the configuration changed
 
     def configure(self, config: Config) -> None:
@@ -86,12 +88,14 @@ class Desired:
     def versions(self) -> tuple[int, ...]:
         return (4, 6) if self.config.ipv6_support else (4,)
 
-    def filter(self, version: int) -> FilterRenderer:
+    def filter(self, version: int) -> FilterRenderer[IptRule]:
         renderer = self._filters.get(version)
         if renderer is None:
             marks = Marks.from_mask(self.config.iptables_mark_mask)
             rules = RuleRenderer(version, marks, self._ipset_name, self.config.log_prefix)
-            renderer = FilterRenderer(version, self.effective, marks, self.names, rules)
+            renderer = FilterRenderer(
+                version, self.effective, marks, self.names, rules, IptablesSerialiser(marks)
+            )
             self._filters[version] = renderer
         return renderer
 

@@ -12,12 +12,13 @@ import trio
 from dataplane.errors import ProgrammingError
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands
-from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import CommandResult
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.metered import LinuxMeter, MeteredRunner, restore_lines, tool_of
 from dataplane.linux.netlink.batch import Request, RouteRequest
+from dataplane.linux.rules.chain import Chain
 from dataplane.model import IPSet, IPSetType
 from dataplane.ops.metrics import Metrics
 from tests.linux.fake_ipset import FakeIPSet

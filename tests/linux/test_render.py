@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataplane.config import Config
-from dataplane.linux.iptables.chains import Chain, IptRule, render_rule
+from dataplane.linux.iptables.chains import IptChain, IptRule, render_rule
 from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.render.chain_names import MAX_CHAIN_NAME, ChainNames
 from dataplane.linux.render.filter import FilterRenderer
@@ -45,14 +45,14 @@ def _set_name(set_id: str, version: int) -> str | None:
     return f"cali{version}0{set_id}" if set_id in KNOWN_SETS else None
 
 
-def _renderer(version: int, config: Config | None = None) -> FilterRenderer:
+def _renderer(version: int, config: Config | None = None) -> FilterRenderer[IptRule]:
     config = config or Config()
     marks = Marks.from_mask(config.iptables_mark_mask)
     rules = RuleRenderer(version, marks, _set_name, config.log_prefix)
-    return FilterRenderer(version, config, marks, ChainNames(), rules)
+    return FilterRenderer(version, config, marks, ChainNames(), rules, IptablesSerialiser(marks))
 
 
-def _dump(chains: list[Chain]) -> str:
+def _dump(chains: list[IptChain]) -> str:
     out = []
     for chain in chains:
         out.append(f":{chain.name}")
@@ -123,11 +123,11 @@ def _endpoint(**kwargs: object) -> WorkloadEndpoint:
 
 
 def _workload_chains(
-    render: FilterRenderer,
+    render: FilterRenderer[IptRule],
     endpoint: WorkloadEndpoint,
     active_policy: Callable[[PolicyKey], bool],
     active_profile: Callable[[str], bool],
-) -> list[Chain]:
+) -> list[IptChain]:
     """As the platform renders them: with the policy the managers resolve."""
     policy = workload_effective_policy(endpoint, active_policy, active_profile)
     return render.workload_chains(endpoint, policy)
@@ -167,7 +167,13 @@ def test_nat_chains_golden() -> None:
     chains = []
     for v in (4, 6):
         nat = NatRenderer(
-            v, ChainNames(), f"cali{v}0all", f"cali{v}0masq", 0x1000000, (32768, 60999)
+            v,
+            ChainNames(),
+            IptablesSerialiser(),
+            f"cali{v}0all",
+            f"cali{v}0masq",
+            0x1000000,
+            (32768, 60999),
         )
         chains += nat.chains(
             [NatInfo("172.16.0.5", "10.65.0.10"), NatInfo("fd00:ff::5", "fd00:10:65::a")]
@@ -283,7 +289,7 @@ def test_ipblock_with_except_uses_each_address_flag_once() -> None:
     """Kubernetes ipBlock + except: one -d and one negated -d on one rule."""
     for version, block, hole in ((4, "0.0.0.0/4", "10.67.1.3/32"), (6, "fd00::/8", "fd00::3/128")):
         renderer = _renderer(version)
-        rules = renderer.ipt.rules(
+        rules = renderer.out.rules(
             renderer.rules.render(
                 Rule(Action.ALLOW, dst_nets=(block,), not_dst_nets=(hole,), src_nets=(block,))
             )
@@ -327,7 +333,9 @@ def test_comments_cannot_break_out_of_the_restore_line() -> None:
 
 
 def test_masquerade_with_nat_port_range_names_a_port_protocol() -> None:
-    chains = NatRenderer(4, ChainNames(), "all", "masq", 0x100, (32768, 60999)).chains([])
+    chains = NatRenderer(
+        4, ChainNames(), IptablesSerialiser(), "all", "masq", 0x100, (32768, 60999)
+    ).chains([])
     for chain in chains:
         for r in chain.rules:
             if "--to-ports" in r.action:

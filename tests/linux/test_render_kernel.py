@@ -31,7 +31,7 @@ import re
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, seed, settings, target
@@ -40,13 +40,15 @@ from hypothesis import strategies as st
 from dataplane.config import Config, parse_config
 from dataplane.errors import InputError
 from dataplane.linux.ipsets.names import main_name
-from dataplane.linux.iptables.chains import Chain, IptRule, render_rule, rule_hashes
+from dataplane.linux.iptables.chains import IptChain, IptRule, render_rule, rule_hashes
+from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.render.hostpolicy import HostPolicyRenderer
 from dataplane.linux.render.nat import NatRenderer
 from dataplane.linux.render.rule import RuleRenderer
 from dataplane.linux.render.service import ServiceRenderer
+from dataplane.linux.rules.chain import Chain, Serialiser
 from dataplane.linux.rules.marks import Marks
 from dataplane.managers import convert
 from dataplane.managers.resolve import host_effective_policy, workload_effective_policy
@@ -374,23 +376,47 @@ def converted(
 
 
 Hooks = Mapping[str, tuple[IptRule, ...]]
+R = TypeVar("R")
 
 
-def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain], Hooks]]:
+def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[IptChain], Hooks]]:
     """table -> (our chains, builtin -> hook rules), as the platform renders them."""
+    return render_model_tables(
+        state,
+        version,
+        IptablesSerialiser,
+        set_kernel_name,
+        with_services=True,
+    )
+
+
+def render_model_tables(
+    state: NodeState,
+    version: int,
+    out: Callable[[Marks | None], Serialiser[R]],
+    kernel_name: Callable[[str, int], str],
+    extra: Mapping[PolicyKey, Policy] | None = None,
+    *,
+    with_services: bool = False,
+) -> dict[str, tuple[list[Chain[R]], Mapping[str, tuple[R, ...]]]]:
+    """Every table of ``state`` spelled by ``out`` (given the marks, or None
+    for the nat table); ``extra`` policies beside the state's own.
+    kube-proxy's service chains are iptables' own layout: only
+    ``with_services``."""
     # A ConfigUpdate the edge refuses leaves the previous config (here:
     # Felix's defaults) in force, as in the loop.
     config = _accepted(parse_config, state.config) or Config()
     policies, profiles, workloads, hosts = converted(state)
+    policies.update(extra or {})
     marks = Marks.from_mask(config.iptables_mark_mask)
     known = {**ADDRESS_SETS, **PORT_SETS, VXLAN_SOURCES: "hash:net"}
 
     def set_name(set_id: str, v: int) -> str | None:
-        return set_kernel_name(set_id, v) if set_id in known else None
+        return kernel_name(set_id, v) if set_id in known else None
 
     rules = RuleRenderer(version, marks, set_name, config.log_prefix)
     names = ChainNames()
-    filt = FilterRenderer(version, config, marks, names, rules)
+    filt = FilterRenderer(version, config, marks, names, rules, out(marks))
     chains = list(filt.static_chains())
     for key, policy in policies.items():
         chains += filt.policy_chains(key, policy)
@@ -406,27 +432,33 @@ def render_tables(state: NodeState, version: int) -> dict[str, tuple[list[Chain]
     for hep, host_policy in resolved:
         chains += filt.host_endpoint_chains(hep, host_policy)
     chains += filt.host_dispatch(h.name for h in hosts)
-    svc = ServiceRenderer(version, names, marks, set_kernel_name(ALL_POOLS, version))
-    service_chains: list[Chain] = []
-    frontends = []
-    for service in state.services:
-        rendered = svc.render(service)
-        service_chains += rendered.chains
-        frontends += rendered.frontends
-    service_chains += svc.dispatch(frontends)
-    chains.append(svc.rejects(frontends))
+    service_chains: list[Chain[R]] = []
+    if with_services:
+        svc = ServiceRenderer(version, names, marks, kernel_name(ALL_POOLS, version))
+        frontends = []
+        for service in state.services:
+            rendered = svc.render(service)
+            service_chains += cast("list[Chain[R]]", rendered.chains)
+            frontends += rendered.frontends
+        service_chains += cast("list[Chain[R]]", svc.dispatch(frontends))
+        chains.append(cast("Chain[R]", svc.rejects(frontends)))
+    else:
+        # The service layout's chains the other tables jump to.
+        chains.append(Chain(names.top("svc-reject")))
+        service_chains.append(Chain(names.top("SERVICES")))
     host = HostPolicyRenderer(filt)
+    spare = config.nat_outgoing_exclusions == "ippoolsandhostips"
+    spared_hosts = kernel_name(ALL_HOSTS, version) if spare else ""
     nat = NatRenderer(
         version,
         names,
-        set_kernel_name(ALL_POOLS, version),
-        set_kernel_name(MASQ_POOLS, version),
+        out(None),
+        kernel_name(ALL_POOLS, version),
+        kernel_name(MASQ_POOLS, version),
         marks.masq,
         config.nat_port_range,
         "vxlan.calico" if version == 4 else "vxlan-v6.calico",
-        set_kernel_name(ALL_HOSTS, version)
-        if config.nat_outgoing_exclusions == "ippoolsandhostips"
-        else "",
+        spared_hosts,
     )
     floating = [n for w in workloads for n in (*w.ipv4_nat, *w.ipv6_nat)]
     return {
@@ -443,7 +475,7 @@ def rule_lines(chain: str, rules: Sequence[IptRule]) -> list[str]:
     return [render_rule(chain, r, h) for r, h in zip(rules, hashes, strict=True)]
 
 
-def restore_input(table: str, chains: list[Chain], hooks: Hooks) -> tuple[str, dict[str, int]]:
+def restore_input(table: str, chains: list[IptChain], hooks: Hooks) -> tuple[str, dict[str, int]]:
     """A whole-table restore (replacing the table) and the rule count per chain."""
     lines = [f"*{table}", *(f":{c.name} - [0:0]" for c in chains)]
     counts: dict[str, int] = collections.Counter()
@@ -543,9 +575,9 @@ def aim(size: tuple[int, int]) -> None:
     target(float(options), label="distinct options")
 
 
-def _settings(name: str) -> settings:
+def _settings(name: str, examples: int = EXAMPLES) -> settings:
     return settings(
-        max_examples=EXAMPLES,
+        max_examples=examples,
         deadline=None,
         # Replays tests/examples/ first: what this test once found, and the
         # largest, most varied states seen when the examples were recorded.

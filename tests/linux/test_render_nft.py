@@ -10,6 +10,11 @@ name. Properties: the kernel takes every table, and then holds exactly as
 many rules per chain as were rendered -- no text from a message added,
 removed or split a rule.
 
+The same for every table the renderers build (filter, raw, mangle, nat:
+all but kube-proxy's service chains, which are iptables' own layout),
+drawn as ``test_render_kernel`` draws whole nodes, each iptables table an
+nft table with its built-in chains as hooked base chains.
+
 Both serialisers are also held to one meaning: for each model rule the
 nft rendering and the iptables one use the same mark bits and end in the
 rule that carries the origin.
@@ -20,8 +25,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import pytest
 from hypothesis import given, seed, target
@@ -32,15 +38,21 @@ from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.rules.rule import PROFILE_TIER, TableRule
 from dataplane.managers import convert
-from dataplane.model import PolicyKey, Rule
+from dataplane.model import Policy, PolicyKey, Rule
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.linux.test_render_kernel import (
     ADDRESS_SETS,
+    ALL_HOSTS,
+    ALL_POOLS,
     CONFIG_VALUES,
+    MASQ_POOLS,
     PORT_SETS,
+    VXLAN_SOURCES,
+    NodeState,
     _accepted,
     _settings,
     address_sets,
@@ -48,13 +60,18 @@ from tests.linux.test_render_kernel import (
     in_netns,
     many_nets,
     nets,
+    node_states,
     port_sets,
     ports,
     protocols,
+    render_model_tables,
     set_kernel_name,
 )
 
 TABLE = "dptest"
+# Each example runs nft a few times (~0.3 s each): fewer than the iptables
+# tests' 800 in CI, which keeps the three tests to a few minutes there.
+EXAMPLES = int(os.environ.get("DP_NFT_EXAMPLES", "200" if os.environ.get("CI") == "true" else "30"))
 
 
 def nft_set_name(set_id: str, version: int) -> str:
@@ -63,6 +80,7 @@ def nft_set_name(set_id: str, version: int) -> str:
 
 
 def _set_decl(set_id: str, version: int) -> str:
+    """An nft set for one of the test's IP sets (pools, hosts: networks)."""
     addr = "ipv4_addr" if version == 4 else "ipv6_addr"
     if set_id in PORT_SETS:
         kind = f"type {addr} . inet_proto . inet_service"
@@ -201,7 +219,7 @@ def held(netns: str, version: int) -> dict[str, int]:
 
 
 @seed(20261124)
-@_settings("test_render_nft.test_every_policy_chain_commits_on_nft")
+@_settings("test_render_nft.test_every_policy_chain_commits_on_nft", EXAMPLES)
 @given(state=drawn())
 def test_every_policy_chain_commits_on_nft(netns: str, state: Drawn) -> None:
     scripts = {}
@@ -223,7 +241,7 @@ def test_every_policy_chain_commits_on_nft(netns: str, state: Drawn) -> None:
 
 
 @seed(20261124)
-@_settings("test_render_nft.test_both_serialisers_say_the_same_rules")
+@_settings("test_render_nft.test_both_serialisers_say_the_same_rules", EXAMPLES)
 @given(state=drawn())
 def test_both_serialisers_say_the_same_rules(state: Drawn) -> None:
     for version in (4, 6):
@@ -240,3 +258,92 @@ def test_both_serialisers_say_the_same_rules(state: Drawn) -> None:
                 assert not any(r.counts for r in b[:-1])
                 # nft needs at most the blocks iptables needs (it has sets).
                 assert len(a) <= len(b)
+
+
+# Each iptables table is an nft table here, its built-in chains base chains.
+_BASE = {
+    "filter": {
+        "INPUT": "type filter hook input priority filter",
+        "FORWARD": "type filter hook forward priority filter",
+        "OUTPUT": "type filter hook output priority filter",
+    },
+    "raw": {
+        "PREROUTING": "type filter hook prerouting priority raw",
+        "OUTPUT": "type filter hook output priority raw",
+    },
+    "mangle": {"PREROUTING": "type filter hook prerouting priority mangle"},
+    "nat": {
+        "PREROUTING": "type nat hook prerouting priority dstnat",
+        "OUTPUT": "type nat hook output priority -100",
+        "POSTROUTING": "type nat hook postrouting priority srcnat",
+    },
+}
+_ALL_SETS = {
+    **ADDRESS_SETS,
+    **PORT_SETS,
+    ALL_POOLS: "",
+    MASQ_POOLS: "",
+    VXLAN_SOURCES: "",
+    ALL_HOSTS: "",
+}
+
+
+def table_script(
+    version: int,
+    table: str,
+    chains: list[Chain[NftRule]],
+    hooks: Mapping[str, tuple[NftRule, ...]],
+) -> tuple[str, dict[str, int]]:
+    family = "ip" if version == 4 else "ip6"
+    lines = [f"table {family} dp-{table} {{"]
+    lines += [_set_decl(s, version) for s in _ALL_SETS]
+    counts: dict[str, int] = {}
+    for chain in chains:
+        lines.append(f"  chain {chain.name} {{")
+        lines += [f"    {rule.text}" for rule in chain.rules]
+        lines.append("  }")
+        counts[chain.name] = len(chain.rules)
+    for builtin, rules in hooks.items():
+        lines.append(f"  chain hook-{builtin} {{ {_BASE[table][builtin]};")
+        lines += [f"    {rule.text}" for rule in rules]
+        lines.append("  }")
+        counts[f"hook-{builtin}"] = len(rules)
+    lines.append("}")
+    return "\n".join(lines) + "\n", counts
+
+
+def held_in(netns: str, family: str, table: str) -> dict[str, int]:
+    listed = in_netns(netns, ["nft", "list", "table", family, table])
+    assert listed.returncode == 0, listed.stderr
+    out = in_netns(netns, ["nft", "-j", "list", "table", family, table])
+    counts: dict[str, int] = {}
+    for item in json.loads(out.stdout)["nftables"]:
+        if "chain" in item:
+            counts.setdefault(item["chain"]["name"], 0)
+        elif "rule" in item:
+            counts[item["rule"]["chain"]] = counts.get(item["rule"]["chain"], 0) + 1
+    return counts
+
+
+@seed(20261124)
+@_settings("test_render_nft.test_every_table_commits_on_nft", EXAMPLES)
+@given(state=node_states(), extra=drawn())
+def test_every_table_commits_on_nft(netns: str, state: NodeState, extra: Drawn) -> None:
+    """Filter, raw, mangle and nat (everything but kube-proxy's service
+    chains, which are iptables' layout) in nft syntax, hooked in, committed."""
+    for version in (4, 6):
+        family = "ip" if version == 4 else "ip6"
+        tables = render_model_tables(
+            state,
+            version,
+            partial(NftSerialiser, version),
+            nft_set_name,
+            {PolicyKey("drawn"): Policy("t", extra.inbound, extra.outbound)},
+        )
+        for table, (chains, hooks) in tables.items():
+            text, wanted = table_script(version, table, chains, hooks)
+            numbered = "\n".join(f"{n}: {line}" for n, line in enumerate(text.splitlines(), 1))
+            in_netns(netns, ["nft", "delete", "table", family, f"dp-{table}"])
+            done = in_netns(netns, ["nft", "-f", "-"], text)
+            assert done.returncode == 0, f"nft -f refused: {done.stderr}\n{numbered}"
+            assert held_in(netns, family, f"dp-{table}") == wanted

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from dataplane.config import Config
 from dataplane.linux.iptables.backend import IptablesCommands
-from dataplane.linux.iptables.chains import Chain, parse_counters, render_rule
+from dataplane.linux.iptables.chains import IptChain, IptRule, parse_counters, render_rule
+from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import CommandResult
 from dataplane.linux.render.chain_names import ChainNames
@@ -68,21 +69,21 @@ class NoTools:
         raise AssertionError("labels never run a tool")
 
 
-def _renderer(version: int) -> FilterRenderer:
+def _renderer(version: int) -> FilterRenderer[IptRule]:
     config = Config()
     marks = Marks.from_mask(config.iptables_mark_mask)
     rules = RuleRenderer(version, marks, lambda s, v: None, config.log_prefix)
-    return FilterRenderer(version, config, marks, NAMES, rules)
+    return FilterRenderer(version, config, marks, NAMES, rules, IptablesSerialiser(marks))
 
 
-def _table(version: int, chains: list[Chain]) -> Table:
+def _table(version: int, chains: list[IptChain]) -> Table:
     table = Table("filter", version, NoTools(), IptablesCommands.for_backend("nft", version))
     for chain in chains:
         table.update_chain(chain)
     return table
 
 
-def _node(version: int, guard: Policy = GUARD_POLICY) -> tuple[Table, FilterRenderer]:
+def _node(version: int, guard: Policy = GUARD_POLICY) -> tuple[Table, FilterRenderer[IptRule]]:
     render = _renderer(version)
     chains = [
         *render.policy_chains(GUARD, guard),

@@ -8,7 +8,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.linux.iptables.chains import Chain
+from dataplane.linux.iptables.chains import IptChain
 from dataplane.linux.render.chain_names import MAX_CHAIN_NAME, ChainNames
 from dataplane.linux.render.service import Frontend, ServiceRenderer
 from dataplane.linux.rules.marks import Marks
@@ -29,7 +29,7 @@ def _renderer(version: int) -> ServiceRenderer:
     return ServiceRenderer(version, ChainNames(), Marks.from_mask(0xFFFF0000), f"cali{version}0all")
 
 
-def _dump(chains: list[Chain]) -> str:
+def _dump(chains: list[IptChain]) -> str:
     out = []
     for chain in chains:
         out.append(f":{chain.name}")

@@ -14,9 +14,10 @@ import pytest
 import trio
 
 from dataplane.linux.iptables.backend import IptablesCommands
-from dataplane.linux.iptables.chains import Chain, IptRule, parse_save
+from dataplane.linux.iptables.chains import IptChain, IptRule, parse_save
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
+from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.rule import Origin
 from tests.linux.fake_iptables import FakeIptables
 
@@ -71,7 +72,7 @@ def _table(tools: Tools, threshold: int = 2000, batch: int = 2000) -> Table:
     )
 
 
-def _tree(width: int) -> list[Chain]:
+def _tree(width: int) -> list[IptChain]:
     """cali-root -> cali-mid-N -> cali-leaf-N, so order of creation matters."""
     leaves = [
         Chain(f"cali-leaf-{i}", (IptRule(f"-s 10.0.{i}.0/24", "-j ACCEPT"),)) for i in range(width)

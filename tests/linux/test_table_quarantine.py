@@ -13,9 +13,10 @@ import subprocess
 import trio
 
 from dataplane.linux.iptables.backend import IptablesCommands
-from dataplane.linux.iptables.chains import Chain, IptRule, parse_save
+from dataplane.linux.iptables.chains import IptChain, IptRule, parse_save
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.rules.chain import Chain
 
 # The kernel's parser refuses a second -d on one rule.
 BAD = IptRule("-d 10.0.0.0/8 ! -d 10.1.0.0/16", "-j ACCEPT")
@@ -43,7 +44,7 @@ def _rules(netns: str, backend: str, chain: str) -> list[str]:
     return list(saved.chains[chain].lines)
 
 
-def _chains(policy: tuple[IptRule, ...]) -> list[Chain]:
+def _chains(policy: tuple[IptRule, ...]) -> list[IptChain]:
     return [
         Chain("cali-root", (IptRule("", "-j cali-pol"), IptRule("", "-j cali-other"))),
         Chain("cali-pol", policy),

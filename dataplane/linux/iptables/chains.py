@@ -1,6 +1,6 @@
 """iptables values and the save-format parser.
 
-A rendered chain is a frozen :class:`Chain` of :class:`IptRule` values;
+A rendered chain is a frozen :data:`IptChain` of :class:`IptRule` values;
 renderers return them and the :mod:`~dataplane.linux.iptables.table` programmer
 writes them. Every rule we write carries a comment ``cali:<hash>`` whose
 hash covers the chain name, the rule's text and the previous rule's hash,
@@ -17,11 +17,12 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.comment import safe_comment
 from dataplane.linux.rules.rule import Origin
 
 __all__ = [
-    "Chain",
+    "IptChain",
     "IptRule",
     "SavedChain",
     "SavedTable",
@@ -54,10 +55,8 @@ class IptRule:
         return f"{self.match} {self.action}".strip()
 
 
-@dataclass(frozen=True, slots=True)
-class Chain:
-    name: str
-    rules: tuple[IptRule, ...] = ()
+# An iptables chain: its rules in iptables syntax.
+IptChain = Chain[IptRule]
 
 
 def rule_hashes(chain: str, rules: Iterable[IptRule]) -> list[str]:

@@ -48,7 +48,7 @@ from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.chain_check import ChainChecker, RefusedChain, refusal_at
 from dataplane.linux.iptables.chain_order import leaves_first
 from dataplane.linux.iptables.chains import (
-    Chain,
+    IptChain,
     IptRule,
     parse_save,
     render_rule,
@@ -127,7 +127,7 @@ class Table:
 
     # --- desired state --------------------------------------------------------
 
-    def update_chain(self, chain: Chain) -> None:
+    def update_chain(self, chain: IptChain) -> None:
         if not chain.name.startswith(self.prefix):
             raise ValueError(f"chain {chain.name} lacks our prefix {self.prefix}")
         old = self._desired.get(chain.name)
@@ -155,7 +155,7 @@ class Table:
             if self._changed is not None:
                 self._changed.add(name)
 
-    def set_chains(self, chains: Iterable[Chain]) -> None:
+    def set_chains(self, chains: Iterable[IptChain]) -> None:
         """Replace the whole desired set of chains."""
         wanted = {c.name: c for c in chains}
         for name in [n for n in self._desired if n not in wanted]:

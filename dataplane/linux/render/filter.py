@@ -37,10 +37,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from dataplane.config import Config, ProtoPort
-from dataplane.linux.iptables.chains import Chain, IptRule
-from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.netlink.overlay_plan import VXLAN_SOURCES_SET
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.overlay import encap_drops, vxlan_host_rules
@@ -54,6 +53,7 @@ from dataplane.linux.rules.action import (
     SetMark,
     named_verdict,
 )
+from dataplane.linux.rules.chain import Chain, Serialiser
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.rules.match import (
     Addresses,
@@ -93,28 +93,30 @@ _INVALID = TableRule((ConnState(("INVALID",)),), Drop())
 _ICMPV6_TO_HOST = (130, 131, 132, 133, 135, 136)
 
 
+R = TypeVar("R")
+
+
 def _way(inbound: bool) -> str:
     return "inbound" if inbound else "outbound"
 
 
 @dataclass(frozen=True, slots=True)
-class FilterRenderer:
+class FilterRenderer(Generic[R]):
+    """The filter table for one IP version, in the syntax ``out`` spells."""
+
     version: int
     config: Config
     marks: Marks
     names: ChainNames
     rules: RuleRenderer
+    out: Serialiser[R]
 
-    @property
-    def ipt(self) -> IptablesSerialiser:
-        return IptablesSerialiser(self.marks)
-
-    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain:
-        return Chain(name, self.ipt.rules(rules))
+    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain[R]:
+        return Chain(name, self.out.rules(rules))
 
     # --- policies and profiles ------------------------------------------------
 
-    def policy_chains(self, key: PolicyKey, policy: Policy) -> list[Chain]:
+    def policy_chains(self, key: PolicyKey, policy: Policy) -> list[Chain[R]]:
         return [
             self._chain(
                 self.names.policy(key, inbound),
@@ -123,7 +125,7 @@ class FilterRenderer:
             for inbound, rules in ((True, policy.inbound), (False, policy.outbound))
         ]
 
-    def profile_chains(self, name: str, profile: Profile) -> list[Chain]:
+    def profile_chains(self, name: str, profile: Profile) -> list[Chain[R]]:
         return [
             self._chain(
                 self.names.profile(name, inbound),
@@ -201,7 +203,9 @@ class FilterRenderer:
             return [TableRule((), Drop(), comment=comment)]
         return [TableRule((Addresses(Side.SRC, allowed, negate=True),), Drop(), comment=comment)]
 
-    def workload_chains(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> list[Chain]:
+    def workload_chains(
+        self, endpoint: WorkloadEndpoint, policy: EffectivePolicy
+    ) -> list[Chain[R]]:
         to_name = self.names.to_workload(endpoint.name)
         from_name = self.names.from_workload(endpoint.name)
         if not endpoint.admin_up:
@@ -217,7 +221,7 @@ class FilterRenderer:
 
     def host_endpoint_chains(
         self, endpoint: HostEndpoint, policy: HostEffectivePolicy
-    ) -> list[Chain]:
+    ) -> list[Chain[R]]:
         n = self.names
         ingress = [
             ESTABLISHED,
@@ -271,9 +275,9 @@ class FilterRenderer:
         ifaces: Iterable[str],
         target: Callable[[str], str],
         default: TableRule,
-    ) -> list[Chain]:
+    ) -> list[Chain[R]]:
         """A prefix tree over interface names; each leaf gotos ``target(iface)``."""
-        chains: list[Chain] = []
+        chains: list[Chain[R]] = []
 
         def leaf(iface: str) -> TableRule:
             return TableRule((Interface(iface, inbound),), Goto(target(iface)))
@@ -312,7 +316,7 @@ class FilterRenderer:
         build(root, sorted(members), default)
         return chains
 
-    def workload_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:
+    def workload_dispatch(self, ifaces: Iterable[str]) -> list[Chain[R]]:
         n = self.names
         unknown = TableRule((), Drop(), comment="unknown workload interface")
         names = sorted(ifaces)
@@ -322,7 +326,7 @@ class FilterRenderer:
             n.top("to-wl-dispatch"), "twd", False, names, n.to_workload, unknown
         )
 
-    def host_dispatch(self, ifaces: Iterable[str]) -> list[Chain]:
+    def host_dispatch(self, ifaces: Iterable[str]) -> list[Chain[R]]:
         """Dispatch to host endpoint chains, local and forwarded traffic."""
         n = self.names
         # Interfaces without a host endpoint are not policed.
@@ -371,7 +375,7 @@ class FilterRenderer:
         nodes = self.rules.ipset_name(VXLAN_SOURCES_SET, self.version)
         return vxlan_host_rules(self.config, self.version, nodes, inbound=inbound)
 
-    def static_chains(self) -> list[Chain]:
+    def static_chains(self) -> list[Chain[R]]:
         n = self.names
         m = self.marks
         c = self.config
@@ -468,9 +472,9 @@ class FilterRenderer:
             ),
         ]
 
-    def hooks(self) -> Mapping[str, tuple[IptRule, ...]]:
+    def hooks(self) -> Mapping[str, tuple[R, ...]]:
         n = self.names
         return {
-            builtin: self.ipt.rules([TableRule((), Jump(n.top(builtin)))])
+            builtin: self.out.rules([TableRule((), Jump(n.top(builtin)))])
             for builtin in ("INPUT", "FORWARD", "OUTPUT")
         }

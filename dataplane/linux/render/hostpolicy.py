@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from dataplane.linux.iptables.chains import Chain, IptRule
 from dataplane.linux.render.filter import ESTABLISHED, FilterRenderer
 from dataplane.linux.rules.action import Accept, Jump, Notrack, Return, SetMark
+from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.match import ConnState, Interface, MarkMatch
 from dataplane.linux.rules.rule import TableRule
 from dataplane.model import (
@@ -57,9 +58,14 @@ def _pre_dnat(
     return hep.pre_dnat_tiers, policy.pre_dnat
 
 
+R = TypeVar("R")
+
+
 @dataclass(frozen=True, slots=True)
-class HostPolicyRenderer:
-    base: FilterRenderer
+class HostPolicyRenderer(Generic[R]):
+    """Host endpoint policy in raw and mangle, spelled as ``base`` spells the filter table."""
+
+    base: FilterRenderer[R]
 
     def _endpoint_chains(
         self,
@@ -67,7 +73,7 @@ class HostPolicyRenderer:
         endpoints: Sequence[HostPolicyEndpoint],
         stage: Callable[[HostEndpoint, HostEffectivePolicy], tuple[object, EffectivePolicy]],
         inbound: bool,
-    ) -> tuple[list[Chain], list[str]]:
+    ) -> tuple[list[Chain[R]], list[str]]:
         names = self.base.names
         chains = []
         ifaces = []
@@ -80,10 +86,12 @@ class HostPolicyRenderer:
             ifaces.append(hep.name)
         return chains, ifaces
 
-    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain:
-        return Chain(name, self.base.ipt.rules(rules))
+    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain[R]:
+        return Chain(name, self.base.out.rules(rules))
 
-    def _dispatch(self, root: str, kind: str, inbound: bool, ifaces: Iterable[str]) -> list[Chain]:
+    def _dispatch(
+        self, root: str, kind: str, inbound: bool, ifaces: Iterable[str]
+    ) -> list[Chain[R]]:
         names = self.base.names
         return self.base.dispatch_chains(
             names.top(root),
@@ -96,8 +104,8 @@ class HostPolicyRenderer:
 
     def _policies(
         self, policies: Mapping[PolicyKey, Policy], wanted: Callable[[Policy], bool]
-    ) -> list[Chain]:
-        chains: list[Chain] = []
+    ) -> list[Chain[R]]:
+        chains: list[Chain[R]] = []
         for key, policy in policies.items():
             if wanted(policy):
                 chains += self.base.policy_chains(key, policy)
@@ -105,7 +113,7 @@ class HostPolicyRenderer:
 
     def raw_chains(
         self, endpoints: Sequence[HostPolicyEndpoint], policies: Mapping[PolicyKey, Policy]
-    ) -> list[Chain]:
+    ) -> list[Chain[R]]:
         m = self.base.marks
         n = self.base.names
         ingress, in_ifaces = self._endpoint_chains("fhu", endpoints, _untracked, True)
@@ -135,7 +143,7 @@ class HostPolicyRenderer:
 
     def mangle_chains(
         self, endpoints: Sequence[HostPolicyEndpoint], policies: Mapping[PolicyKey, Policy]
-    ) -> list[Chain]:
+    ) -> list[Chain[R]]:
         m = self.base.marks
         n = self.base.names
         ingress, ifaces = self._endpoint_chains("fhp", endpoints, _pre_dnat, True)
@@ -162,7 +170,7 @@ class HostPolicyRenderer:
             for p in self.base.config.interface_prefixes
         ]
 
-    def hooks(self, table: str) -> Mapping[str, tuple[IptRule, ...]]:
+    def hooks(self, table: str) -> Mapping[str, tuple[R, ...]]:
         n = self.base.names
         builtins = ("PREROUTING", "OUTPUT") if table == "raw" else ("PREROUTING",)
-        return {b: self.base.ipt.rules([TableRule((), Jump(n.top(b)))]) for b in builtins}
+        return {b: self.base.out.rules([TableRule((), Jump(n.top(b)))]) for b in builtins}

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-from dataplane.linux.iptables.chains import Chain, IptRule
-from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.rules.action import Dnat, Jump, Masquerade, Snat
+from dataplane.linux.rules.chain import Chain, Serialiser
 from dataplane.linux.rules.match import (
     Addresses,
     InSet,
@@ -37,10 +37,16 @@ ALL_POOLS_SET = "all-ipam-pools"
 MASQ_POOLS_SET = "masq-ipam-pools"
 
 
+R = TypeVar("R")
+
+
 @dataclass(frozen=True, slots=True)
-class NatRenderer:
+class NatRenderer(Generic[R]):
+    """The nat table for one IP version, in the syntax ``out`` spells."""
+
     version: int
     names: ChainNames
+    out: Serialiser[R]
     all_pools_set: str  # kernel names, for this IP version
     masq_pools_set: str
     masq_mark: int
@@ -51,10 +57,10 @@ class NatRenderer:
     # (NATOutgoingExclusions=IPPoolsAndHostIPs).
     all_hosts_set: str = ""
 
-    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain:
-        return Chain(name, IptablesSerialiser().rules(rules))
+    def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain[R]:
+        return Chain(name, self.out.rules(rules))
 
-    def chains(self, floating: Iterable[NatInfo]) -> list[Chain]:
+    def chains(self, floating: Iterable[NatInfo]) -> list[Chain[R]]:
         n = self.names
         fips = sorted(
             (f for f in floating if (":" in f.ext_ip) == (self.version == 6)),
@@ -127,9 +133,9 @@ class NatRenderer:
             TableRule(match, Masquerade()),
         ]
 
-    def hooks(self) -> Mapping[str, tuple[IptRule, ...]]:
+    def hooks(self) -> Mapping[str, tuple[R, ...]]:
         n = self.names
         return {
-            builtin: IptablesSerialiser().rules([TableRule((), Jump(n.top(builtin)))])
+            builtin: self.out.rules([TableRule((), Jump(n.top(builtin)))])
             for builtin in ("PREROUTING", "OUTPUT", "POSTROUTING")
         }

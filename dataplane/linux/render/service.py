@@ -33,9 +33,10 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dataplane.linux.iptables.chains import Chain, IptRule
+from dataplane.linux.iptables.chains import IptChain, IptRule
 from dataplane.linux.iptables.marks import set_mark
 from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.marks import Marks
 from dataplane.model.services import Backend, Service, ServicePort
 
@@ -65,7 +66,7 @@ class Frontend:
 
 @dataclass(slots=True)
 class RenderedService:
-    chains: list[Chain] = field(default_factory=list)
+    chains: list[IptChain] = field(default_factory=list)
     frontends: list[Frontend] = field(default_factory=list)
     local_endpoints: int = 0  # for the health-check node port
 
@@ -92,7 +93,7 @@ class ServiceRenderer:
         service: Service,
         port: ServicePort,
         backends: Sequence[Backend],
-        chains: list[Chain],
+        chains: list[IptChain],
     ) -> str | None:
         """A chain choosing among ``backends`` (plus their sep chains), or None if none."""
         seps: list[tuple[str, Backend, int]] = []
@@ -229,14 +230,14 @@ class ServiceRenderer:
 
     # --- shared chains ---------------------------------------------------------------
 
-    def dispatch(self, frontends: Iterable[Frontend]) -> list[Chain]:
+    def dispatch(self, frontends: Iterable[Frontend]) -> list[IptChain]:
         """cali-SERVICES, its destination tree, and cali-NODEPORTS."""
         n = self.names
         routed = sorted(
             (f for f in frontends if f.address is not None and f.target),
             key=lambda f: (int(ipaddress.ip_address(f.address or "")), f.protocol, f.port),
         )
-        chains: list[Chain] = []
+        chains: list[IptChain] = []
         bits = 32 if self.version == 4 else 128
 
         def leaf(f: Frontend) -> IptRule:
@@ -290,7 +291,7 @@ class ServiceRenderer:
         )
         return chains
 
-    def rejects(self, frontends: Iterable[Frontend]) -> Chain:
+    def rejects(self, frontends: Iterable[Frontend]) -> IptChain:
         """Filter-table chain refusing service ports with nowhere to go."""
         rules: list[IptRule] = []
         for f in sorted(frontends, key=lambda f: (f.address or "", f.protocol, f.port)):

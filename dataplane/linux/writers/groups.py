@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dataplane.linux.iptables.chains import Chain
+from dataplane.linux.iptables.chains import IptChain
 from dataplane.linux.iptables.table import Table
 
 __all__ = ["ChainGroups"]
@@ -14,7 +14,7 @@ class ChainGroups:
     def __init__(self) -> None:
         self._members: dict[tuple[str, int, str], frozenset[str]] = {}
 
-    def set(self, table: Table, group: str, chains: Iterable[Chain]) -> None:
+    def set(self, table: Table, group: str, chains: Iterable[IptChain]) -> None:
         """Make ``group`` in ``table`` exactly ``chains``, removing its stale ones."""
         key = (table.name, table.version, group)
         chains = list(chains)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.netlink.overlay_plan import ALL_HOSTS_SET
 from dataplane.linux.render.nat import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
 from dataplane.linux.writers.groups import ChainGroups
@@ -59,6 +60,7 @@ class NatWriter:
             renderer = NatRenderer(
                 version,
                 target.names,
+                IptablesSerialiser(),
                 target.ipsets.kernel_name(ALL_POOLS_SET, version),
                 target.ipsets.kernel_name(MASQ_POOLS_SET, version),
                 target.filters[version].marks.masq,

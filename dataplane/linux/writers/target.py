@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from dataplane.config import Config
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
@@ -23,7 +24,7 @@ class Target:
     names: ChainNames
     tables: Mapping[tuple[str, int], Table]
     ipsets: IPSetsProgrammer
-    filters: Mapping[int, FilterRenderer]
+    filters: Mapping[int, FilterRenderer[IptRule]]
 
     def table(self, name: str, version: int) -> Table:
         return self.tables[(name, version)]
