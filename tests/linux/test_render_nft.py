@@ -196,7 +196,7 @@ def script(version: int, chains: dict[str, tuple[NftRule, ...]]) -> str:
     lines += [_set_decl(s, version) for s in {**ADDRESS_SETS, **PORT_SETS}]
     for name, rules in chains.items():
         lines.append(f"  chain {name} {{")
-        lines += [f"    {rule.text}" for rule in rules]
+        lines += [f"    {rule.written()}" for rule in rules]
         lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -300,12 +300,12 @@ def table_script(
     counts: dict[str, int] = {}
     for chain in chains:
         lines.append(f"  chain {chain.name} {{")
-        lines += [f"    {rule.text}" for rule in chain.rules]
+        lines += [f"    {rule.written()}" for rule in chain.rules]
         lines.append("  }")
         counts[chain.name] = len(chain.rules)
     for builtin, rules in hooks.items():
         lines.append(f"  chain hook-{builtin} {{ {_BASE[table][builtin]};")
-        lines += [f"    {rule.text}" for rule in rules]
+        lines += [f"    {rule.written()}" for rule in rules]
         lines.append("  }")
         counts[f"hook-{builtin}"] = len(rules)
     lines.append("}")

@@ -151,7 +151,7 @@ def test_an_or_iptables_cannot_say_is_a_mark_block_ending_in_the_counted_rule() 
         "-p tcp -m mark --mark 0x800000/0x800000 -j DROP",
     ]
     nft = NFT.rule(rule)
-    assert [r.text for r in nft] == [
+    assert [r.written() for r in nft] == [
         "meta mark set meta mark & 0xff7fffff",
         "meta l4proto tcp th dport 80 meta mark set meta mark & 0xff7fffff | 0x800000",
         "meta l4proto tcp ip daddr . meta l4proto . th dport @np"
@@ -197,7 +197,9 @@ def test_misuses_are_refused_not_spelled() -> None:
 
 
 def test_comments_are_labels_in_nft_too() -> None:
-    text = NFT.rule(TableRule((), Drop(), comment='tier x"; accept # \n' + "y" * 300))[-1].text
+    rule = NFT.rule(TableRule((), Drop(), comment='tier x"; accept # \n' + "y" * 300))[-1]
+    text = rule.written("cali:0123456789abcdef")
+    assert text.startswith('drop comment "cali:0123456789abcdef tier x__ accept _ _yyy')
     assert text.count('"') == 2 and "\n" not in text and len(text) < 200
 
 

@@ -11,14 +11,13 @@ prints back in its own canonical form.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.comment import safe_comment
+from dataplane.linux.rules.identity import chain_hashes
 from dataplane.linux.rules.rule import Origin
 
 __all__ = [
@@ -32,7 +31,6 @@ __all__ = [
 ]
 
 HASH_COMMENT_PREFIX = "cali:"
-_HASH_LEN = 16
 _COUNTED_RULE = re.compile(r"\[(\d+):(\d+)\] -A (\S+) ")
 _COMMENT_RE = re.compile(
     r'--comment "?' + re.escape(HASH_COMMENT_PREFIX) + r'([A-Za-z0-9_-]{16})"?'
@@ -61,13 +59,7 @@ IptChain = Chain[IptRule]
 
 def rule_hashes(chain: str, rules: Iterable[IptRule]) -> list[str]:
     """Position-dependent hashes of a chain's rules (Felix's scheme)."""
-    out = []
-    previous = chain
-    for rule in rules:
-        digest = hashlib.sha224(f"{previous}\0{rule.text()}".encode()).digest()
-        previous = base64.urlsafe_b64encode(digest).decode()[:_HASH_LEN]
-        out.append(previous)
-    return out
+    return chain_hashes(chain, (rule.text() for rule in rules))
 
 
 def rule_hash_of(line: str) -> str | None:

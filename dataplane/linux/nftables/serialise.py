@@ -58,6 +58,7 @@ from dataplane.model import PortRange
 __all__ = ["NftRule", "NftSerialiser", "collapse"]
 
 _ALL = 0xFFFFFFFF
+_COMMENT_MAX = 127  # bytes nft keeps of a rule's comment
 # nft's identifiers (its scanner's "string"); a chain or set name outside
 # this is a bug upstream, refused here rather than sent as nft syntax.
 _NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9/_.-]{0,254}")
@@ -68,11 +69,20 @@ _LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 
 @dataclass(frozen=True, slots=True)
 class NftRule:
-    """One nft rule: its statements (with comment) as ``add rule`` takes them."""
+    """One nft rule: its statements as ``add rule`` takes them, and a label.
+
+    ``comment`` is already reduced to the label alphabet; :meth:`written`
+    puts it, after the table's identity tag, in the rule's one comment.
+    """
 
     text: str
+    comment: str = ""
     origin: Origin | None = None
     counts: bool = False
+
+    def written(self, tag: str = "") -> str:
+        label = " ".join(part for part in (tag, self.comment) if part)[:_COMMENT_MAX]
+        return f'{self.text} comment "{label}"' if label else self.text
 
 
 def collapse(nets: Iterable[str]) -> list[str]:
@@ -194,9 +204,9 @@ class _Rendering:
         if bit in self.bits:
             raise ValueError(f"two terms of one rule need scratch mark {bit:#x}")
         self.bits.add(bit)
-        self.blocks.append(NftRule(mark_text(bit, 0), self.origin))
+        self.blocks.append(NftRule(mark_text(bit, 0), origin=self.origin))
         self.blocks.extend(
-            NftRule(f"{self.protocol} {alt} {mark_text(bit, bit)}".strip(), self.origin)
+            NftRule(f"{self.protocol} {alt} {mark_text(bit, bit)}".strip(), origin=self.origin)
             for alt in alternatives
         )
         self.parts.append(f"meta mark & {bit:#x} == {bit:#x}")
@@ -265,9 +275,8 @@ class NftSerialiser:
         action = action_text(rule.action)
         if action:
             statements = [*statements, action]
-        if rule.comment:
-            statements = [*statements, f'comment "{safe_comment(rule.comment)[:120]}"']
-        final = NftRule(" ".join(statements), rule.origin, rule.counts)
+        comment = safe_comment(rule.comment)
+        final = NftRule(" ".join(statements), comment, rule.origin, rule.counts)
         return [*out.blocks, final]
 
     def rules(self, rules: Iterable[TableRule]) -> tuple[NftRule, ...]:

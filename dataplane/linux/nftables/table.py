@@ -1,0 +1,208 @@
+"""One nft table of ours: desired chains in memory, changes written with ``nft -f``.
+
+The nftables twin of ``iptables/table.py``. What we want lives here, in
+memory; an apply writes one ``nft -f`` script -- one atomic transaction --
+holding only the chains that differ from what the kernel holds, so nothing
+is ever re-read on the write path. What the kernel holds is learnt by
+reading our table back (``nft -j list table``: our table only, never the
+ruleset) at the first apply and at each resync: every rule carries its
+identity in its comment (``cali:<hash>``, the hash covering the chain, the
+rule's text and every rule before it, as in iptables), so a chain is
+compared by its list of hashes, never by text nft prints back in its own
+canonical form. A flushed chain, a deleted rule or a deleted table is
+therefore found and rewritten by the next resync; a restart onto a table
+that is already right writes nothing.
+
+Base chains (the hooks into the kernel's packet path) are chains of this
+table too, declared with their hook; other tables are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import trio
+
+from dataplane.errors import ProgrammingError
+from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.nftables.serialise import NftRule
+from dataplane.linux.rules.chain import Chain
+from dataplane.linux.rules.identity import chain_hashes
+
+__all__ = ["BaseChain", "NftTable", "rule_hashes"]
+
+log = logging.getLogger(__name__)
+
+TAG = "cali:"
+_HASH = re.compile(re.escape(TAG) + r"([A-Za-z0-9_-]{16})")
+
+
+def rule_hashes(chain: str, rules: Iterable[NftRule]) -> list[str]:
+    """Position-dependent identities of a chain's rules, by their nft text."""
+    return chain_hashes(chain, (rule.text for rule in rules))
+
+
+@dataclass(frozen=True, slots=True)
+class BaseChain:
+    """A chain hooked into the packet path: ``spec`` as nft declares it
+    (``type filter hook input priority filter``), and its rules."""
+
+    name: str
+    spec: str
+    rules: tuple[NftRule, ...] = ()
+
+
+class NftTable:
+    """One table (``family`` ip or ip6) of our own chains; see the module doc."""
+
+    def __init__(self, family: str, name: str, runner: CommandRunner) -> None:
+        if family not in ("ip", "ip6"):
+            raise ValueError(f"not an nft family we write: {family}")
+        self.family = family
+        self.name = name
+        self._runner = runner
+        self._desired: dict[str, tuple[NftRule, ...]] = {}
+        self._hashes: dict[str, list[str]] = {}
+        self._base: dict[str, BaseChain] = {}
+        # What the kernel holds: chain -> rule hashes (None for a rule
+        # without our tag); None until read.
+        self._actual: dict[str, list[str | None]] | None = None
+        self._dirty: set[str] = set()
+        self.writes = 0  # nft -f transactions (observability, tests)
+        self.reads = 0  # read-backs of the table
+
+    # --- desired state ---------------------------------------------------------
+
+    def update_chain(self, chain: Chain[NftRule]) -> None:
+        if self._desired.get(chain.name) == chain.rules:
+            return
+        self._desired[chain.name] = chain.rules
+        self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
+        self._dirty.add(chain.name)
+
+    def remove_chain(self, name: str) -> None:
+        if self._desired.pop(name, None) is not None:
+            del self._hashes[name]
+            self._dirty.add(name)
+
+    def set_chains(self, chains: Iterable[Chain[NftRule]]) -> None:
+        wanted = {c.name: c for c in chains}
+        for name in [n for n in self._desired if n not in wanted]:
+            self.remove_chain(name)
+        for chain in wanted.values():
+            self.update_chain(chain)
+
+    def set_base_chain(self, chain: BaseChain) -> None:
+        if self._base.get(chain.name) == chain:
+            return
+        self._base[chain.name] = chain
+        self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
+        self._dirty.add(chain.name)
+
+    def desired(self) -> Mapping[str, tuple[NftRule, ...]]:
+        return {**self._desired, **{n: b.rules for n, b in self._base.items()}}
+
+    def mark_for_resync(self) -> None:
+        """Read the table back at the next apply and repair what differs."""
+        self._actual = None
+
+    # --- programming -------------------------------------------------------------
+
+    async def _read(self) -> dict[str, list[str | None]]:
+        self.reads += 1
+        result = await self._runner.run(
+            ["nft", "-j", "list", "table", self.family, self.name], check=False
+        )
+        if result.returncode != 0:
+            return {}  # no table (yet, or deleted behind our back): all to write
+        # A big table is megabytes of JSON: parse it off the loop.
+        return await trio.to_thread.run_sync(_chains_of, result.stdout)
+
+    def _script(self, actual: Mapping[str, list[str | None]]) -> list[str]:
+        where = f"{self.family} {self.name}"
+        declare: list[str] = []
+        fill: list[str] = []
+        for name in sorted(self._dirty):
+            rules = self._desired.get(name)
+            base = self._base.get(name)
+            if base is not None:
+                rules = base.rules
+            if rules is None:
+                continue
+            hashes = self._hashes[name]
+            if actual.get(name) == hashes:
+                continue
+            spec = f" {{ {base.spec}; }}" if base is not None else ""
+            declare.append(f"add chain {where} {name}{spec}")
+            if name in actual:
+                fill.append(f"flush chain {where} {name}")
+            fill.extend(
+                f"add rule {where} {name} {rule.written(TAG + h)}"
+                for rule, h in zip(rules, hashes, strict=True)
+            )
+        stale = sorted(n for n in actual if n not in self._desired and n not in self._base)
+        # Flush every stale chain before deleting any: one may jump to another.
+        drop = [f"flush chain {where} {n}" for n in stale]
+        drop += [f"delete chain {where} {n}" for n in stale]
+        if not (declare or fill or drop):
+            return []
+        return [f"add table {where}", *declare, *fill, *drop]
+
+    async def apply(self) -> bool:
+        """Write what differs in one transaction; True if anything was written.
+
+        Raises:
+            ProgrammingError: nft refused the transaction (nothing of it
+                was applied: a transaction is all or nothing).
+        """
+        if self._actual is None:
+            self._actual = await self._read()
+            # Fresh knowledge of the kernel: compare every chain to it.
+            self._dirty |= set(self._desired) | set(self._base)
+        script = self._script(self._actual)
+        if not script:
+            self._dirty.clear()
+            return False
+        text = "\n".join(script) + "\n"
+        result = await self._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
+        if result.returncode != 0:
+            self._actual = None  # read again before the next try
+            message = result.stderr.decode(errors="replace").strip().splitlines()
+            raise ProgrammingError(
+                f"nft refused the {self.family} {self.name} transaction: "
+                + (message[0] if message else f"exit {result.returncode}")
+            )
+        self.writes += 1
+        actual = dict(self._actual)
+        for name in self._dirty | set(actual) | set(self._desired) | set(self._base):
+            hashes = self._hashes.get(name)
+            if hashes is None:
+                actual.pop(name, None)
+            else:
+                actual[name] = list(hashes)
+        self._actual = actual
+        self._dirty.clear()
+        return True
+
+    async def cleanup(self) -> None:
+        """Delete the whole table (ours alone); nothing else is touched."""
+        await self._runner.run(["nft", "delete", "table", self.family, self.name], check=False)
+        self._actual = None
+        self._dirty = set(self._desired) | set(self._base)
+
+
+def _chains_of(listing: bytes) -> dict[str, list[str | None]]:
+    """chain -> our rule hashes (None for a rule without our tag), from ``nft -j list table``."""
+    chains: dict[str, list[str | None]] = {}
+    for item in json.loads(listing).get("nftables", ()):
+        if "chain" in item:
+            chains.setdefault(item["chain"]["name"], [])
+        elif "rule" in item:
+            rule = item["rule"]
+            found = _HASH.match(rule.get("comment", ""))
+            chains.setdefault(rule["chain"], []).append(found.group(1) if found else None)
+    return chains
