@@ -62,6 +62,7 @@ def machine() -> str:
             ["iptables-legacy", "--version"],
             ["iptables-nft", "--version"],
             ["ipset", "--version"],
+            ["nft", "--version"],
         )
     )
     return (
