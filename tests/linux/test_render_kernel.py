@@ -29,7 +29,7 @@ import collections
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
@@ -137,19 +137,34 @@ icmp_codes = st.tuples(st.integers(0, 255), st.integers(0, 255)).map(
 
 
 @st.composite
-def rules(draw: st.DrawFn) -> pb.Rule:
+def rules(draw: st.DrawFn, consistent: bool = False) -> pb.Rule:
+    """Every field of a Felix rule, drawn freely (the edge refuses most), or
+    ``consistent``: ports only with a port protocol and ICMP only with ICMP,
+    so that most pass the edge and reach the renderers."""
     out = pb.Rule(
         action=draw(st.sampled_from(["allow", "deny", "pass", "next-tier", "log", "Allow"])),
         ip_version=draw(st.sampled_from([0, 0, 4, 6])),  # type: ignore[arg-type]
         rule_id=draw(names),
     )
-    for field in ("protocol", "not_protocol"):
+    protocol = ""
+    drawn_protocols = ["protocol", "not_protocol"]
+    if consistent:
+        drawn_protocols = ["not_protocol"]
+        choices = ["", "tcp", "udp", "sctp", "icmp", "icmpv6", "132", "47"]
+        protocol = draw(st.sampled_from(choices))
+        if protocol:
+            number = protocol.isdigit()
+            out.protocol.CopyFrom(
+                pb.Protocol(number=int(protocol)) if number else pb.Protocol(name=protocol)
+            )
+    for field in drawn_protocols:
         if draw(st.booleans()):
             getattr(out, field).CopyFrom(draw(protocols))
     for field in ("src_net", "not_src_net", "dst_net", "not_dst_net"):
         getattr(out, field).extend(draw(st.one_of(nets, nets, many_nets)))
-    for field in ("src_ports", "not_src_ports", "dst_ports", "not_dst_ports"):
-        getattr(out, field).extend(draw(ports))
+    if not consistent or protocol in ("tcp", "udp", "sctp"):
+        for field in ("src_ports", "not_src_ports", "dst_ports", "not_dst_ports"):
+            getattr(out, field).extend(draw(ports))
     for field in ("src_ip_set_ids", "not_src_ip_set_ids", "dst_ip_set_ids", "not_dst_ip_set_ids"):
         getattr(out, field).extend(draw(address_sets))
     for field in (
@@ -160,12 +175,13 @@ def rules(draw: st.DrawFn) -> pb.Rule:
         "dst_ip_port_set_ids",
     ):
         getattr(out, field).extend(draw(port_sets))
-    for prefix in ("", "not_"):
-        kind = draw(st.sampled_from(["none", "type", "code"]))
-        if kind == "type":
-            setattr(out, f"{prefix}icmp_type", draw(st.integers(0, 256)))
-        elif kind == "code":
-            getattr(out, f"{prefix}icmp_type_code").CopyFrom(draw(icmp_codes))
+    if not consistent or protocol in ("icmp", "icmpv6"):
+        for prefix in ("", "not_"):
+            kind = draw(st.sampled_from(["none", "type", "code"]))
+            if kind == "type":
+                setattr(out, f"{prefix}icmp_type", draw(st.integers(0, 256)))
+            elif kind == "code":
+                getattr(out, f"{prefix}icmp_type_code").CopyFrom(draw(icmp_codes))
     return out
 
 
@@ -489,9 +505,8 @@ def restore_input(table: str, chains: list[IptChain], hooks: Hooks) -> tuple[str
 
 
 @pytest.fixture(scope="module")
-def netns() -> Iterator[str]:
-    name = f"dprk{os.getpid() % 100000}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
+def netns(module_netns: str) -> str:
+    """The module's namespace, with the IP sets the rules name."""
     script = []
     for version, family in ((4, "inet"), (6, "inet6")):
         sets = {
@@ -505,15 +520,12 @@ def netns() -> Iterator[str]:
         for set_id, kind in sets.items():
             script.append(f"create {set_kernel_name(set_id, version)} {kind} family {family}")
     subprocess.run(
-        ["ip", "netns", "exec", name, "ipset", "restore"],
+        ["ip", "netns", "exec", module_netns, "ipset", "restore"],
         input="\n".join(script) + "\n",
         text=True,
         check=True,
     )
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
+    return module_netns
 
 
 def in_netns(netns: str, argv: list[str], stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
-import pytest
 from hypothesis import given, seed, target
 from hypothesis import strategies as st
 
@@ -55,20 +53,13 @@ from tests.linux.test_render_kernel import (
     NodeState,
     _accepted,
     _settings,
-    address_sets,
-    icmp_codes,
     in_netns,
-    many_nets,
-    nets,
     node_states,
-    port_sets,
-    ports,
-    protocols,
     render_model_tables,
     set_kernel_name,
 )
+from tests.linux.test_render_kernel import rules as felix_rules
 
-TABLE = "dptest"
 # Each example runs nft a few times (~0.3 s each): fewer than the iptables
 # tests' 800 in CI, which keeps the three tests to a few minutes there.
 EXAMPLES = int(os.environ.get("DP_NFT_EXAMPLES", "200" if os.environ.get("CI") == "true" else "30"))
@@ -89,18 +80,6 @@ def _set_decl(set_id: str, version: int) -> str:
     return f"  set {nft_set_name(set_id, version)} {{ {kind}; }}"
 
 
-@pytest.fixture(scope="module")
-def netns() -> Iterator[str]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root for a network namespace")
-    name = f"dpnft{os.getpid() % 100000}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
-
-
 @dataclass(frozen=True)
 class Drawn:
     """Config keys and the policy rules the driver's edge accepted."""
@@ -111,51 +90,11 @@ class Drawn:
 
 
 @st.composite
-def felix_rules(draw: st.DrawFn) -> pb.Rule:
-    """Rules the edge mostly accepts: ports only with a port protocol, ICMP
-    only with ICMP (``test_render_kernel`` draws the rest, refused there)."""
-    protocol = draw(st.sampled_from(["", "tcp", "udp", "sctp", "icmp", "icmpv6", "132", "47"]))
-    out = pb.Rule(
-        action=draw(st.sampled_from(["allow", "deny", "pass", "next-tier", "log"])),
-        ip_version=draw(st.sampled_from([0, 0, 4, 6])),  # type: ignore[arg-type]
-    )
-    if protocol:
-        out.protocol.CopyFrom(
-            pb.Protocol(number=int(protocol)) if protocol.isdigit() else pb.Protocol(name=protocol)
-        )
-    if draw(st.booleans()):
-        out.not_protocol.CopyFrom(draw(protocols))
-    for field in ("src_net", "not_src_net", "dst_net", "not_dst_net"):
-        getattr(out, field).extend(draw(st.one_of(nets, nets, nets, many_nets)))
-    if protocol in ("tcp", "udp", "sctp"):
-        for field in ("src_ports", "not_src_ports", "dst_ports", "not_dst_ports"):
-            getattr(out, field).extend(draw(ports))
-    for field in ("src_ip_set_ids", "not_src_ip_set_ids", "dst_ip_set_ids", "not_dst_ip_set_ids"):
-        getattr(out, field).extend(draw(address_sets))
-    for field in (
-        "src_named_port_ip_set_ids",
-        "not_src_named_port_ip_set_ids",
-        "dst_named_port_ip_set_ids",
-        "not_dst_named_port_ip_set_ids",
-        "dst_ip_port_set_ids",
-    ):
-        getattr(out, field).extend(draw(port_sets))
-    if protocol in ("icmp", "icmpv6"):
-        for prefix in ("", "not_"):
-            kind = draw(st.sampled_from(["none", "type", "code"]))
-            if kind == "type":
-                setattr(out, f"{prefix}icmp_type", draw(st.integers(0, 255)))
-            elif kind == "code":
-                getattr(out, f"{prefix}icmp_type_code").CopyFrom(draw(icmp_codes))
-    return out
-
-
-@st.composite
 def drawn(draw: st.DrawFn) -> Drawn:
     """Config keys and rules, each rule through the driver's edge."""
     config = {k: draw(st.sampled_from(v)) for k, v in CONFIG_VALUES.items() if draw(st.booleans())}
     kept: list[Rule] = []
-    for message in draw(st.lists(felix_rules(), max_size=8)):
+    for message in draw(st.lists(felix_rules(consistent=True), max_size=8)):
         policy = _accepted(convert.policy, pb.Policy(inbound_rules=[message], tier="t"))
         if policy is not None:
             kept.extend(policy.inbound)
@@ -190,76 +129,6 @@ def size(chains: dict[str, tuple[NftRule, ...]]) -> None:
     target(float(len({w for t in texts for w in t.split() if w.isalpha()})), label="words")
 
 
-def script(version: int, chains: dict[str, tuple[NftRule, ...]]) -> str:
-    family = "ip" if version == 4 else "ip6"
-    lines = [f"table {family} {TABLE} {{"]
-    lines += [_set_decl(s, version) for s in {**ADDRESS_SETS, **PORT_SETS}]
-    for name, rules in chains.items():
-        lines.append(f"  chain {name} {{")
-        lines += [f"    {rule.written()}" for rule in rules]
-        lines.append("  }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def held(netns: str, version: int) -> dict[str, int]:
-    family = "ip" if version == 4 else "ip6"
-    # What an operator runs must work on what we wrote.
-    listed = in_netns(netns, ["nft", "list", "table", family, TABLE])
-    assert listed.returncode == 0, listed.stderr
-    out = in_netns(netns, ["nft", "-j", "list", "table", family, TABLE])
-    assert out.returncode == 0, out.stderr
-    counts: dict[str, int] = {}
-    for item in json.loads(out.stdout)["nftables"]:
-        if "chain" in item:
-            counts.setdefault(item["chain"]["name"], 0)
-        elif "rule" in item:
-            counts[item["rule"]["chain"]] = counts.get(item["rule"]["chain"], 0) + 1
-    return counts
-
-
-@seed(20261124)
-@_settings("test_render_nft.test_every_policy_chain_commits_on_nft", EXAMPLES)
-@given(state=drawn())
-def test_every_policy_chain_commits_on_nft(netns: str, state: Drawn) -> None:
-    scripts = {}
-    for version in (4, 6):
-        config, model = model_chains(state, version)
-        nft = NftSerialiser(version, Marks.from_mask(config.iptables_mark_mask))
-        scripts[version] = {name: nft.rules(rules) for name, rules in model.items()}
-    size({f"{v}{name}": rules for v, chains in scripts.items() for name, rules in chains.items()})
-    for version, chains in scripts.items():
-        text = script(version, chains)
-        numbered = "\n".join(f"{n}: {line}" for n, line in enumerate(text.splitlines(), 1))
-        family = "ip" if version == 4 else "ip6"
-        in_netns(netns, ["nft", "delete", "table", family, TABLE])
-        checked = in_netns(netns, ["nft", "--check", "-f", "-"], text)
-        assert checked.returncode == 0, f"nft --check refused: {checked.stderr}\n{numbered}"
-        done = in_netns(netns, ["nft", "-f", "-"], text)
-        assert done.returncode == 0, f"nft -f refused: {done.stderr}\n{numbered}"
-        assert held(netns, version) == {name: len(rules) for name, rules in chains.items()}
-
-
-@seed(20261124)
-@_settings("test_render_nft.test_both_serialisers_say_the_same_rules", EXAMPLES)
-@given(state=drawn())
-def test_both_serialisers_say_the_same_rules(state: Drawn) -> None:
-    for version in (4, 6):
-        config, model = model_chains(state, version)
-        marks = Marks.from_mask(config.iptables_mark_mask)
-        nft, ipt = NftSerialiser(version, marks), IptablesSerialiser(marks)
-        for rules in model.values():
-            for rule in rules:
-                a, b = nft.rule(rule), ipt.rule(rule)
-                # The last rule of each carries the model rule; only it counts.
-                assert (a[-1].origin, a[-1].counts) == (rule.origin, rule.counts)
-                assert (b[-1].origin, b[-1].counts) == (rule.origin, rule.counts)
-                assert not any(r.counts for r in a[:-1])
-                assert not any(r.counts for r in b[:-1])
-                # nft needs at most the blocks iptables needs (it has sets).
-                assert len(a) <= len(b)
-
-
 # Each iptables table is an nft table here, its built-in chains base chains.
 _BASE = {
     "filter": {
@@ -278,14 +147,7 @@ _BASE = {
         "POSTROUTING": "type nat hook postrouting priority srcnat",
     },
 }
-_ALL_SETS = {
-    **ADDRESS_SETS,
-    **PORT_SETS,
-    ALL_POOLS: "",
-    MASQ_POOLS: "",
-    VXLAN_SOURCES: "",
-    ALL_HOSTS: "",
-}
+_ALL_SETS = [*ADDRESS_SETS, *PORT_SETS, ALL_POOLS, MASQ_POOLS, VXLAN_SOURCES, ALL_HOSTS]
 
 
 def table_script(
@@ -312,7 +174,21 @@ def table_script(
     return "\n".join(lines) + "\n", counts
 
 
+def commit(netns: str, version: int, table: str, text: str, wanted: dict[str, int]) -> None:
+    """``nft --check`` then ``nft -f`` of ``text`` replacing ``table``; the
+    kernel must take it and then hold ``wanted`` rules per chain."""
+    family = "ip" if version == 4 else "ip6"
+    numbered = "\n".join(f"{n}: {line}" for n, line in enumerate(text.splitlines(), 1))
+    in_netns(netns, ["nft", "delete", "table", family, f"dp-{table}"])
+    checked = in_netns(netns, ["nft", "--check", "-f", "-"], text)
+    assert checked.returncode == 0, f"nft --check refused: {checked.stderr}\n{numbered}"
+    done = in_netns(netns, ["nft", "-f", "-"], text)
+    assert done.returncode == 0, f"nft -f refused: {done.stderr}\n{numbered}"
+    assert held_in(netns, family, f"dp-{table}") == wanted
+
+
 def held_in(netns: str, family: str, table: str) -> dict[str, int]:
+    # What an operator runs must work on what we wrote.
     listed = in_netns(netns, ["nft", "list", "table", family, table])
     assert listed.returncode == 0, listed.stderr
     out = in_netns(netns, ["nft", "-j", "list", "table", family, table])
@@ -326,13 +202,48 @@ def held_in(netns: str, family: str, table: str) -> dict[str, int]:
 
 
 @seed(20261124)
+@_settings("test_render_nft.test_every_policy_chain_commits_on_nft", EXAMPLES)
+@given(state=drawn())
+def test_every_policy_chain_commits_on_nft(module_netns: str, state: Drawn) -> None:
+    scripts = {}
+    for version in (4, 6):
+        config, model = model_chains(state, version)
+        nft = NftSerialiser(version, Marks.from_mask(config.iptables_mark_mask))
+        scripts[version] = {name: nft.rules(rules) for name, rules in model.items()}
+    size({f"{v}{name}": rules for v, chains in scripts.items() for name, rules in chains.items()})
+    for version, chains in scripts.items():
+        listed = [Chain(name, rules) for name, rules in chains.items()]
+        text, wanted = table_script(version, "policy", listed, {})
+        commit(module_netns, version, "policy", text, wanted)
+
+
+@seed(20261124)
+@_settings("test_render_nft.test_both_serialisers_say_the_same_rules", EXAMPLES)
+@given(state=drawn())
+def test_both_serialisers_say_the_same_rules(state: Drawn) -> None:
+    for version in (4, 6):
+        config, model = model_chains(state, version)
+        marks = Marks.from_mask(config.iptables_mark_mask)
+        nft, ipt = NftSerialiser(version, marks), IptablesSerialiser(marks)
+        for rules in model.values():
+            for rule in rules:
+                a, b = nft.rule(rule), ipt.rule(rule)
+                # The last rule of each carries the model rule; only it counts.
+                assert (a[-1].origin, a[-1].counts) == (rule.origin, rule.counts)
+                assert (b[-1].origin, b[-1].counts) == (rule.origin, rule.counts)
+                assert not any(r.counts for r in a[:-1])
+                assert not any(r.counts for r in b[:-1])
+                # nft needs at most the blocks iptables needs (it has sets).
+                assert len(a) <= len(b)
+
+
+@seed(20261124)
 @_settings("test_render_nft.test_every_table_commits_on_nft", EXAMPLES)
 @given(state=node_states(), extra=drawn())
-def test_every_table_commits_on_nft(netns: str, state: NodeState, extra: Drawn) -> None:
+def test_every_table_commits_on_nft(module_netns: str, state: NodeState, extra: Drawn) -> None:
     """Filter, raw, mangle and nat (everything but kube-proxy's service
     chains, which are iptables' layout) in nft syntax, hooked in, committed."""
     for version in (4, 6):
-        family = "ip" if version == 4 else "ip6"
         tables = render_model_tables(
             state,
             version,
@@ -342,8 +253,4 @@ def test_every_table_commits_on_nft(netns: str, state: NodeState, extra: Drawn) 
         )
         for table, (chains, hooks) in tables.items():
             text, wanted = table_script(version, table, chains, hooks)
-            numbered = "\n".join(f"{n}: {line}" for n, line in enumerate(text.splitlines(), 1))
-            in_netns(netns, ["nft", "delete", "table", family, f"dp-{table}"])
-            done = in_netns(netns, ["nft", "-f", "-"], text)
-            assert done.returncode == 0, f"nft -f refused: {done.stderr}\n{numbered}"
-            assert held_in(netns, family, f"dp-{table}") == wanted
+            commit(module_netns, version, table, text, wanted)
