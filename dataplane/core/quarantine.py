@@ -19,13 +19,13 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from dataplane.core.backoff import Backoff
 
-__all__ = ["QUARANTINE_BACKOFF", "Quarantine", "Rejection"]
+__all__ = ["QUARANTINE_BACKOFF", "Quarantine", "Rejection", "Unsaid"]
 
 K = TypeVar("K")
 
@@ -87,3 +87,20 @@ class Quarantine(Generic[K]):
     def reasons(self) -> dict[K, str]:
         """Each held object and why it is held."""
         return {key: rejection.reason for key, rejection in self._held.items()}
+
+
+class Unsaid(Generic[K]):
+    """For a programmer whose failures are a state it recomputes (sysctls,
+    VXLAN devices) rather than a quarantine: which of them are news.
+
+    A failure is news when it was not failing at the last call, or fails
+    now for another reason; one that stops and starts again is news again.
+    """
+
+    def __init__(self) -> None:
+        self._said: dict[K, str] = {}
+
+    def news(self, failing: Mapping[K, str]) -> list[tuple[K, str]]:
+        new = [(key, why) for key, why in failing.items() if self._said.get(key) != why]
+        self._said = dict(failing)
+        return new

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import trio
 
+from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals
 
@@ -58,7 +59,7 @@ class SysctlWriter:
         self.originals = originals if originals is not None else SysctlOriginals()
         self._done: dict[str, tuple[int, bool]] = {}  # iface -> (ifindex, strict rpf)
         self.failed: dict[str, str] = {}  # iface -> why, as of the last apply
-        self._told: dict[str, str] = {}  # failures take_refusals has returned
+        self._unsaid: Unsaid[str] = Unsaid()  # what take_refusals has not returned yet
         self.writes = 0  # files written so far (metrics); read from the loop after apply
 
     def _write(self, key: str, value: str) -> None:
@@ -125,9 +126,7 @@ class SysctlWriter:
 
     def take_refusals(self) -> list[tuple[str, str]]:
         """(iface, why) failing since the last call, or failing for a new reason."""
-        new = [(iface, why) for iface, why in self.failed.items() if self._told.get(iface) != why]
-        self._told = dict(self.failed)
-        return new
+        return self._unsaid.news(self.failed)
 
     async def apply(self, interfaces: Iterable[tuple[str, int, bool]]) -> None:
         """Configure each (name, ifindex, strict_rpf) interface that is new or changed."""

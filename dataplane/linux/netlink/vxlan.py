@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.errors import KERNEL_ERRORS, NetlinkError
 from dataplane.linux.netlink.batch import NeighRequest, NetlinkBatch, NetlinkWriter
@@ -90,7 +91,7 @@ class VxlanProgrammer:
         self._neighbours: dict[int, set[Neighbour]] | None = None
         self._fdb: dict[int, set[FdbEntry]] | None = None
         self.failing: dict[str, str] = {}  # what -> why, as of the last apply
-        self._told: dict[str, str] = {}  # failures take_refusals has returned
+        self._unsaid: Unsaid[str] = Unsaid()  # what take_refusals has not returned yet
 
     def set_plan(self, plan: OverlayPlan) -> None:
         plans = dict(plan.families)
@@ -133,9 +134,7 @@ class VxlanProgrammer:
     def take_refusals(self) -> list[tuple[str, str]]:
         """(what, why) failing since the last call, or failing for a new reason:
         one report per failure, not per retry."""
-        new = [(what, why) for what, why in self.failing.items() if self._told.get(what) != why]
-        self._told = dict(self.failing)
-        return new
+        return self._unsaid.news(self.failing)
 
     async def cleanup_all(self) -> None:
         self._plans = {}
