@@ -69,7 +69,7 @@ from dataplane.model import (
     WorkloadEndpointKey,
 )
 
-_HOOKS = {
+HOOKS = {
     "INPUT": "type filter hook input priority filter",
     "FORWARD": "type filter hook forward priority filter",
     "OUTPUT": "type filter hook output priority filter",
@@ -86,7 +86,7 @@ class Programmer(Protocol):
     async def apply(self) -> bool: ...
 
 
-def _policies(count: int) -> dict[PolicyKey, Policy]:
+def policies(count: int) -> dict[PolicyKey, Policy]:
     out = {}
     for i in range(count):
         rules = (
@@ -168,15 +168,15 @@ async def _measure(
     return load, added, removed
 
 
-async def _run(backend: str, endpoints: int, policies: int, changes: int) -> list[list[str]]:
+async def _run(backend: str, endpoints: int, policy_count: int, changes: int) -> list[list[str]]:
     runner = ProcessRunner()
     config = Config()
     marks = Marks.from_mask(config.iptables_mark_mask)
-    policy_set = _policies(policies)
+    policy_set = policies(policy_count)
     if backend == "nft":
         nft_node = Node(NftSerialiser(4, marks), policy_set)
         table = NftTable("ip", "calico", runner)
-        for builtin, spec in _HOOKS.items():
+        for builtin, spec in HOOKS.items():
             hook = nft_node.render.hooks()[builtin]
             table.set_base_chain(BaseChain(f"filter-{builtin}", spec, hook))
         load, added, removed = await _measure(table, table.set_chains, nft_node, endpoints, changes)
@@ -225,8 +225,8 @@ async def _probes(runner: ProcessRunner, changes: int) -> list[list[str]]:
     return rows
 
 
-def inside(backend: str, endpoints: int, policies: int, changes: int) -> None:
-    for row in trio.run(_run, backend, endpoints, policies, changes):
+def inside(backend: str, endpoints: int, policy_count: int, changes: int) -> None:
+    for row in trio.run(_run, backend, endpoints, policy_count, changes):
         print("| " + " | ".join(row) + " |", flush=True)
 
 

@@ -17,7 +17,7 @@ import trio
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
-from dataplane.linux.nftables.table import BaseChain, NftTable
+from dataplane.linux.nftables.table import BaseChain, NftTable, listed_chains
 from dataplane.linux.rules.action import Accept, Drop, Jump
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.match import Addresses, Port, Protocol, Side
@@ -190,3 +190,37 @@ def test_other_tables_are_never_touched_and_cleanup_removes_ours(netns: str) -> 
         assert "cali-root" in held(netns)
 
     trio.run(main)
+
+
+# As `nft -a list table` prints it (nft 1.0.6): a set whose elements wrap,
+# a base chain's hook line, one of our rules with a label, a stranger's.
+LISTING = b"""table ip dp-test { # handle 7
+\tset cali40s.web { # handle 2
+\t\ttype ipv4_addr
+\t\tflags interval
+\t\telements = { 10.0.0.0/8, 11.0.0.0/8,
+\t\t\t     12.0.0.0/8 }
+\t}
+
+\tchain filter-INPUT { # handle 1
+\t\ttype filter hook input priority filter; policy accept;
+\t\tjump cali-root comment "cali:wUHhoiAYhphO9Mso" # handle 5
+\t}
+
+\tchain cali-root { # handle 3
+\t\tip saddr { 10.0.0.0/8 } accept comment "cali:Ma6ylx2ZKe_FvLhc leaf 1" # handle 6
+\t\tiifname "eth0" accept # handle 9
+\t}
+
+\tchain cali-empty { # handle 4
+\t}
+}
+"""
+
+
+def test_the_listing_is_read_as_our_rule_hashes_per_chain() -> None:
+    assert listed_chains(LISTING) == {
+        "filter-INPUT": ["wUHhoiAYhphO9Mso"],
+        "cali-root": ["Ma6ylx2ZKe_FvLhc", None],
+        "cali-empty": [],
+    }

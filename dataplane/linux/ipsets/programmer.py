@@ -282,7 +282,9 @@ class IPSetsProgrammer:
     async def _known_kernel(self) -> dict[str, KernelSet]:
         if self._kernel is None:
             result = await self._runner.run(["ipset", "save"])
-            self._kernel = parse_save(result.stdout.decode(errors="replace"), is_owned)
+            # Hundreds of thousands of members at scale: parsed off the loop.
+            text = result.stdout.decode(errors="replace")
+            self._kernel = await trio.to_thread.run_sync(parse_save, text, is_owned)
             self._check_all = True
             log.debug("ipsets: read %d sets of ours from the kernel", len(self._kernel))
         return self._kernel

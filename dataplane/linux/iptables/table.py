@@ -206,20 +206,11 @@ class Table:
 
     async def _read(self) -> None:
         result = await self._runner.run([*self._commands.save, "-t", self.name])
-        saved = parse_save(result.stdout.decode(errors="replace")).get(self.name)
-        chains: dict[str, list[str | None]] = {}
-        hooks: dict[str, list[tuple[str | None, str]]] = {}
-        for chain in saved.chains.values() if saved else ():
-            if chain.name.startswith(self.prefix):
-                chains[chain.name] = list(chain.hashes)
-            elif chain.name in BUILTIN_CHAINS.get(self.name, ()):
-                ours: list[tuple[str | None, str]] = [
-                    (h, line) for h, line in zip(chain.hashes, chain.lines, strict=True) if h
-                ]
-                if ours:
-                    hooks[chain.name] = ours
-        self._actual_chains = chains
-        self._actual_hooks = hooks
+        # Tens of thousands of lines at scale: parsed in a worker thread, so
+        # a refresh never holds the loop (it only waits for the answer).
+        self._actual_chains, self._actual_hooks = await trio.to_thread.run_sync(
+            saved_chains, self.name, self.prefix, result.stdout
+        )
 
     def _restore_input(self) -> list[str]:
         assert self._actual_chains is not None
@@ -455,3 +446,23 @@ class Table:
     def snapshot(self) -> Mapping[str, tuple[IptRule, ...]]:
         """Desired chains (for dumps and tests)."""
         return dict(self._desired)
+
+
+def saved_chains(
+    table: str, prefix: str, saved_text: bytes
+) -> tuple[dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]:
+    """Our chains (name -> rule hashes) and our hook rules (built-in chain ->
+    (hash, line)) in ``iptables-save -t table`` output."""
+    saved = parse_save(saved_text.decode(errors="replace")).get(table)
+    chains: dict[str, list[str | None]] = {}
+    hooks: dict[str, list[tuple[str | None, str]]] = {}
+    for chain in saved.chains.values() if saved else ():
+        if chain.name.startswith(prefix):
+            chains[chain.name] = list(chain.hashes)
+        elif chain.name in BUILTIN_CHAINS.get(table, ()):
+            ours: list[tuple[str | None, str]] = [
+                (h, line) for h, line in zip(chain.hashes, chain.lines, strict=True) if h
+            ]
+            if ours:
+                hooks[chain.name] = ours
+    return chains, hooks

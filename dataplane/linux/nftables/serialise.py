@@ -62,8 +62,9 @@ _COMMENT_MAX = 127  # bytes nft keeps of a rule's comment
 # nft's identifiers (its scanner's "string"); a chain or set name outside
 # this is a bug upstream, refused here rather than sent as nft syntax.
 _NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9/_.-]{0,254}")
-# Interface names as the kernel takes them (no space, quote, slash), with +.
-_IFACE = re.compile(r"[^\s\"/\\]{1,15}\+?")
+# Interface names as the kernel takes them (no space, quote, slash), with +;
+# no braces either, which would confuse a reader of the listing.
+_IFACE = re.compile(r"[^\s\"/\\{}]{1,15}\+?")
 _LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 
 

@@ -4,8 +4,8 @@ The nftables twin of ``iptables/table.py``. What we want lives here, in
 memory; an apply writes one ``nft -f`` script -- one atomic transaction --
 holding only the chains that differ from what the kernel holds, so nothing
 is ever re-read on the write path. What the kernel holds is learnt by
-reading our table back (``nft -j list table``: our table only, never the
-ruleset) at the first apply and at each resync: every rule carries its
+reading our table back (``nft -a list table``: our table only, never the
+ruleset, parsed in a worker thread) at the first apply and at each resync: every rule carries its
 identity in its comment (``cali:<hash>``, the hash covering the chain, the
 rule's text and every rule before it, as in iptables), so a chain is
 compared by its list of hashes, never by text nft prints back in its own
@@ -19,7 +19,6 @@ table too, declared with their hook; other tables are never touched.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -38,7 +37,8 @@ __all__ = ["BaseChain", "NftTable", "rule_hashes"]
 log = logging.getLogger(__name__)
 
 TAG = "cali:"
-_HASH = re.compile(re.escape(TAG) + r"([A-Za-z0-9_-]{16})")
+_HASH = re.compile(r'comment "' + re.escape(TAG) + r"([A-Za-z0-9_-]{16})")
+_HANDLE = re.compile(r" # handle \d+$")
 
 
 def rule_hashes(chain: str, rules: Iterable[NftRule]) -> list[str]:
@@ -115,12 +115,12 @@ class NftTable:
     async def _read(self) -> dict[str, list[str | None]]:
         self.reads += 1
         result = await self._runner.run(
-            ["nft", "-j", "list", "table", self.family, self.name], check=False
+            ["nft", "-a", "list", "table", self.family, self.name], check=False
         )
         if result.returncode != 0:
             return {}  # no table (yet, or deleted behind our back): all to write
-        # A big table is megabytes of JSON: parse it off the loop.
-        return await trio.to_thread.run_sync(_chains_of, result.stdout)
+        # A big table is megabytes of text: parsed off the loop.
+        return await trio.to_thread.run_sync(listed_chains, result.stdout)
 
     def _script(self, actual: Mapping[str, list[str | None]]) -> list[str]:
         where = f"{self.family} {self.name}"
@@ -195,14 +195,26 @@ class NftTable:
         self._dirty = set(self._desired) | set(self._base)
 
 
-def _chains_of(listing: bytes) -> dict[str, list[str | None]]:
-    """chain -> our rule hashes (None for a rule without our tag), from ``nft -j list table``."""
+def listed_chains(listing: bytes) -> dict[str, list[str | None]]:
+    """chain -> our rule hashes (None for a rule without our tag), from
+    ``nft -a list table``.
+
+    The text listing, not ``-j``: Python walks it line by line, so the loop
+    thread gets the interpreter every few milliseconds while a worker
+    parses; ``json.loads`` of a large table holds it throughout. nft puts a
+    table's blocks (chains, sets) one tab in and each rule of a chain on one
+    line two tabs in, ending with its ``# handle``; a base chain's hook line
+    has none.
+    """
     chains: dict[str, list[str | None]] = {}
-    for item in json.loads(listing).get("nftables", ()):
-        if "chain" in item:
-            chains.setdefault(item["chain"]["name"], [])
-        elif "rule" in item:
-            rule = item["rule"]
-            found = _HASH.match(rule.get("comment", ""))
-            chains.setdefault(rule["chain"], []).append(found.group(1) if found else None)
+    current: list[str | None] | None = None
+    for line in listing.decode(errors="replace").splitlines():
+        if line.startswith("\t\t"):
+            if current is not None and _HANDLE.search(line):
+                found = _HASH.search(line)
+                current.append(found.group(1) if found else None)
+        elif line.startswith("\tchain "):
+            current = chains.setdefault(line.split()[1], [])
+        elif line.startswith("\t"):
+            current = None  # a set, a map, or a block's end
     return chains
