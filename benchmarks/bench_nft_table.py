@@ -18,7 +18,9 @@ counted (it is the same for every backend). The issue's goal: one new
 endpoint on the 1,000-endpoint node p99 <= 15 ms. With the nft backend
 the table is then probed: what one ``nft -f`` costs by itself for the
 smallest structural change into our table, into an empty table of its
-own (the tool's floor), and with the new rule's handle echoed.
+own (the tool's floor), and with the new rule's handle echoed; and what
+one element costs through our own writer, a verdict (which makes the
+kernel validate the whole table) and plain data.
 
 Measured 2026-11-24 (2 cores, kernel 6.18, nft 1.0.6, defaults): one new
 endpoint 34.5 / 68.2 ms (p50 / p99) on nft, 31.2 / 63.4 ms iptables-nft,
@@ -32,6 +34,7 @@ It re-executes itself inside the namespace it creates, one per backend.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +51,15 @@ from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.nftables.elements import (
+    NFPROTO_IPV4,
+    Element,
+    ElementChange,
+    ElementWriter,
+    Verdict,
+    addr,
+    ifname,
+)
 from dataplane.linux.nftables.serialise import NftSerialiser
 from dataplane.linux.nftables.table import BaseChain, NftTable
 from dataplane.linux.render.chain_names import ChainNames
@@ -194,6 +206,44 @@ async def _run(backend: str, endpoints: int, policy_count: int, changes: int) ->
     return rows
 
 
+def _elements(runner: ProcessRunner, changes: int) -> list[list[str]]:
+    """What an endpoint made of data would cost: one element per transaction
+    through our own writer, into a verdict map (interface to a chain that
+    exists; the kernel then validates the whole table) and into a data set
+    (interface and address, as anti-spoofing would be)."""
+    del runner  # the writer talks netlink itself
+    script = (
+        "add map ip calico probe-dispatch { type ifname : verdict; }\n"
+        "add set ip calico probe-sources { type ifname . ipv4_addr; }\n"
+    )
+    subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True)
+    target = ChainNames().to_workload(_endpoint(0).name)
+    writer = ElementWriter()
+
+    def verdict(n: int) -> Element:
+        return Element((ifname(f"probe{n}"),), verdict=Verdict("goto", target))
+
+    def data(n: int) -> Element:
+        return Element((ifname(f"probe{n}"), addr(f"10.99.{n // 250}.{n % 250 + 1}")))
+
+    cases: dict[str, Callable[[int], Element]] = {
+        "verdict element (interface to its chain)": verdict,
+        "data element (interface . address)": data,
+    }
+    sets = ("probe-dispatch", "probe-sources")
+    rows = []
+    for (label, element), name in zip(cases.items(), sets, strict=True):
+        times = []
+        for n in range(min(changes, 50)):
+            change = ElementChange("add", NFPROTO_IPV4, "calico", name, (element(n),))
+            start = time.perf_counter()
+            writer([change])
+            times.append(time.perf_counter() - start)
+        ms = [f"{1000 * percentile(times, q):.2f}" for q in (50, 99)]
+        rows.append([f"element writer: {label}", "", *ms, "", ""])
+    return rows
+
+
 async def _probes(runner: ProcessRunner, changes: int) -> list[list[str]]:
     """What one nft -f costs by itself, with our table loaded: the smallest
     structural change into our table, the same into an empty table of its
@@ -213,7 +263,7 @@ async def _probes(runner: ProcessRunner, changes: int) -> list[list[str]]:
             "add rule ip calico probe0 accept\n",
         ),
     }
-    rows = []
+    rows = _elements(runner, changes)
     for label, (argv, script) in cases.items():
         times = []
         for n in range(min(changes, 20)):

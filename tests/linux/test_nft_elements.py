@@ -2,9 +2,9 @@
 
 The tables, sets and maps are made with ``nft -f`` in a throwaway
 namespace, as the backend will make its structure; the writer then adds
-and deletes elements of every kind the services layout uses (addresses,
-a concatenated key with a protocol, a port and a slot, a concatenated
-value), and ``nft`` reads them back. A transaction with one refused
+and deletes elements of every kind the layout uses (addresses, a
+concatenated key with a protocol, a port and a slot, a concatenated
+value, an interface name to a verdict), and ``nft`` reads them back. A transaction with one refused
 change applies none of its changes.
 """
 
@@ -32,6 +32,10 @@ pytestmark = [
 RULESET = """
 table ip dp-test {
   set addrs { type ipv4_addr; }
+  map dispatch { type ifname : verdict; }
+  chain cali-a { }
+  chain cali-b { }
+  chain from-pods { iifname vmap @dispatch; }
   map backends {
     typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport
   }
@@ -44,7 +48,8 @@ table ip6 dp-test6 {
 _WRITE = """
 import json, sys
 from dataplane.linux.nftables.elements import (
-    NFPROTO_IPV4, NFPROTO_IPV6, Element, ElementChange, ElementWriter, addr, integer, port, proto,
+    NFPROTO_IPV4, NFPROTO_IPV6, Element, ElementChange, ElementWriter, Verdict, addr, ifname,
+    integer, port, proto,
 )
 
 def backend(vip, slot, ip, number):
@@ -68,6 +73,19 @@ steps = {
                       (backend("10.96.0.10", 1, "10.65.0.12", 9090),)),
         ElementChange("delete", NFPROTO_IPV4, "dp-test", "addrs", (Element((addr("10.0.0.2"),)),)),
     ],
+    # Endpoint dispatch: interface to its chain, verdicts as map values.
+    "verdicts": [
+        ElementChange("add", NFPROTO_IPV4, "dp-test", "dispatch", (
+            Element((ifname("cali1"),), verdict=Verdict("goto", "cali-a")),
+            Element((ifname("cali2"),), verdict=Verdict("jump", "cali-b")),
+        )),
+    ],
+    # A verdict to a chain that does not exist is refused.
+    "nowhere": [
+        ElementChange("add", NFPROTO_IPV4, "dp-test", "dispatch", (
+            Element((ifname("cali3"),), verdict=Verdict("goto", "cali-nowhere")),
+        )),
+    ],
     # The second change deletes what is not there: the first must not land.
     "refused": [
         ElementChange("add", NFPROTO_IPV4, "dp-test", "addrs", (Element((addr("10.0.0.9"),)),)),
@@ -88,8 +106,10 @@ def _write(netns: str, step: str) -> Any:
     return json.loads(done.stdout)
 
 
-def _elements(topology: Topology, netns: str, family: str, table: str, name: str) -> list[Any]:
-    listed = topology.run(netns, "nft", "-j", "list", "set", family, table, name).stdout
+def _elements(
+    topology: Topology, netns: str, family: str, table: str, name: str, kind: str = "set"
+) -> list[Any]:
+    listed = topology.run(netns, "nft", "-j", "list", kind, family, table, name).stdout
     for item in json.loads(listed)["nftables"]:
         for kind in ("set", "map"):
             if kind in item:
@@ -124,6 +144,15 @@ def test_elements_land_as_nft_reads_them_and_a_refusal_lands_nothing() -> None:
         assert _write(netns, "swap") is None
         assert _backends(topology, netns) == {0: ("10.65.0.10", 8080), 1: ("10.65.0.12", 9090)}
         assert _elements(topology, netns, "ip", "dp-test", "addrs") == ["10.0.0.1", "10.0.0.3"]
+
+        assert _write(netns, "verdicts") is None
+        assert _elements(topology, netns, "ip", "dp-test", "dispatch", "map") == [
+            ["cali1", {"goto": {"target": "cali-a"}}],
+            ["cali2", {"jump": {"target": "cali-b"}}],
+        ]
+        code, _ = _write(netns, "nowhere")
+        assert code == 2  # ENOENT: no such chain
+        assert len(_elements(topology, netns, "ip", "dp-test", "dispatch", "map")) == 2
 
         code, message = _write(netns, "refused")
         assert code == 2  # ENOENT: the element to delete is not there

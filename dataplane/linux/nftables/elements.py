@@ -37,8 +37,10 @@ __all__ = [
     "ElementChange",
     "ElementWriter",
     "Field",
+    "Verdict",
     "addr",
     "encode_batch",
+    "ifname",
     "integer",
     "port",
     "proto",
@@ -55,7 +57,9 @@ _NEWSETELEM, _DELSETELEM = 12, 14
 _LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
 _LIST_ELEM = 1
 _ELEM_KEY, _ELEM_DATA = 1, 2
-_DATA_VALUE = 1
+_DATA_VALUE, _DATA_VERDICT = 1, 2
+_VERDICT_CODE, _VERDICT_CHAIN = 1, 2
+_VERDICTS = {"jump": -3, "goto": -4}  # NFT_JUMP, NFT_GOTO
 _NESTED = 0x8000
 _NLMSG = struct.Struct("=IHHII")
 _NFGEN = struct.Struct("=BBH")
@@ -86,6 +90,14 @@ def proto(number: int) -> Field:
     return Field(struct.pack("B", number))
 
 
+def ifname(text: str) -> Field:
+    """An interface name (``ifname``): the kernel's 16 bytes, NUL-padded."""
+    raw = text.encode()
+    if not 0 < len(raw) < 16:
+        raise ValueError(f"not an interface name: {text!r}")
+    return Field(raw.ljust(16, b"\0"))
+
+
 def integer(number: int) -> Field:
     """A 32-bit integer in host byte order (``numgen`` results, marks)."""
     return Field(struct.pack("=I", number))
@@ -99,11 +111,21 @@ def _value(fields: Sequence[Field]) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
+class Verdict:
+    """A verdict map's value: ``jump`` or ``goto`` ``chain`` (of the map's table)."""
+
+    kind: str
+    chain: str
+
+
+@dataclass(frozen=True, slots=True)
 class Element:
-    """A set element (``key``), or a map element (``key`` and ``data``)."""
+    """A set element (``key``); a map element (``key`` and ``data``); a
+    verdict map element (``key`` and ``verdict``)."""
 
     key: tuple[Field, ...]
     data: tuple[Field, ...] = ()
+    verdict: Verdict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +156,13 @@ def _element(element: Element) -> bytes:
     body = _nested(_ELEM_KEY, _attr(_DATA_VALUE, _value(element.key)))
     if element.data:
         body += _nested(_ELEM_DATA, _attr(_DATA_VALUE, _value(element.data)))
+    if element.verdict is not None:
+        code = _VERDICTS.get(element.verdict.kind)
+        if code is None:
+            raise ValueError(f"verdict {element.verdict.kind!r} is not jump or goto")
+        verdict = _attr(_VERDICT_CODE, struct.pack("!i", code))
+        verdict += _attr(_VERDICT_CHAIN, _name(element.verdict.chain))
+        body += _nested(_ELEM_DATA, _nested(_DATA_VERDICT, verdict))
     return _nested(_LIST_ELEM, body)
 
 
