@@ -107,9 +107,9 @@ def _write(netns: str, step: str) -> Any:
 
 
 def _elements(
-    topology: Topology, netns: str, family: str, table: str, name: str, kind: str = "set"
+    topology: Topology, netns: str, family: str, table: str, name: str, *, what: str = "set"
 ) -> list[Any]:
-    listed = topology.run(netns, "nft", "-j", "list", kind, family, table, name).stdout
+    listed = topology.run(netns, "nft", "-j", "list", what, family, table, name).stdout
     for item in json.loads(listed)["nftables"]:
         for kind in ("set", "map"):
             if kind in item:
@@ -146,13 +146,13 @@ def test_elements_land_as_nft_reads_them_and_a_refusal_lands_nothing() -> None:
         assert _elements(topology, netns, "ip", "dp-test", "addrs") == ["10.0.0.1", "10.0.0.3"]
 
         assert _write(netns, "verdicts") is None
-        assert _elements(topology, netns, "ip", "dp-test", "dispatch", "map") == [
+        assert _elements(topology, netns, "ip", "dp-test", "dispatch", what="map") == [
             ["cali1", {"goto": {"target": "cali-a"}}],
             ["cali2", {"jump": {"target": "cali-b"}}],
         ]
         code, _ = _write(netns, "nowhere")
         assert code == 2  # ENOENT: no such chain
-        assert len(_elements(topology, netns, "ip", "dp-test", "dispatch", "map")) == 2
+        assert len(_elements(topology, netns, "ip", "dp-test", "dispatch", what="map")) == 2
 
         code, message = _write(netns, "refused")
         assert code == 2  # ENOENT: the element to delete is not there

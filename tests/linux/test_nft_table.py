@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 
 import pytest
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
 from dataplane.linux.nftables.table import BaseChain, NftTable, listed_chains
 from dataplane.linux.rules.action import Accept, Drop, Jump
@@ -224,3 +225,61 @@ def test_the_listing_is_read_as_our_rule_hashes_per_chain() -> None:
         "cali-root": ["Ma6ylx2ZKe_FvLhc", None],
         "cali-empty": [],
     }
+
+
+class HeldRead:
+    """A runner whose table listings wait until released: a read in flight."""
+
+    def __init__(self, netns: str) -> None:
+        self.inner = ProcessRunner(netns)
+        self.release = trio.Event()
+        self.listing = trio.Event()
+
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        result = await self.inner.run(argv, stdin=stdin, check=check)
+        if "list" in argv:
+            self.listing.set()
+            await self.release.wait()
+        return result
+
+
+def test_a_refresh_beside_the_applies_repairs_tampering_and_never_undoes_a_write(
+    netns: str,
+) -> None:
+    async def main() -> None:
+        runner = HeldRead(netns)
+        runner.release.set()
+        table = NftTable("ip", TABLE, runner)
+        _desired(table)
+        await table.apply()
+        wanted = {name: len(rules) for name, rules in held(netns).items()}
+        # Nothing wrong: a refresh finds nothing, the next apply writes nothing.
+        assert not await table.refresh()
+        assert not await table.apply()
+        # Tampering, found by a refresh (no resync asked), repaired by the next apply.
+        nft(netns, "flush", "chain", "ip", TABLE, "cali-leaf-0")
+        assert await table.refresh()
+        assert await table.apply()
+        assert {name: len(rules) for name, rules in held(netns).items()} == wanted
+        # A write lands while a refresh's read is in flight (it read the
+        # old leaf-1): the refresh must not take that write back.
+        runner.release = trio.Event()
+        runner.listing = trio.Event()
+        async with trio.open_nursery() as nursery:
+            found: list[bool] = []
+
+            async def refresh() -> None:
+                found.append(await table.refresh())
+
+            nursery.start_soon(refresh)
+            await runner.listing.wait()
+            table.update_chain(Chain("cali-leaf-1", _rules(TableRule((), Drop()))))
+            assert await table.apply()  # lands while the read is held
+            runner.release.set()
+        assert found == [False]  # what it read of leaf-1 is older than the write
+        assert not await table.apply()  # nothing left that differs
+        assert len(held(netns)["cali-leaf-1"]) == 1
+
+    trio.run(main)

@@ -11,7 +11,8 @@ rule's text and every rule before it, as in iptables), so a chain is
 compared by its list of hashes, never by text nft prints back in its own
 canonical form. A flushed chain, a deleted rule or a deleted table is
 therefore found and rewritten by the next resync; a restart onto a table
-that is already right writes nothing.
+that is already right writes nothing. :meth:`NftTable.refresh` does the
+same reading beside the applies, so a periodic check never delays one.
 
 Base chains (the hooks into the kernel's packet path) are chains of this
 table too, declared with their hook; other tables are never touched.
@@ -72,6 +73,9 @@ class NftTable:
         # without our tag); None until read.
         self._actual: dict[str, list[str | None]] | None = None
         self._dirty: set[str] = set()
+        # Which write last touched each chain (its number), so a refresh
+        # never takes back what it read before a write that came after.
+        self._written_by: dict[str, int] = {}
         self.writes = 0  # nft -f transactions (observability, tests)
         self.reads = 0  # read-backs of the table
 
@@ -109,6 +113,38 @@ class NftTable:
     def mark_for_resync(self) -> None:
         """Read the table back at the next apply and repair what differs."""
         self._actual = None
+
+    async def refresh(self) -> bool:
+        """Read the table back beside the applies; True if something differs.
+
+        What differs is repaired by the next apply; applies may run while
+        this reads (it holds no lock and never writes). A chain written
+        after the read began keeps what that write left: the read may
+        predate it.
+        """
+        began = self.writes
+        read = await self._read()
+        if self._actual is None:
+            self._actual = read
+        else:
+            actual = dict(self._actual)
+            for name in set(read) | set(actual):
+                if self._written_by.get(name, 0) > began:
+                    continue
+                if name in read:
+                    actual[name] = read[name]
+                else:
+                    actual.pop(name, None)
+            self._actual = actual
+        wanted = {
+            **{n: self._hashes[n] for n in self._desired},
+            **{n: self._hashes[n] for n in self._base},
+        }
+        differs = {
+            n for n in set(self._actual) | set(wanted) if self._actual.get(n) != wanted.get(n)
+        }
+        self._dirty |= differs
+        return bool(differs)
 
     # --- programming -------------------------------------------------------------
 
@@ -180,6 +216,8 @@ class NftTable:
         actual = dict(self._actual)
         for name in self._dirty | set(actual) | set(self._desired) | set(self._base):
             hashes = self._hashes.get(name)
+            if actual.get(name) != hashes:
+                self._written_by[name] = self.writes
             if hashes is None:
                 actual.pop(name, None)
             else:
