@@ -143,6 +143,12 @@ class _Rendering:
         if not term.nets:
             raise ValueError("an address term with no networks matches nothing")
         flag = "-s" if term.side is Side.SRC else "-d"
+        # iptables takes each of -s and -d once per rule ("multiple -d flags
+        # not allowed"), so one network goes inline only while its flag is
+        # free; anything else goes through a mark: one rule per network
+        # marks a hit, and the final rule requires a hit (any of them) or,
+        # negated, its absence (none of them). A Kubernetes ipBlock with an
+        # except is the common case of both on one side.
         if len(term.nets) == 1 and flag not in self.inline:
             self.inline.add(flag)
             self.parts.append(f"{'! ' if term.negate else ''}{flag} {term.nets[0]}")
