@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.comment import safe_comment
-from dataplane.linux.rules.identity import chain_hashes
+from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 from dataplane.linux.rules.rule import Origin
 
 __all__ = [
@@ -30,11 +30,8 @@ __all__ = [
     "rule_hashes",
 ]
 
-HASH_COMMENT_PREFIX = "cali:"
 _COUNTED_RULE = re.compile(r"\[(\d+):(\d+)\] -A (\S+) ")
-_COMMENT_RE = re.compile(
-    r'--comment "?' + re.escape(HASH_COMMENT_PREFIX) + r'([A-Za-z0-9_-]{16})"?'
-)
+_COMMENT_RE = re.compile(r'--comment "?' + re.escape(HASH_TAG) + r'([A-Za-z0-9_-]{16})"?')
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +70,7 @@ def render_rule(
 ) -> str:
     """One ``iptables-restore`` line for ``rule`` with its hash comment."""
     parts = [verb, chain] if position is None else [verb, chain, str(position)]
-    parts += ["-m", "comment", "--comment", f'"{HASH_COMMENT_PREFIX}{rule_hash}"']
+    parts += ["-m", "comment", "--comment", f'"{HASH_TAG}{rule_hash}"']
     if rule.comment:
         parts += ["-m", "comment", "--comment", _quote(rule.comment)]
     text = rule.text()

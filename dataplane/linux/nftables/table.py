@@ -5,9 +5,10 @@ memory; an apply writes one ``nft -f`` script -- one atomic transaction --
 holding only the chains that differ from what the kernel holds, so nothing
 is ever re-read on the write path. What the kernel holds is learnt by
 reading our table back (``nft -a list table``: our table only, never the
-ruleset, parsed in a worker thread) at the first apply and at each resync: every rule carries its
-identity in its comment (``cali:<hash>``, the hash covering the chain, the
-rule's text and every rule before it, as in iptables), so a chain is
+ruleset, parsed in a worker thread) at the first apply and at each
+resync: every rule carries its identity in its comment (``cali:<hash>``,
+the hash covering the chain, the rule's text and every rule before it, as
+in iptables), so a chain is
 compared by its list of hashes, never by text nft prints back in its own
 canonical form. A flushed chain, a deleted rule or a deleted table is
 therefore found and rewritten by the next resync; a restart onto a table
@@ -20,7 +21,6 @@ table too, declared with their hook; other tables are never touched.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,14 +31,11 @@ from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.nftables.serialise import NftRule
 from dataplane.linux.rules.chain import Chain
-from dataplane.linux.rules.identity import chain_hashes
+from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 
-__all__ = ["BaseChain", "NftTable", "rule_hashes"]
+__all__ = ["BaseChain", "NftTable", "listed_chains", "rule_hashes"]
 
-log = logging.getLogger(__name__)
-
-TAG = "cali:"
-_HASH = re.compile(r'comment "' + re.escape(TAG) + r"([A-Za-z0-9_-]{16})")
+_HASH = re.compile(r'comment "' + re.escape(HASH_TAG) + r"([A-Za-z0-9_-]{16})")
 _HANDLE = re.compile(r" # handle \d+$")
 
 
@@ -177,7 +174,7 @@ class NftTable:
             if name in actual:
                 fill.append(f"flush chain {where} {name}")
             fill.extend(
-                f"add rule {where} {name} {rule.written(TAG + h)}"
+                f"add rule {where} {name} {rule.written(HASH_TAG + h)}"
                 for rule, h in zip(rules, hashes, strict=True)
             )
         stale = sorted(n for n in actual if n not in self._desired and n not in self._base)

@@ -6,9 +6,11 @@ import base64
 import hashlib
 from collections.abc import Iterable
 
-__all__ = ["HASH_LEN", "chain_hashes"]
+__all__ = ["HASH_LEN", "HASH_TAG", "chain_hashes"]
 
 HASH_LEN = 16
+# What a rule's comment starts with when it carries its hash (both backends).
+HASH_TAG = "cali:"
 
 
 def chain_hashes(chain: str, texts: Iterable[str]) -> list[str]:
