@@ -11,6 +11,11 @@ also timed run directly on the loop (what a refresh held it for when the
 parse ran there). The issue's goal: the loop never blocked > 50 ms by a
 refresh.
 
+Measured 2026-11-24 (2 cores, kernel 6.18, nft 1.0.6), longest hold /
+parse on the loop: 1,000 endpoints 7.7 / 31 ms nft, 35.6 / 57 ms
+iptables-nft, 34.4 / 56 ms iptables-legacy; 5,000 endpoints 100 / 163 ms
+nft, 121 / 405 ms iptables-nft.
+
 Usage (root, nft and iptables installed): python benchmarks/bench_refresh_lag.py
     [--endpoints N] [--refreshes N] [--backends nft,iptables-nft,iptables-legacy]
 """

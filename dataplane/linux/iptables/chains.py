@@ -98,7 +98,7 @@ class SavedTable:
     chains: dict[str, SavedChain] = field(default_factory=dict)
 
 
-def parse_save(text: str) -> dict[str, SavedTable]:
+def parse_save(text: str | Iterable[str]) -> dict[str, SavedTable]:
     """Parse ``iptables-save`` output into tables, chains and rule hashes.
 
     Tolerant by design: comment lines, counters and unknown lines are
@@ -107,7 +107,7 @@ def parse_save(text: str) -> dict[str, SavedTable]:
     """
     tables: dict[str, SavedTable] = {}
     table: SavedTable | None = None
-    for raw in text.splitlines():
+    for raw in text.splitlines() if isinstance(text, str) else text:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

@@ -37,6 +37,7 @@ half-written policy.
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -453,7 +454,10 @@ def saved_chains(
 ) -> tuple[dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]:
     """Our chains (name -> rule hashes) and our hook rules (built-in chain ->
     (hash, line)) in ``iptables-save -t table`` output."""
-    saved = parse_save(saved_text.decode(errors="replace")).get(table)
+    # Line by line from the bytes: no single C call over the whole text
+    # (a decode, a split) that would hold the interpreter for its length.
+    lines = io.TextIOWrapper(io.BytesIO(saved_text), encoding="utf-8", errors="replace")
+    saved = parse_save(lines).get(table)
     chains: dict[str, list[str | None]] = {}
     hooks: dict[str, list[tuple[str | None, str]]] = {}
     for chain in saved.chains.values() if saved else ():

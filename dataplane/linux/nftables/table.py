@@ -21,6 +21,7 @@ table too, declared with their hook; other tables are never touched.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -243,7 +244,9 @@ def listed_chains(listing: bytes) -> dict[str, list[str | None]]:
     """
     chains: dict[str, list[str | None]] = {}
     current: list[str | None] | None = None
-    for line in listing.decode(errors="replace").splitlines():
+    lines = io.TextIOWrapper(io.BytesIO(listing), encoding="utf-8", errors="replace")
+    for raw in lines:
+        line = raw.rstrip("\n")
         if line.startswith("\t\t"):
             if current is not None and _HANDLE.search(line):
                 found = _HASH.search(line)
