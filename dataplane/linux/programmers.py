@@ -17,7 +17,7 @@ from dataplane.config import Config
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands, detect_backend
 from dataplane.linux.iptables.chains import IptRule
-from dataplane.linux.iptables.marks import set_mark
+from dataplane.linux.iptables.serialise import action_text
 from dataplane.linux.iptables.table import FAIL_CLOSED, Table
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals
@@ -27,6 +27,7 @@ from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
+from dataplane.linux.rules.action import SetMark
 from dataplane.linux.rules.marks import Marks
 
 __all__ = ["TABLES", "HoldsBack", "Programmers"]
@@ -87,7 +88,7 @@ class Programmers:
         # written fail-closed: DROP, except in nat, which cannot drop and
         # sets the mark the filter table drops on instead.
         drop_mark = Marks.from_mask(config.iptables_mark_mask).drop
-        fail_closed = {"nat": (IptRule("", set_mark(drop_mark)),)}
+        fail_closed = {"nat": (IptRule("", action_text(SetMark.on(drop_mark))),)}
         tables = {}
         for version in (4, 6) if config.ipv6_support else (4,):
             commands = IptablesCommands.for_backend(backend, version)

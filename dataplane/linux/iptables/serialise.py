@@ -15,7 +15,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dataplane.linux.iptables.chains import IptRule
-from dataplane.linux.iptables.marks import clear_mark, set_mark
 from dataplane.linux.rules.action import (
     Accept,
     Action,
@@ -50,7 +49,7 @@ from dataplane.linux.rules.match import (
 from dataplane.linux.rules.rule import Origin, TableRule
 from dataplane.model import PortRange
 
-__all__ = ["IptablesSerialiser", "action_text"]
+__all__ = ["IptablesSerialiser", "action_text", "mark_match"]
 
 _MULTIPORT_MAX = 15  # entries per -m multiport; a range counts as two
 
@@ -77,6 +76,10 @@ def _set_match(name: str, side: Side, kind: SetKind, *, negate: bool) -> str:
     direction = side.value if kind is SetKind.ADDRESSES else f"{side.value},{side.value}"
     bang = "! " if negate else ""
     return f"-m set {bang}--match-set {name} {direction}"
+
+
+def mark_match(term: MarkMatch) -> str:
+    return f"-m mark --mark {term.value:#x}/{term.mask:#x}"
 
 
 def action_text(action: Action | None) -> str:
@@ -134,10 +137,14 @@ class _Rendering:
         self.bits.add(bit)
         return bit
 
-    def any_of(self, bit: int, alternatives: Iterable[str]) -> None:
+    def any_of(self, bit: int, alternatives: Iterable[str], *, negate: bool) -> None:
+        """The block that marks any of ``alternatives``; the final rule then
+        requires the mark (or, ``negate``, its absence)."""
         # Helpers belong to the rule they serve (origin), but count none of it.
-        self.blocks.append(IptRule("", clear_mark(bit), origin=self.origin))
-        self.blocks.extend(IptRule(alt, set_mark(bit), origin=self.origin) for alt in alternatives)
+        clear, mark = action_text(SetMark.off(bit)), action_text(SetMark.on(bit))
+        self.blocks.append(IptRule("", clear, origin=self.origin))
+        self.blocks.extend(IptRule(alt, mark, origin=self.origin) for alt in alternatives)
+        self.parts.append(mark_match(MarkMatch.lacks(bit) if negate else MarkMatch.has(bit)))
 
     def addresses(self, term: Addresses) -> None:
         if not term.nets:
@@ -153,14 +160,8 @@ class _Rendering:
             self.inline.add(flag)
             self.parts.append(f"{'! ' if term.negate else ''}{flag} {term.nets[0]}")
             return
-        if term.negate:
-            bit = self.scratch(f"not_{term.side.value}_net")
-            self.any_of(bit, (f"{flag} {n}" for n in term.nets))
-            self.parts.append(f"-m mark --mark 0x0/{bit:#x}")
-        else:
-            bit = self.scratch(f"{term.side.value}_net")
-            self.any_of(bit, (f"{flag} {n}" for n in term.nets))
-            self.parts.append(f"-m mark --mark {bit:#x}/{bit:#x}")
+        bit = self.scratch(f"{'not_' if term.negate else ''}{term.side.value}_net")
+        self.any_of(bit, (f"{flag} {n}" for n in term.nets), negate=term.negate)
 
     def ports(self, term: Ports) -> None:
         opt = "--sports" if term.side is Side.SRC else "--dports"
@@ -182,8 +183,8 @@ class _Rendering:
             return
         bit = self.scratch(f"{term.side.value}_port")
         # multiport needs -p in each rule that uses it.
-        self.any_of(bit, (f"{self.protocol} {alt}".strip() for alt in alternatives))
-        self.parts.append(f"-m mark --mark {bit:#x}/{bit:#x}")
+        alternatives = [f"{self.protocol} {alt}".strip() for alt in alternatives]
+        self.any_of(bit, alternatives, negate=False)
 
     def term(self, term: Match) -> None:
         match term:
@@ -212,8 +213,8 @@ class _Rendering:
                     self.parts.append(f"-m icmp {bang}--icmp-type {icmp}")
                 else:
                     self.parts.append(f"-m icmp6 {bang}--icmpv6-type {icmp}")
-            case MarkMatch(mask, value):
-                self.parts.append(f"-m mark --mark {value:#x}/{mask:#x}")
+            case MarkMatch():
+                self.parts.append(mark_match(term))
             case ConnState(states, negate):
                 bang = "! " if negate else ""
                 self.parts.append(f"-m conntrack {bang}--ctstate {','.join(states)}")

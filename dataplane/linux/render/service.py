@@ -34,8 +34,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dataplane.linux.iptables.chains import IptChain, IptRule
-from dataplane.linux.iptables.marks import set_mark
+from dataplane.linux.iptables.serialise import action_text
 from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.rules.action import SetMark
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.marks import Marks
 from dataplane.model.services import Backend, Service, ServicePort
@@ -44,6 +45,10 @@ __all__ = ["Frontend", "RenderedService", "ServiceRenderer"]
 
 _LEAF = 16  # frontends matched directly before the destination tree branches
 _BRANCH_BITS = 4  # each tree level splits on this many more address bits
+
+
+def _set_mark(bit: int) -> str:
+    return action_text(SetMark.on(bit))
 
 
 def _family(address: str) -> int:
@@ -131,13 +136,13 @@ class ServiceRenderer:
         chains.append(Chain(name, tuple(rules)))
         for sep, backend, target_port in seps:
             sep_rules = [
-                IptRule(f"-s {backend.address}", set_mark(self.marks.masq), comment="hairpin")
+                IptRule(f"-s {backend.address}", _set_mark(self.marks.masq), comment="hairpin")
             ]
             if not backend.local:
                 sep_rules.append(
                     IptRule(
                         f"-m set ! --match-set {self.pools_set} src",
-                        set_mark(self.marks.masq),
+                        _set_mark(self.marks.masq),
                         comment="off-node backend",
                     )
                 )
@@ -185,20 +190,22 @@ class ServiceRenderer:
                 if all_chain:
                     ext_rules += [
                         IptRule(f"-m set --match-set {self.pools_set} src", f"-j {all_chain}"),
-                        IptRule("-m addrtype --src-type LOCAL", set_mark(m.masq)),
+                        IptRule("-m addrtype --src-type LOCAL", _set_mark(m.masq)),
                         IptRule("-m addrtype --src-type LOCAL", f"-j {all_chain}"),
                     ]
                 ext_rules.append(
                     IptRule("", f"-j {local_chain}")
                     if local_chain
-                    else IptRule("", set_mark(m.drop), comment="no local backends")
+                    else IptRule("", _set_mark(m.drop), comment="no local backends")
                 )
                 ext_target: str | None = ext_name
                 out.chains.append(Chain(ext_name, tuple(ext_rules)))
             elif all_chain:
                 ext_target = ext_name
                 out.chains.append(
-                    Chain(ext_name, (IptRule("", set_mark(m.masq)), IptRule("", f"-j {all_chain}")))
+                    Chain(
+                        ext_name, (IptRule("", _set_mark(m.masq)), IptRule("", f"-j {all_chain}"))
+                    )
                 )
             else:
                 ext_target = None
@@ -214,7 +221,7 @@ class ServiceRenderer:
                         (
                             *(IptRule(f"-s {r}", f"-j {ext_target}") for r in ranges),
                             IptRule(
-                                "", set_mark(m.drop), comment="not in loadBalancerSourceRanges"
+                                "", _set_mark(m.drop), comment="not in loadBalancerSourceRanges"
                             ),
                         ),
                     )
