@@ -30,7 +30,7 @@ from dataplane.linux.rules.action import (
     SetMark,
     Snat,
 )
-from dataplane.linux.rules.marks import Marks
+from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
     Addresses,
     ConnState,
@@ -119,23 +119,12 @@ def action_text(action: Action | None) -> str:
 class _Rendering:
     """One model rule on its way out: the blocks before it and its own matches."""
 
-    marks: Marks | None
+    scratch: ScratchBits
     origin: Origin | None
     blocks: list[IptRule] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
     protocol: str = ""  # the positive -p match, repeated in port alternatives
     inline: set[str] = field(default_factory=set)  # -s / -d already used
-    bits: set[int] = field(default_factory=set)  # scratch bits this rule uses
-
-    def scratch(self, name: str) -> int:
-        if self.marks is None:
-            raise ValueError("an OR needs scratch mark bits, and this table has none")
-        bit: int = getattr(self.marks, name)
-        if bit in self.bits:
-            # Two ORs on one bit would mix their alternatives.
-            raise ValueError(f"two terms of one rule need scratch mark {bit:#x}")
-        self.bits.add(bit)
-        return bit
 
     def any_of(self, bit: int, alternatives: Iterable[str], *, negate: bool) -> None:
         """The block that marks any of ``alternatives``; the final rule then
@@ -160,7 +149,7 @@ class _Rendering:
             self.inline.add(flag)
             self.parts.append(f"{'! ' if term.negate else ''}{flag} {term.nets[0]}")
             return
-        bit = self.scratch(f"{'not_' if term.negate else ''}{term.side.value}_net")
+        bit = self.scratch.take(f"{'not_' if term.negate else ''}{term.side.value}_net")
         self.any_of(bit, (f"{flag} {n}" for n in term.nets), negate=term.negate)
 
     def ports(self, term: Ports) -> None:
@@ -181,7 +170,7 @@ class _Rendering:
         if len(alternatives) == 1:
             self.parts.append(alternatives[0])
             return
-        bit = self.scratch(f"{term.side.value}_port")
+        bit = self.scratch.take(f"{term.side.value}_port")
         # multiport needs -p in each rule that uses it.
         alternatives = [f"{self.protocol} {alt}".strip() for alt in alternatives]
         self.any_of(bit, alternatives, negate=False)
@@ -231,7 +220,7 @@ class IptablesSerialiser:
     marks: Marks | None = None
 
     def rule(self, rule: TableRule) -> list[IptRule]:
-        out = _Rendering(self.marks, rule.origin)
+        out = _Rendering(ScratchBits(self.marks), rule.origin)
         for term in rule.match:
             out.term(term)
         final = IptRule(

@@ -36,7 +36,7 @@ from dataplane.linux.rules.action import (
     Snat,
 )
 from dataplane.linux.rules.comment import safe_comment
-from dataplane.linux.rules.marks import Marks
+from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
     Addresses,
     ConnState,
@@ -163,12 +163,11 @@ def action_text(action: Action | None) -> str:
 @dataclass(slots=True)
 class _Rendering:
     version: int
-    marks: Marks | None
+    scratch: ScratchBits
     origin: Origin | None
     blocks: list[NftRule] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
     protocol: str = ""  # the positive protocol match, repeated in port alternatives
-    bits: set[int] = field(default_factory=set)
 
     @property
     def ip(self) -> str:
@@ -199,12 +198,7 @@ class _Rendering:
         if len(alternatives) == 1:
             self.parts.append(alternatives[0])
             return
-        if self.marks is None:
-            raise ValueError("an OR needs scratch mark bits, and this table has none")
-        bit: int = getattr(self.marks, f"{term.side.value}_port")
-        if bit in self.bits:
-            raise ValueError(f"two terms of one rule need scratch mark {bit:#x}")
-        self.bits.add(bit)
+        bit = self.scratch.take(f"{term.side.value}_port")
         self.blocks.append(NftRule(mark_text(bit, 0), origin=self.origin))
         self.blocks.extend(
             NftRule(f"{self.protocol} {alt} {mark_text(bit, bit)}".strip(), origin=self.origin)
@@ -267,7 +261,7 @@ class NftSerialiser:
     marks: Marks | None = None
 
     def rule(self, rule: TableRule) -> list[NftRule]:
-        out = _Rendering(self.version, self.marks, rule.origin)
+        out = _Rendering(self.version, ScratchBits(self.marks), rule.origin)
         for term in rule.match:
             out.term(term)
         statements = out.parts

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dataplane.config import MIN_MARK_BITS
 from dataplane.errors import ConfigError
 
-__all__ = ["Marks"]
+__all__ = ["Marks", "ScratchBits"]
 
 _NAMES = (
     "accept",
@@ -73,3 +73,25 @@ class Marks:
             | self.src_port
             | self.dst_port
         )
+
+
+class ScratchBits:
+    """The scratch bits one rule's ORs take, each at most once.
+
+    Two ORs on one bit would mix their alternatives, so a second claim of a
+    bit is a renderer's bug; so is an OR in a table given no marks (nat).
+    """
+
+    def __init__(self, marks: Marks | None) -> None:
+        self._marks = marks
+        self._taken: set[int] = set()
+
+    def take(self, name: str) -> int:
+        """The bit called ``name`` (``src_net``, ``not_dst_net``, ``dst_port``...)."""
+        if self._marks is None:
+            raise ValueError("an OR needs scratch mark bits, and this table has none")
+        bit: int = getattr(self._marks, name)
+        if bit in self._taken:
+            raise ValueError(f"two terms of one rule need scratch mark {bit:#x}")
+        self._taken.add(bit)
+        return bit
