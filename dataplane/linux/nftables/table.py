@@ -105,9 +105,6 @@ class NftTable:
         self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
         self._dirty.add(chain.name)
 
-    def desired(self) -> Mapping[str, tuple[NftRule, ...]]:
-        return {**self._desired, **{n: b.rules for n, b in self._base.items()}}
-
     def mark_for_resync(self) -> None:
         """Read the table back at the next apply and repair what differs."""
         self._actual = None
@@ -156,21 +153,29 @@ class NftTable:
         # A big table is megabytes of text: parsed off the loop.
         return await trio.to_thread.run_sync(listed_chains, result.stdout)
 
-    def _script(self, actual: Mapping[str, list[str | None]]) -> list[str]:
+    def _rules(self, name: str) -> tuple[NftRule, ...] | None:
+        base = self._base.get(name)
+        return base.rules if base is not None else self._desired.get(name)
+
+    def _script(self, actual: Mapping[str, list[str | None]]) -> tuple[list[str], set[str]]:
+        """The transaction for the dirty chains that differ, and those chains."""
         where = f"{self.family} {self.name}"
         declare: list[str] = []
         fill: list[str] = []
+        rewritten: list[str] = []
+        stale: list[str] = []
         for name in sorted(self._dirty):
-            rules = self._desired.get(name)
-            base = self._base.get(name)
-            if base is not None:
-                rules = base.rules
+            rules = self._rules(name)
             if rules is None:
+                if name in actual:
+                    stale.append(name)
                 continue
             hashes = self._hashes[name]
             if actual.get(name) == hashes:
                 continue
+            base = self._base.get(name)
             spec = f" {{ {base.spec}; }}" if base is not None else ""
+            rewritten.append(name)
             declare.append(f"add chain {where} {name}{spec}")
             if name in actual:
                 fill.append(f"flush chain {where} {name}")
@@ -178,13 +183,12 @@ class NftTable:
                 f"add rule {where} {name} {rule.written(HASH_TAG + h)}"
                 for rule, h in zip(rules, hashes, strict=True)
             )
-        stale = sorted(n for n in actual if n not in self._desired and n not in self._base)
         # Flush every stale chain before deleting any: one may jump to another.
         drop = [f"flush chain {where} {n}" for n in stale]
         drop += [f"delete chain {where} {n}" for n in stale]
         if not (declare or fill or drop):
-            return []
-        return [f"add table {where}", *declare, *fill, *drop]
+            return [], set()
+        return [f"add table {where}", *declare, *fill, *drop], {*rewritten, *stale}
 
     async def apply(self) -> bool:
         """Write what differs in one transaction; True if anything was written.
@@ -195,9 +199,10 @@ class NftTable:
         """
         if self._actual is None:
             self._actual = await self._read()
-            # Fresh knowledge of the kernel: compare every chain to it.
-            self._dirty |= set(self._desired) | set(self._base)
-        script = self._script(self._actual)
+            # Fresh knowledge of the kernel: compare every chain to it, and
+            # notice chains of our table that nobody wants.
+            self._dirty |= set(self._desired) | set(self._base) | set(self._actual)
+        script, written = self._script(self._actual)
         if not script:
             self._dirty.clear()
             return False
@@ -211,16 +216,13 @@ class NftTable:
                 + (message[0] if message else f"exit {result.returncode}")
             )
         self.writes += 1
-        actual = dict(self._actual)
-        for name in self._dirty | set(actual) | set(self._desired) | set(self._base):
+        for name in written:
+            self._written_by[name] = self.writes
             hashes = self._hashes.get(name)
-            if actual.get(name) != hashes:
-                self._written_by[name] = self.writes
             if hashes is None:
-                actual.pop(name, None)
+                self._actual.pop(name, None)
             else:
-                actual[name] = list(hashes)
-        self._actual = actual
+                self._actual[name] = list(hashes)
         self._dirty.clear()
         return True
 
