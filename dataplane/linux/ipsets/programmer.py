@@ -59,7 +59,7 @@ from dataplane.linux.ipsets.batch import RestoreBatch
 from dataplane.linux.ipsets.members import WantedSet
 from dataplane.linux.ipsets.names import is_owned, temp_name
 from dataplane.linux.ipsets.save import KernelSet, SetMeta, parse_save
-from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.kernel.cmd import CommandRunner, output_lines
 from dataplane.model import IPSet, IPSetType
 
 __all__ = ["IPSetsProgrammer"]
@@ -283,8 +283,7 @@ class IPSetsProgrammer:
         if self._kernel is None:
             result = await self._runner.run(["ipset", "save"])
             # Hundreds of thousands of members at scale: parsed off the loop.
-            text = result.stdout.decode(errors="replace")
-            self._kernel = await trio.to_thread.run_sync(parse_save, text, is_owned)
+            self._kernel = await trio.to_thread.run_sync(_owned_sets, result.stdout)
             self._check_all = True
             log.debug("ipsets: read %d sets of ours from the kernel", len(self._kernel))
         return self._kernel
@@ -313,3 +312,8 @@ class IPSetsProgrammer:
         raise ProgrammingError(
             f"ipset restore ({what}) failed{where}: exit {result.returncode}: {stderr[:500]}"
         )
+
+
+def _owned_sets(saved: bytes) -> dict[str, KernelSet]:
+    """Our sets in ``ipset save`` output."""
+    return parse_save(output_lines(saved), is_owned)

@@ -7,7 +7,7 @@ new members from one that must be recreated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 __all__ = ["DEFAULT_MAXELEM", "KernelSet", "SetMeta", "parse_save"]
@@ -69,7 +69,9 @@ def _parse_header(set_type: str, words: list[str]) -> SetMeta:
     return SetMeta(set_type, family, maxelem, tuple(sorted(extras)))
 
 
-def parse_save(text: str, want: Callable[[str], bool] = lambda _name: True) -> dict[str, KernelSet]:
+def parse_save(
+    text: str | Iterable[str], want: Callable[[str], bool] = lambda _name: True
+) -> dict[str, KernelSet]:
     """Parse ``ipset save`` output into sets, keeping those ``want`` accepts.
 
     Tolerant of what the tool may print around the data: blank lines,
@@ -77,7 +79,7 @@ def parse_save(text: str, want: Callable[[str], bool] = lambda _name: True) -> d
     and unknown lines are skipped; members of an unknown set are dropped.
     """
     sets: dict[str, KernelSet] = {}
-    for line in text.splitlines():
+    for line in text.splitlines() if isinstance(text, str) else text:
         # At most 4 words: a member's options (a long comment) are not split.
         words = line.split(maxsplit=3)
         if len(words) < 3:

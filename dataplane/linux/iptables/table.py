@@ -37,7 +37,6 @@ half-written policy.
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -55,7 +54,7 @@ from dataplane.linux.iptables.chains import (
     render_rule,
     rule_hashes,
 )
-from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.kernel.cmd import CommandRunner, output_lines
 from dataplane.linux.rules.rule import Origin
 
 __all__ = ["FAIL_CLOSED", "Table"]
@@ -454,10 +453,7 @@ def saved_chains(
 ) -> tuple[dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]:
     """Our chains (name -> rule hashes) and our hook rules (built-in chain ->
     (hash, line)) in ``iptables-save -t table`` output."""
-    # Line by line from the bytes: no single C call over the whole text
-    # (a decode, a split) that would hold the interpreter for its length.
-    lines = io.TextIOWrapper(io.BytesIO(saved_text), encoding="utf-8", errors="replace")
-    saved = parse_save(lines).get(table)
+    saved = parse_save(output_lines(saved_text)).get(table)
     chains: dict[str, list[str | None]] = {}
     hooks: dict[str, list[tuple[str | None, str]]] = {}
     for chain in saved.chains.values() if saved else ():

@@ -9,8 +9,9 @@ stderr, which is what an operator needs in the log line.
 
 from __future__ import annotations
 
+import io
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,7 +19,14 @@ import trio
 
 from dataplane.errors import ProgrammingError
 
-__all__ = ["CommandResult", "CommandRunner", "ProcessRunner", "check_exit", "run_sync"]
+__all__ = [
+    "CommandResult",
+    "CommandRunner",
+    "ProcessRunner",
+    "check_exit",
+    "output_lines",
+    "run_sync",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +106,13 @@ def run_sync(
     except OSError as exc:
         raise ProgrammingError(f"{argv[0]}: cannot run: {exc}") from exc
     return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def output_lines(output: bytes) -> Iterator[str]:
+    """A tool's output, line by line (newlines kept), decoded as it is read.
+
+    For parsers that run in a worker thread: no single C call over the
+    whole output (a decode, a split) holds the interpreter for its length,
+    so the loop thread gets its turn every few milliseconds.
+    """
+    return io.TextIOWrapper(io.BytesIO(output), encoding="utf-8", errors="replace")

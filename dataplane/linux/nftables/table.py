@@ -21,7 +21,6 @@ table too, declared with their hook; other tables are never touched.
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.kernel.cmd import CommandRunner, output_lines
 from dataplane.linux.nftables.serialise import NftRule
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
@@ -246,8 +245,7 @@ def listed_chains(listing: bytes) -> dict[str, list[str | None]]:
     """
     chains: dict[str, list[str | None]] = {}
     current: list[str | None] | None = None
-    lines = io.TextIOWrapper(io.BytesIO(listing), encoding="utf-8", errors="replace")
-    for raw in lines:
+    for raw in output_lines(listing):
         line = raw.rstrip("\n")
         if line.startswith("\t\t"):
             if current is not None and _HANDLE.search(line):
