@@ -12,7 +12,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["machine", "markdown_table", "percentile", "run_inside_netns", "timed_tool"]
+__all__ = [
+    "each_backend",
+    "machine",
+    "markdown_table",
+    "percentile",
+    "print_row",
+    "run_inside_netns",
+    "timed_tool",
+]
 
 
 def timed_tool(argv: list[str], stdin_path: Path) -> float:
@@ -84,3 +92,19 @@ def run_inside_netns(script: str, args: Sequence[str], prefix: str) -> None:
         subprocess.run(argv, check=True)
     finally:
         subprocess.run(["ip", "netns", "del", netns], check=False)
+
+
+def print_row(row: Sequence[str]) -> None:
+    """One markdown table row, now (a child in a namespace prints its own)."""
+    print("| " + " | ".join(row) + " |", flush=True)
+
+
+def each_backend(
+    script: str, header: list[str], backends: str, args: Sequence[str], prefix: str
+) -> None:
+    """Print ``header``, then run ``script --inside --backend B ARGS`` for each
+    comma-separated backend, each in a throwaway namespace of its own, where
+    it prints its rows of the table."""
+    print(markdown_table(header, []), flush=True)
+    for backend in backends.split(","):
+        run_inside_netns(script, ["--backend", backend, *args], prefix)

@@ -47,7 +47,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine, markdown_table, percentile, run_inside_netns
+from benchmarks._common import each_backend, machine, percentile, print_row
 from dataplane.config import Config
 from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.serialise import IptablesSerialiser
@@ -284,7 +284,7 @@ async def _probes(runner: ProcessRunner, changes: int) -> list[list[str]]:
 
 def inside(backend: str, endpoints: int, policy_count: int, changes: int) -> None:
     for row in trio.run(_run, backend, endpoints, policy_count, changes):
-        print("| " + " | ".join(row) + " |", flush=True)
+        print_row(row)
 
 
 def main() -> None:
@@ -302,10 +302,8 @@ def main() -> None:
         return
     print(machine())
     print(f"{args.endpoints} endpoints, {args.policies} policies, {args.changes} changes each way")
-    print(markdown_table(HEADER, []), flush=True)  # each backend prints its row
-    for backend in args.backends.split(","):
-        argv = ["--backend", backend, "--endpoints", sizes[0], "--policies", sizes[1]]
-        run_inside_netns(__file__, [*argv, "--changes", sizes[2]], "dpnfttbl")
+    argv = ["--endpoints", sizes[0], "--policies", sizes[1], "--changes", sizes[2]]
+    each_backend(__file__, HEADER, args.backends, argv, "dpnfttbl")
 
 
 if __name__ == "__main__":

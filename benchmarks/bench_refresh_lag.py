@@ -33,7 +33,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine, markdown_table, percentile, run_inside_netns
+from benchmarks._common import each_backend, machine, percentile, print_row
 from benchmarks.bench_nft_table import HOOKS, Node, policies
 from dataplane.config import Config
 from dataplane.linux.iptables.backend import IptablesCommands
@@ -122,15 +122,12 @@ def main() -> None:
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
-        row = trio.run(_run, args.backend, args.endpoints, args.refreshes)
-        print("| " + " | ".join(row) + " |", flush=True)
+        print_row(trio.run(_run, args.backend, args.endpoints, args.refreshes))
         return
     print(machine())
     print(f"{args.endpoints} endpoints, {args.refreshes} refreshes")
-    print(markdown_table(HEADER, []), flush=True)  # each backend prints its row
-    for backend in args.backends.split(","):
-        argv = ["--backend", backend, "--endpoints", str(args.endpoints)]
-        run_inside_netns(__file__, [*argv, "--refreshes", str(args.refreshes)], "dplag")
+    argv = ["--endpoints", str(args.endpoints), "--refreshes", str(args.refreshes)]
+    each_backend(__file__, HEADER, args.backends, argv, "dplag")
 
 
 if __name__ == "__main__":
