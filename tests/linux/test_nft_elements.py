@@ -170,12 +170,41 @@ def test_the_batch_is_one_transaction_of_acknowledged_changes() -> None:
     )
 
     change = ElementChange("add", NFPROTO_IPV4, "t", "s", (Element((addr("10.0.0.1"),)),))
-    data = encode_batch([change, change], first_seq=5)
-    kinds, seqs, offset = [], [], 0
+    data, owners = encode_batch([change, change], first_seq=5)
+    kinds, seqs, _ = _framing(data)
+    assert kinds == [0x10, (10 << 8) | 12, (10 << 8) | 12, 0x11]
+    assert seqs[1:] == [5, 6, 7]
+    assert owners == [0, 1]
+
+
+def _framing(data: bytes) -> tuple[list[int], list[int], list[int]]:
+    kinds, seqs, lengths, offset = [], [], [], 0
     while offset < len(data):
         length = int.from_bytes(data[offset : offset + 4], sys.byteorder)
         kinds.append(int.from_bytes(data[offset + 4 : offset + 6], sys.byteorder))
         seqs.append(int.from_bytes(data[offset + 8 : offset + 12], sys.byteorder))
+        lengths.append(length)
         offset += (length + 3) & ~3
-    assert kinds == [0x10, (10 << 8) | 12, (10 << 8) | 12, 0x11]
-    assert seqs[1:] == [5, 6, 7]
+    return kinds, seqs, lengths
+
+
+def test_a_large_change_is_split_and_a_flush_names_no_elements() -> None:
+    """An attribute's length is 16 bits: 5,000 elements take several messages."""
+    from dataplane.linux.nftables.elements import (  # noqa: PLC0415
+        NFPROTO_IPV4,
+        Element,
+        ElementChange,
+        addr,
+        port,
+    )
+
+    many = tuple(Element((addr(f"10.0.{i // 256}.{i % 256}"), port(80))) for i in range(5000))
+    flush = ElementChange("flush", NFPROTO_IPV4, "t", "s", ())
+    data, owners = encode_batch([flush, ElementChange("add", NFPROTO_IPV4, "t", "s", many)])
+    kinds, seqs, lengths = _framing(data)
+    assert owners[0] == 0 and set(owners[1:]) == {1} and len(owners) > 2
+    assert kinds[1] == (10 << 8) | 14 and set(kinds[2:-1]) == {(10 << 8) | 12}
+    assert seqs[1:] == list(range(1, len(owners) + 2))
+    assert max(lengths) < 65536
+    with pytest.raises(ValueError, match="flush names no elements"):
+        encode_batch([ElementChange("flush", NFPROTO_IPV4, "t", "s", many[:1])])

@@ -42,6 +42,7 @@ __all__ = [
     "encode_batch",
     "ifname",
     "integer",
+    "netfilter_socket",
     "port",
     "proto",
 ]
@@ -50,6 +51,7 @@ NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6 = 1, 2, 10
 
 _NETLINK_NETFILTER = 12  # not in every Python build's socket module
 _NLMSG_ERROR = 2
+_SO_SNDBUFFORCE = 32  # needs CAP_NET_ADMIN, which writing nf_tables needs anyway
 _F_REQUEST, _F_ACK, _F_CREATE = 0x1, 0x4, 0x400
 _BATCH_BEGIN, _BATCH_END = 0x10, 0x11
 _SUBSYS_NFTABLES = 10
@@ -130,9 +132,10 @@ class Element:
 
 @dataclass(frozen=True, slots=True)
 class ElementChange:
-    """Add or delete ``elements`` of one set or map of one table."""
+    """Add or delete ``elements`` of one set or map of one table, or flush it
+    (``op`` "flush": every element goes; ``elements`` must be empty)."""
 
-    op: str  # "add" or "delete"
+    op: str  # "add", "delete" or "flush"
     family: int  # NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_INET
     table: str
     set: str
@@ -173,24 +176,61 @@ def _message(kind: int, flags: int, seq: int, family: int, body: bytes = b"") ->
     return _NLMSG.pack(_NLMSG.size + len(payload), kind, flags, seq, 0) + payload
 
 
-def encode_batch(changes: Sequence[ElementChange], first_seq: int = 1) -> bytes:
-    """The whole transaction: batch begin, one message per change (each asking
-    for an acknowledgement, sequence numbers from ``first_seq``), batch end."""
+# An attribute's length is 16 bits, so one message carries at most this much
+# of a change's elements; a larger change is split over several messages of
+# the same batch (still one transaction).
+_ELEMENTS_PER_MESSAGE = 60_000
+_OPS = {"add": _NEWSETELEM, "delete": _DELSETELEM, "flush": _DELSETELEM}
+
+
+def _chunks(change: ElementChange) -> list[bytes]:
+    """The encoded elements of ``change``, split so each part fits one attribute."""
+    if change.op == "flush":
+        if change.elements:
+            raise ValueError("a flush names no elements")
+        return [b""]
+    parts: list[bytes] = []
+    current: list[bytes] = []
+    size = 0
+    for element in change.elements:
+        encoded = _element(element)
+        if current and size + len(encoded) > _ELEMENTS_PER_MESSAGE:
+            parts.append(b"".join(current))
+            current, size = [], 0
+        current.append(encoded)
+        size += len(encoded)
+    parts.append(b"".join(current))
+    return parts
+
+
+def encode_batch(changes: Sequence[ElementChange], first_seq: int = 1) -> tuple[bytes, list[int]]:
+    """The whole transaction: batch begin, the changes' messages (each asking
+    for an acknowledgement, sequence numbers from ``first_seq``), batch end;
+    and, per message, the index of the change it belongs to.
+
+    A flush is a delete naming no elements, which the kernel reads as "all".
+    """
     out = [_message(_BATCH_BEGIN, _F_REQUEST, 0, socket.AF_UNSPEC)]
-    for seq, change in enumerate(changes, start=first_seq):
-        if change.op not in ("add", "delete"):
-            raise ValueError(f"element change {change.op!r} is not add or delete")
-        kind = (_SUBSYS_NFTABLES << 8) | (_NEWSETELEM if change.op == "add" else _DELSETELEM)
+    owners: list[int] = []
+    seq = first_seq
+    for index, change in enumerate(changes):
+        op = _OPS.get(change.op)
+        if op is None:
+            raise ValueError(f"element change {change.op!r} is not add, delete or flush")
+        kind = (_SUBSYS_NFTABLES << 8) | op
         flags = _F_REQUEST | _F_ACK | (_F_CREATE if change.op == "add" else 0)
-        body = _attr(_LIST_TABLE, _name(change.table)) + _attr(_LIST_SET, _name(change.set))
-        body += _nested(_LIST_ELEMENTS, b"".join(_element(e) for e in change.elements))
-        out.append(_message(kind, flags, seq, change.family, body))
-    seq_end = first_seq + len(changes)
-    out.append(_message(_BATCH_END, _F_REQUEST, seq_end, socket.AF_UNSPEC))
-    return b"".join(out)
+        head = _attr(_LIST_TABLE, _name(change.table)) + _attr(_LIST_SET, _name(change.set))
+        for part in _chunks(change):
+            body = head + (_nested(_LIST_ELEMENTS, part) if change.op != "flush" else b"")
+            out.append(_message(kind, flags, seq, change.family, body))
+            owners.append(index)
+            seq += 1
+    out.append(_message(_BATCH_END, _F_REQUEST, seq, socket.AF_UNSPEC))
+    return b"".join(out), owners
 
 
-def _raw_socket() -> socket.socket:
+def netfilter_socket() -> socket.socket:
+    """A netlink socket to nf_tables, in the calling thread's namespace."""
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER)
     sock.bind((0, 0))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
@@ -205,25 +245,32 @@ class ElementWriter:
             in the message; nothing was applied), or the socket failed.
     """
 
-    def __init__(self, sock: Callable[[], socket.socket] = _raw_socket) -> None:
+    def __init__(self, sock: Callable[[], socket.socket] = netfilter_socket) -> None:
         self._socket = sock
 
     def __call__(self, changes: Sequence[ElementChange]) -> None:
         if not changes:
             return
+        batch, owners = encode_batch(changes)
         sock = self._socket()
         try:
-            sock.send(encode_batch(changes))
-            answers = self._answers(sock, len(changes))
+            # The kernel takes a batch from one datagram: make room for it
+            # (as nft does; the default buffer holds ~200 kB, a full load of
+            # 5,000 services is ~5 MB).
+            if len(batch) > sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, len(batch) + 4096)
+            sock.send(batch)
+            answers = self._answers(sock, len(owners))
         finally:
             sock.close()
         refused = sorted((seq, code) for seq, code in answers.items() if code)
         if refused:
             seq, code = refused[0]
-            change = changes[seq - 1]
+            index = owners[seq - 1]
+            change = changes[index]
             raise OSError(
                 code,
-                f"{os.strerror(code)}: change {seq - 1} ({change.op} of"
+                f"{os.strerror(code)}: change {index} ({change.op} of"
                 f" {len(change.elements)} elements in {change.table} {change.set})",
             )
 

@@ -1,0 +1,356 @@
+"""The nftables services table: kube-proxy's semantics as set and map elements. Pure.
+
+One table per IP family (``ip``/``ip6``), made once with a fixed set of
+rules; every service change after that is elements only, so the kernel
+never re-validates the table and ``nft`` never has to fetch it
+(``docs/nftables.md``). A *frontend* is a cluster, external or
+load-balancer address with a protocol and port (key ``daddr . l4proto .
+dport``), or a node port on any local address (key ``l4proto . dport``,
+the ``np_`` sets). Its backends are map elements ``frontend . slot ->
+address`` (map ``addr``) and ``frontend . slot -> port`` (map ``port``);
+a frontend with *S* slots sits in set ``fe_S`` and a rule per slot count
+picks the slot from the kernel's hash of the flow (``symhash mod S``,
+addresses, ports and protocol), looked up in both maps: the same hash,
+so the same slot -- two lookups could disagree with ``numgen random``,
+and ``jhash`` of an IPv6 client runs out of registers:
+
+* up to :data:`EXACT` backends, one slot each: exactly equal odds, as
+  kube-proxy's probabilities give;
+* more, a power of two of at least ``EXACT`` slots per backend, dealt
+  round robin: each backend's share is within 1/``EXACT`` of equal.
+
+Where traffic goes and what is masqueraded, as kube-proxy means it:
+
+* cluster IPs: every usable backend, or the node's own with
+  ``internalTrafficPolicy: Local``; not masqueraded;
+* external and load-balancer IPs and node ports, ``Cluster`` policy: every
+  backend, marked for masquerade (set ``masq``);
+* the same with ``Local`` policy: traffic from outside (not from a pool,
+  not from a local address) goes to local backends only, unmasqueraded,
+  so backends see the client (``ext_local``, ``lfe_S``, ``local_addr``,
+  ``local_port``); pods and the node itself reach every backend, the
+  node masqueraded (``masq_local``);
+* after DNAT, in postrouting: hairpin (a backend reaching itself, set
+  ``hairpin`` of ``address . address``) and an off-node backend reached
+  from outside the pools (set ``remote``) are masqueraded;
+* a frontend with no usable backend at all is rejected at once (set
+  ``refused``); one whose policy leaves nowhere to go, but the service has
+  backends, is dropped (``dropped``; ``dropped_outside`` for Local-policy
+  traffic from outside with no local backend).
+
+Why two maps and not one of ``address . port`` values: nft 1.0.6 cannot
+evaluate a rule against such a map once it exists in the kernel (its
+``typeof`` value, re-read, fails with "conflicting protocols specified:
+ip vs. th"), so the table could never be re-asserted after a restart;
+spelling the value's port as ``tcp dport`` instead makes nft add a
+``meta l4proto tcp`` test to the first rule using the map, which breaks
+UDP. Single-field values have neither problem.
+
+Health-check node ports are the platform's HTTP server; what is not here
+yet: ``loadBalancerSourceRanges`` and ClientIP affinity (docs/nftables.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from dataplane.linux.nftables.elements import (
+    NFPROTO_IPV4,
+    NFPROTO_IPV6,
+    Element,
+    Field,
+    addr,
+    integer,
+    port,
+    proto,
+)
+from dataplane.model.services import Backend, Service, ServicePort
+
+__all__ = ["EXACT", "Contribution", "ServiceLayout", "slot_count", "slot_counts"]
+
+EXACT = 32
+_MAX_SLOTS = 1 << 16
+_PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
+
+# Elements each frontend may add, by set; "np_" + name for node ports.
+_FRONTEND_SETS = ("fe", "ext_local", "masq", "masq_local", "refused", "dropped", "dropped_outside")
+
+_MAPS = ("addr", "port", "local_addr", "local_port")
+
+# What one service adds to each set and map of the table.
+Contribution = dict[str, frozenset[Element]]
+
+
+def slot_counts() -> tuple[int, ...]:
+    """Every slot count a frontend can have: one rule and one set each."""
+    big = []
+    count = 1 << (EXACT * (EXACT + 1) - 1).bit_length()
+    while count <= _MAX_SLOTS:
+        big.append(count)
+        count <<= 1
+    return (*range(1, EXACT + 1), *big)
+
+
+def slot_count(backends: int) -> int:
+    """How many slots a frontend with ``backends`` backends gets (0: none)."""
+    if backends <= EXACT:
+        return backends
+    return min(_MAX_SLOTS, 1 << (backends * EXACT - 1).bit_length())
+
+
+# The same few values recur across thousands of elements: share them.
+_addr = functools.lru_cache(maxsize=1 << 16)(addr)
+_port = functools.lru_cache(maxsize=1 << 12)(port)
+_slot = functools.lru_cache(maxsize=_MAX_SLOTS)(integer)
+_proto = functools.lru_cache(maxsize=8)(proto)
+
+
+def _family(address: str) -> int:
+    return 6 if ":" in address else 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Frontend:
+    key: tuple[Field, ...]
+    node_port: bool
+    everyone: tuple[tuple[str, int], ...]  # for pods and the node (and outside, if not Local)
+    outside: tuple[tuple[str, int], ...] | None  # Local policy: for outside traffic
+    masq: bool  # Cluster policy, external: always masqueraded
+    refuse: str  # with nowhere to go: "refused" (no backends at all) or "dropped"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLayout:
+    """The services table of one IP family: its structure and each service's elements."""
+
+    version: int
+    table: str
+    masq_mark: int
+
+    @property
+    def family(self) -> str:
+        return "ip" if self.version == 4 else "ip6"
+
+    @property
+    def nfproto(self) -> int:
+        return NFPROTO_IPV4 if self.version == 4 else NFPROTO_IPV6
+
+    # --- elements --------------------------------------------------------------------
+
+    def _targets(self, backends: Sequence[Backend], sp: ServicePort) -> tuple[tuple[str, int], ...]:
+        out = []
+        for backend in backends:
+            number = backend.port_for(sp)
+            if number is not None and _family(backend.address) == self.version:
+                out.append((backend.address, number))
+        return tuple(out)
+
+    def _frontends(self, service: Service) -> Iterator[_Frontend]:
+        if service.type == "ExternalName":
+            return
+        everyone = service.usable(local_only=False)
+        local = service.usable(local_only=True)
+        for sp in service.ports:
+            number = _PROTOCOLS.get(sp.protocol)
+            if number is None:
+                continue
+            p = _proto(number)
+            every = self._targets(everyone, sp)
+            mine = self._targets(local, sp)
+            refuse = "dropped" if every else "refused"
+            for vip in service.cluster_ips:
+                if _family(vip) == self.version:
+                    internal = mine if service.internal_local else every
+                    yield _Frontend(
+                        (_addr(vip), p, _port(sp.port)), False, internal, None, False, refuse
+                    )
+            externals = [
+                a
+                for a in (*service.external_ips, *service.load_balancer_ips)
+                if _family(a) == self.version
+            ]
+            keys = [(_addr(a), p, _port(sp.port)) for a in externals]
+            node_port = [(p, _port(sp.node_port))] if sp.node_port else []
+            for key, is_node_port in [*((k, False) for k in keys), *((k, True) for k in node_port)]:
+                if service.external_local:
+                    yield _Frontend(key, is_node_port, every, mine, False, refuse)
+                else:
+                    yield _Frontend(key, is_node_port, every, None, True, refuse)
+
+    def _slots(
+        self, key: tuple[Field, ...], targets: tuple[tuple[str, int], ...]
+    ) -> tuple[int, list[Element], list[Element]]:
+        """The slot count, and each slot's address and port elements."""
+        count = slot_count(len(targets))
+        addrs, ports = [], []
+        for i in range(count):
+            address, number = targets[i % len(targets)]
+            addrs.append(Element((*key, _slot(i)), (_addr(address),)))
+            ports.append(Element((*key, _slot(i)), (_port(number),)))
+        return count, addrs, ports
+
+    def contribution(self, service: Service) -> Contribution:
+        """What ``service`` adds to each set and map (shared elements, such
+        as a backend's hairpin pair, appear in every service that has them)."""
+        out: dict[str, set[Element]] = {}
+
+        def add(name: str, *elements: Element) -> None:
+            out.setdefault(name, set()).update(elements)
+
+        for f in self._frontends(service):
+            p = "np_" if f.node_port else ""
+            key = Element(f.key)
+            if f.everyone:
+                count, addrs, ports = self._slots(f.key, f.everyone)
+                add(f"{p}fe", key)
+                add(f"{p}fe_{count}", key)
+                add(f"{p}addr", *addrs)
+                add(f"{p}port", *ports)
+            else:  # nowhere to go for anyone (local backends are some of all)
+                add(f"{p}{f.refuse}", key)
+                continue
+            if f.masq:
+                add(f"{p}masq", key)
+            if f.outside is not None:
+                add(f"{p}masq_local", key)
+                if f.outside:
+                    count, addrs, ports = self._slots(f.key, f.outside)
+                    add(f"{p}ext_local", key)
+                    add(f"{p}lfe_{count}", key)
+                    add(f"{p}local_addr", *addrs)
+                    add(f"{p}local_port", *ports)
+                else:
+                    add(f"{p}dropped_outside", key)
+        for b in service.backends:
+            if _family(b.address) == self.version:
+                add("hairpin", Element((_addr(b.address), _addr(b.address))))
+                if not b.local:
+                    add("remote", Element((_addr(b.address),)))
+        return {name: frozenset(elements) for name, elements in out.items()}
+
+    # --- structure -------------------------------------------------------------------
+
+    def element_sets(self) -> tuple[str, ...]:
+        """Every set and map whose elements :meth:`contribution` fills."""
+        names = [*_FRONTEND_SETS, *_MAPS]
+        names += [f"fe_{n}" for n in slot_counts()] + [f"lfe_{n}" for n in slot_counts()]
+        return (*names, *(f"np_{n}" for n in names), "hairpin", "remote")
+
+    def structure(self, pools: Sequence[str]) -> str:
+        """The ``nft -f`` script that makes the table (or re-asserts it): every
+        set and map declared (``add`` leaves an existing one and its
+        elements alone), every chain flushed and written again, the IP
+        pools' prefixes replaced. One transaction."""
+        t = f"{self.family} {self.table}"
+        ip = self.family
+        routed = f"{ip} daddr . meta l4proto . th dport"
+        node = "meta l4proto . th dport"
+        lines = [f"add table {t}"]
+
+        def declare(kind: str, name: str, body: str) -> None:
+            lines.append(f"add {kind} {t} {name} {{ {body}; }}")
+
+        declare(
+            "set",
+            "pools",
+            f"type {'ipv4_addr' if self.version == 4 else 'ipv6_addr'}; flags interval",
+        )
+        for prefix, key in (("", routed), ("np_", node)):
+            for name in _FRONTEND_SETS:
+                declare("set", f"{prefix}{name}", f"typeof {key}")
+            for n in slot_counts():
+                declare("set", f"{prefix}fe_{n}", f"typeof {key}")
+                declare("set", f"{prefix}lfe_{n}", f"typeof {key}")
+            for name in _MAPS:
+                value = f"{ip} daddr" if name.endswith("addr") else "th dport"
+                declare("map", f"{prefix}{name}", f"typeof {key} . numgen random mod 2 : {value}")
+        declare("set", "hairpin", f"typeof {ip} saddr . {ip} daddr")
+        declare("set", "remote", f"typeof {ip} daddr")
+        lines.append(f"flush set {t} pools")
+        if pools:
+            lines.append(f"add element {t} pools {{ {', '.join(pools)} }}")
+
+        mark = f"0x{self.masq_mark:x}"
+        set_mark = f"meta mark set meta mark | {mark}"
+        outside = f"{ip} saddr != @pools fib saddr type != local"
+
+        def pick(key: str, prefix: str, counts: str, maps: str) -> list[str]:
+            rules = []
+            for n in slot_counts():
+                slot = f"{key} . symhash mod {n}"
+                rules.append(
+                    f"{key} @{prefix}{counts}_{n} dnat {ip} to {slot} map @{prefix}{maps}addr"
+                    f" : {slot} map @{prefix}{maps}port"
+                )
+            return rules
+
+        chains: dict[str, tuple[str | None, list[str]]] = {
+            "nat-prerouting": ("type nat hook prerouting priority -100", ["jump services"]),
+            "nat-output": ("type nat hook output priority -100", ["jump services"]),
+            "services": (
+                None,
+                [
+                    f"{routed} @fe jump routed",
+                    f"fib daddr type local {node} @np_fe jump nodeports",
+                ],
+            ),
+            "nat-postrouting": (
+                "type nat hook postrouting priority 100",
+                [
+                    f"meta mark & {mark} == {mark} masquerade",
+                    f"ct status dnat {ip} saddr . {ip} daddr @hairpin masquerade",
+                    f"ct status dnat {ip} daddr @remote {ip} saddr != @pools masquerade",
+                ],
+            ),
+            "filter-prerouting": (
+                "type filter hook prerouting priority -110",
+                ["ct state new jump drops", "ct state new jump drops-outside"],
+            ),
+            "filter-output": (
+                "type filter hook output priority -110",
+                ["ct state new jump drops", "ct state new jump rejects"],
+            ),
+            "filter-forward": (
+                "type filter hook forward priority -10",
+                ["ct state new jump rejects"],
+            ),
+            "filter-input": ("type filter hook input priority -10", ["ct state new jump rejects"]),
+            "drops": (
+                None,
+                [f"{routed} @dropped drop", f"fib daddr type local {node} @np_dropped drop"],
+            ),
+            "drops-outside": (
+                None,
+                [
+                    f"{ip} saddr @pools return",
+                    "fib saddr type local return",
+                    f"{routed} @dropped_outside drop",
+                    f"fib daddr type local {node} @np_dropped_outside drop",
+                ],
+            ),
+            "rejects": (
+                None,
+                [f"{routed} @refused reject", f"fib daddr type local {node} @np_refused reject"],
+            ),
+        }
+        for prefix, key, name in (("", routed, "routed"), ("np_", node, "nodeports")):
+            chains[name] = (
+                None,
+                [
+                    f"{key} @{prefix}ext_local {outside} goto {name}-outside",
+                    f"{key} @{prefix}masq_local {ip} saddr != @pools {set_mark}",
+                    f"{key} @{prefix}masq {set_mark}",
+                    *pick(key, prefix, "fe", ""),
+                ],
+            )
+            chains[f"{name}-outside"] = (None, pick(key, prefix, "lfe", "local_"))
+        # Chains first (jumps need their targets), then their rules.
+        for name, (hook, _) in chains.items():
+            body = f" {{ {hook}; policy accept; }}" if hook else ""
+            lines.append(f"add chain {t} {name}{body}")
+        for name, (_, rules) in chains.items():
+            lines.append(f"flush chain {t} {name}")
+            lines.extend(f"add rule {t} {name} {rule}" for rule in rules)
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,191 @@
+"""The services table programmer: structure once with ``nft -f``, then only elements.
+
+The desired state lives in memory: each service's elements
+(:class:`~dataplane.linux.nftables.service_layout.ServiceLayout`), and
+per set a count of the services that want each element (a backend's
+hairpin pair is shared by every service that has it). A change of a
+service is the difference of its elements, kept as pending adds and
+deletes; an apply writes them as one element transaction through our own
+netlink writer (:mod:`dataplane.linux.nftables.elements`) -- no ``nft``
+process, no re-read, nothing re-validated.
+
+The table itself (sets, maps, the fixed rules, the IP pools' prefixes) is
+written with ``nft -f`` at the first apply, after a resync, and when the
+pools change: ``add`` leaves existing sets and their elements in place and
+the rules are rewritten in the same transaction, so traffic is never
+without them. At the first apply and after a resync the elements are then
+written whole -- every set flushed and filled again in one transaction,
+which the kernel applies at once -- so a restart, or anything deleted or
+added behind our back, ends exactly as desired without a moment of
+half-programmed services.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+import trio
+
+from dataplane.errors import ProgrammingError
+from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.kernel.errors import KERNEL_ERRORS
+from dataplane.linux.nftables.elements import Element, ElementChange
+from dataplane.linux.nftables.service_layout import Contribution, ServiceLayout
+from dataplane.model.services import Service, ServiceKey
+
+__all__ = ["ServiceTable"]
+
+ElementSink = Callable[[Sequence[ElementChange]], None]
+
+
+class ServiceTable:
+    def __init__(self, layout: ServiceLayout, runner: CommandRunner, writer: ElementSink) -> None:
+        self.layout = layout
+        self._runner = runner
+        self._writer = writer
+        self._services: dict[ServiceKey, Contribution] = {}
+        self._wanted: dict[str, Counter[Element]] = {n: Counter() for n in layout.element_sets()}
+        # Elements whose wanted count crossed zero since the last write.
+        self._adds: dict[str, set[Element]] = {n: set() for n in layout.element_sets()}
+        self._deletes: dict[str, set[Element]] = {n: set() for n in layout.element_sets()}
+        self._pools: tuple[str, ...] = ()
+        self._structure_written = False
+        self._whole = True  # write every element: first apply, or a resync
+        self.structure_writes = 0
+        self.element_writes = 0
+
+    # --- desired state ---------------------------------------------------------------
+
+    def set_service(self, service: Service) -> None:
+        self._replace(service.key, self.layout.contribution(service))
+
+    def remove_service(self, key: ServiceKey) -> None:
+        self._replace(key, {})
+
+    def set_pools(self, prefixes: Iterable[str]) -> None:
+        """The IP pools' prefixes of this family (traffic from them is from pods).
+
+        Raises:
+            ValueError: not a prefix of this family (they are written into
+                the nft script, so nothing else may pass).
+        """
+        nets = {ipaddress.ip_network(p, strict=False) for p in prefixes}
+        if any(n.version != self.layout.version for n in nets):
+            raise ValueError(f"IPv{self.layout.version} pools only: {sorted(map(str, nets))}")
+        pools = tuple(str(n) for n in sorted(nets))
+        if pools != self._pools:
+            self._pools = pools
+            self._structure_written = False
+
+    def _replace(self, key: ServiceKey, new: Contribution) -> None:
+        old = self._services.pop(key, {})
+        if new:
+            self._services[key] = new
+        for name in old.keys() | new.keys():
+            before, after = old.get(name, frozenset()), new.get(name, frozenset())
+            wanted = self._wanted[name]
+            for element in before - after:
+                wanted[element] -= 1
+                if not wanted[element]:
+                    del wanted[element]
+                    self._note(name, element, present=False)
+            for element in after - before:
+                wanted[element] += 1
+                if wanted[element] == 1:
+                    self._note(name, element, present=True)
+
+    def _note(self, name: str, element: Element, *, present: bool) -> None:
+        adds, deletes = self._adds[name], self._deletes[name]
+        if present:
+            # Deleted and wanted again before a write: the kernel still has it.
+            if element in deletes:
+                deletes.discard(element)
+            else:
+                adds.add(element)
+        elif element in adds:
+            adds.discard(element)
+        else:
+            deletes.add(element)
+
+    def mark_for_resync(self) -> None:
+        """Rewrite the table and every element at the next apply (repairs tampering)."""
+        self._structure_written = False
+        self._whole = True
+
+    # --- apply -----------------------------------------------------------------------
+
+    def pending(self) -> int:
+        """Element changes not yet written."""
+        return sum(map(len, self._adds.values())) + sum(map(len, self._deletes.values()))
+
+    def _changes(self) -> list[ElementChange]:
+        layout = self.layout
+        family, table = layout.nfproto, layout.table
+        if self._whole:
+            changes = [ElementChange("flush", family, table, n, ()) for n in self._wanted]
+            changes += [
+                ElementChange("add", family, table, n, tuple(wanted))
+                for n, wanted in self._wanted.items()
+                if wanted
+            ]
+            return changes
+        # Deletes first: a map slot whose backend changed is its key
+        # deleted and added again, in the same transaction.
+        changes = [
+            ElementChange("delete", family, table, n, tuple(els))
+            for n, els in self._deletes.items()
+            if els
+        ]
+        changes += [
+            ElementChange("add", family, table, n, tuple(els))
+            for n, els in self._adds.items()
+            if els
+        ]
+        return changes
+
+    async def apply(self) -> bool:
+        """Write what changed; True if anything was written.
+
+        Raises:
+            ProgrammingError: nft refused the table, or the kernel refused
+                the element transaction (none of it was applied; the next
+                apply writes every element again).
+        """
+        wrote = False
+        if not self._structure_written:
+            script = self.layout.structure(self._pools)
+            result = await self._runner.run(["nft", "-f", "-"], stdin=script.encode(), check=False)
+            if result.returncode != 0:
+                lines = result.stderr.decode(errors="replace").strip().splitlines()
+                raise ProgrammingError(
+                    f"nft refused the {self.layout.family} {self.layout.table} table: "
+                    + (lines[0] if lines else f"exit {result.returncode}")
+                )
+            self._structure_written = True
+            self.structure_writes += 1
+            wrote = True
+        changes = self._changes()
+        if not changes:
+            return wrote
+        try:
+            # A full load encodes ~100,000 elements: off the loop.
+            await trio.to_thread.run_sync(self._writer, changes)
+        except KERNEL_ERRORS as exc:
+            self._whole = True  # what the kernel holds is unknown to us now
+            raise ProgrammingError(
+                f"the kernel refused the {self.layout.family} {self.layout.table} elements: {exc}"
+            ) from exc
+        self.element_writes += 1
+        self._whole = False
+        for name in self._adds:
+            self._adds[name].clear()
+            self._deletes[name].clear()
+        return True
+
+    async def cleanup(self) -> None:
+        """Delete the table (ours alone)."""
+        layout = self.layout
+        await self._runner.run(["nft", "delete", "table", layout.family, layout.table], check=False)
+        self.mark_for_resync()
