@@ -39,7 +39,9 @@ __all__ = [
     "Field",
     "Verdict",
     "addr",
+    "concat",
     "encode_batch",
+    "encoded",
     "ifname",
     "integer",
     "netfilter_socket",
@@ -105,11 +107,49 @@ def integer(number: int) -> Field:
     return Field(struct.pack("=I", number))
 
 
-def _value(fields: Sequence[Field]) -> bytes:
+def concat(fields: Sequence[Field]) -> bytes:
+    """A key or value as the kernel compares it: one field as it is; a
+    concatenation with each field in registers of four bytes."""
     if len(fields) == 1:
         return fields[0].value
-    # A concatenation: each field in registers of four bytes.
     return b"".join(f.value + b"\0" * (-len(f.value) % 4) for f in fields)
+
+
+_ENCODED_HEAD = struct.Struct("=HHHHHH")  # element, its key, the key's value
+_ENCODED_DATA = struct.Struct("=HHHH")  # the data, its value
+
+
+def encoded(key: bytes, data: bytes = b"") -> bytes:
+    """One set element (``key``) or data map element (``key``, ``data``) as
+    the kernel reads it, from :func:`concat` values.
+
+    For writers holding many elements: the encoding is the element's
+    identity (hashable, compact) and costs two ``struct`` packs, where
+    :class:`Element` costs an object per field.
+    """
+    key_pad, data_pad = -len(key) % 4, -len(data) % 4
+    key_attr = _ATTR.size + len(key)
+    size = _ATTR.size * 3 + len(key) + key_pad
+    tail = b""
+    if data:
+        data_attr = _ATTR.size + len(data)
+        tail = (
+            _ENCODED_DATA.pack(
+                _ATTR.size + data_attr + data_pad, _ELEM_DATA | _NESTED, data_attr, _DATA_VALUE
+            )
+            + data
+            + b"\0" * data_pad
+        )
+        size += len(tail)
+    head = _ENCODED_HEAD.pack(
+        size,
+        _LIST_ELEM | _NESTED,
+        _ATTR.size + key_attr + key_pad,
+        _ELEM_KEY | _NESTED,
+        key_attr,
+        _DATA_VALUE,
+    )
+    return head + key + b"\0" * key_pad + tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +179,7 @@ class ElementChange:
     family: int  # NFPROTO_IPV4, NFPROTO_IPV6, NFPROTO_INET
     table: str
     set: str
-    elements: tuple[Element, ...]
+    elements: tuple[Element | bytes, ...]  # bytes: already :func:`encoded`
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -155,10 +195,14 @@ def _name(text: str) -> bytes:
     return text.encode() + b"\0"
 
 
-def _element(element: Element) -> bytes:
-    body = _nested(_ELEM_KEY, _attr(_DATA_VALUE, _value(element.key)))
+def _element(element: Element | bytes) -> bytes:
+    if isinstance(element, bytes):
+        return element
+    if element.verdict is None:
+        return encoded(concat(element.key), concat(element.data) if element.data else b"")
+    body = _nested(_ELEM_KEY, _attr(_DATA_VALUE, concat(element.key)))
     if element.data:
-        body += _nested(_ELEM_DATA, _attr(_DATA_VALUE, _value(element.data)))
+        body += _nested(_ELEM_DATA, _attr(_DATA_VALUE, concat(element.data)))
     if element.verdict is not None:
         code = _VERDICTS.get(element.verdict.kind)
         if code is None:

@@ -59,9 +59,9 @@ from dataclasses import dataclass
 from dataplane.linux.nftables.elements import (
     NFPROTO_IPV4,
     NFPROTO_IPV6,
-    Element,
-    Field,
     addr,
+    concat,
+    encoded,
     integer,
     port,
     proto,
@@ -79,8 +79,9 @@ _FRONTEND_SETS = ("fe", "ext_local", "masq", "masq_local", "refused", "dropped",
 
 _MAPS = ("addr", "port", "local_addr", "local_port")
 
-# What one service adds to each set and map of the table.
-Contribution = dict[str, frozenset[Element]]
+# What one service adds to each set and map of the table: elements as the
+# kernel reads them (see elements.encoded), which is also their identity.
+Contribution = dict[str, frozenset[bytes]]
 
 
 def slot_counts() -> tuple[int, ...]:
@@ -100,11 +101,17 @@ def slot_count(backends: int) -> int:
     return min(_MAX_SLOTS, 1 << (backends * EXACT - 1).bit_length())
 
 
-# The same few values recur across thousands of elements: share them.
-_addr = functools.lru_cache(maxsize=1 << 16)(addr)
-_port = functools.lru_cache(maxsize=1 << 12)(port)
-_slot = functools.lru_cache(maxsize=_MAX_SLOTS)(integer)
-_proto = functools.lru_cache(maxsize=8)(proto)
+@functools.lru_cache(maxsize=1 << 16)
+def _addr(text: str) -> bytes:
+    return addr(text).value
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _port(number: int) -> bytes:
+    return port(number).value
+
+
+_SLOTS = tuple(integer(i).value for i in range(_MAX_SLOTS))
 
 
 def _family(address: str) -> int:
@@ -113,7 +120,7 @@ def _family(address: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _Frontend:
-    key: tuple[Field, ...]
+    key: bytes  # concat() of daddr . l4proto . dport, or l4proto . dport
     node_port: bool
     everyone: tuple[tuple[str, int], ...]  # for pods and the node (and outside, if not Local)
     outside: tuple[tuple[str, int], ...] | None  # Local policy: for outside traffic
@@ -156,23 +163,22 @@ class ServiceLayout:
             number = _PROTOCOLS.get(sp.protocol)
             if number is None:
                 continue
-            p = _proto(number)
+            p = proto(number)
             every = self._targets(everyone, sp)
             mine = self._targets(local, sp)
             refuse = "dropped" if every else "refused"
             for vip in service.cluster_ips:
                 if _family(vip) == self.version:
                     internal = mine if service.internal_local else every
-                    yield _Frontend(
-                        (_addr(vip), p, _port(sp.port)), False, internal, None, False, refuse
-                    )
+                    key = concat((addr(vip), p, port(sp.port)))
+                    yield _Frontend(key, False, internal, None, False, refuse)
             externals = [
                 a
                 for a in (*service.external_ips, *service.load_balancer_ips)
                 if _family(a) == self.version
             ]
-            keys = [(_addr(a), p, _port(sp.port)) for a in externals]
-            node_port = [(p, _port(sp.node_port))] if sp.node_port else []
+            keys = [concat((addr(a), p, port(sp.port))) for a in externals]
+            node_port = [concat((p, port(sp.node_port)))] if sp.node_port else []
             for key, is_node_port in [*((k, False) for k in keys), *((k, True) for k in node_port)]:
                 if service.external_local:
                     yield _Frontend(key, is_node_port, every, mine, False, refuse)
@@ -180,28 +186,28 @@ class ServiceLayout:
                     yield _Frontend(key, is_node_port, every, None, True, refuse)
 
     def _slots(
-        self, key: tuple[Field, ...], targets: tuple[tuple[str, int], ...]
-    ) -> tuple[int, list[Element], list[Element]]:
+        self, key: bytes, targets: tuple[tuple[str, int], ...]
+    ) -> tuple[int, list[bytes], list[bytes]]:
         """The slot count, and each slot's address and port elements."""
         count = slot_count(len(targets))
         addrs, ports = [], []
         for i in range(count):
             address, number = targets[i % len(targets)]
-            addrs.append(Element((*key, _slot(i)), (_addr(address),)))
-            ports.append(Element((*key, _slot(i)), (_port(number),)))
+            addrs.append(encoded(key + _SLOTS[i], _addr(address)))
+            ports.append(encoded(key + _SLOTS[i], _port(number)))
         return count, addrs, ports
 
     def contribution(self, service: Service) -> Contribution:
         """What ``service`` adds to each set and map (shared elements, such
         as a backend's hairpin pair, appear in every service that has them)."""
-        out: dict[str, set[Element]] = {}
+        out: dict[str, set[bytes]] = {}
 
-        def add(name: str, *elements: Element) -> None:
+        def add(name: str, *elements: bytes) -> None:
             out.setdefault(name, set()).update(elements)
 
         for f in self._frontends(service):
             p = "np_" if f.node_port else ""
-            key = Element(f.key)
+            key = encoded(f.key)
             if f.everyone:
                 count, addrs, ports = self._slots(f.key, f.everyone)
                 add(f"{p}fe", key)
@@ -224,10 +230,13 @@ class ServiceLayout:
                 else:
                     add(f"{p}dropped_outside", key)
         for b in service.backends:
+            # Only a pod of this node can reach itself through us; others
+            # are hairpinned by their own node.
             if _family(b.address) == self.version:
-                add("hairpin", Element((_addr(b.address), _addr(b.address))))
-                if not b.local:
-                    add("remote", Element((_addr(b.address),)))
+                if b.local:
+                    add("hairpin", encoded(_addr(b.address) * 2))
+                else:
+                    add("remote", encoded(_addr(b.address)))
         return {name: frozenset(elements) for name, elements in out.items()}
 
     # --- structure -------------------------------------------------------------------

@@ -31,7 +31,7 @@ import trio
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
-from dataplane.linux.nftables.elements import Element, ElementChange
+from dataplane.linux.nftables.elements import ElementChange
 from dataplane.linux.nftables.service_layout import Contribution, ServiceLayout
 from dataplane.model.services import Service, ServiceKey
 
@@ -46,10 +46,10 @@ class ServiceTable:
         self._runner = runner
         self._writer = writer
         self._services: dict[ServiceKey, Contribution] = {}
-        self._wanted: dict[str, Counter[Element]] = {n: Counter() for n in layout.element_sets()}
+        self._wanted: dict[str, Counter[bytes]] = {n: Counter() for n in layout.element_sets()}
         # Elements whose wanted count crossed zero since the last write.
-        self._adds: dict[str, set[Element]] = {n: set() for n in layout.element_sets()}
-        self._deletes: dict[str, set[Element]] = {n: set() for n in layout.element_sets()}
+        self._adds: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
+        self._deletes: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
         self._pools: tuple[str, ...] = ()
         self._structure_written = False
         self._whole = True  # write every element: first apply, or a resync
@@ -96,7 +96,9 @@ class ServiceTable:
                 if wanted[element] == 1:
                     self._note(name, element, present=True)
 
-    def _note(self, name: str, element: Element, *, present: bool) -> None:
+    def _note(self, name: str, element: bytes, *, present: bool) -> None:
+        if self._whole:
+            return  # the next write is every element anyway
         adds, deletes = self._adds[name], self._deletes[name]
         if present:
             # Deleted and wanted again before a write: the kernel still has it.

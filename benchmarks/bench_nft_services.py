@@ -1,0 +1,192 @@
+"""The nftables services table at scale: full load, one backend change, memory.
+
+In a throwaway namespace, ``ServiceTable`` (``dataplane/linux/nftables/``)
+is given ``--services`` ClusterIP services (each sizes in one run, default
+1,000 and 5,000) of ``--backends`` backends (default 10), one TCP port
+80 -> 8080, addresses that need not exist. Measured for each size, each in
+a fresh table:
+
+1. **programmed**: ``set_service`` of every service and the first
+   ``apply`` (the table's structure through ``nft -f``, then every element
+   in one transaction through our writer);
+2. **floor**: the same table and elements as one ``nft -f`` script, into
+   an empty table of its own (the tool's parser and one commit);
+3. **one backend change**: ``--changes`` times (default 100) one random
+   service has one backend replaced, timed from ``set_service`` until
+   ``apply`` returns; every change must be elements only (the benchmark
+   fails if ``nft`` ran);
+4. **peak RSS** of this process after the largest size (``ru_maxrss``:
+   the interpreter, the model and the desired elements held in memory).
+
+The issue's goals: 5,000 x 10 programmed <= 2 s; one backend change p99
+<= 15 ms at 5,000 services, and at 20,000 no more than 1.5x the 1,000
+figure; peak RSS <= 150 MB.
+
+Usage (root, nft installed): python benchmarks/bench_nft_services.py
+    [--sizes 1000,5000] [--backends N] [--changes N]
+It re-executes itself inside the namespace it creates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import machine, markdown_table, percentile, run_inside_netns
+from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.nftables.elements import ElementWriter
+from dataplane.linux.nftables.service_layout import ServiceLayout, slot_count
+from dataplane.linux.nftables.service_table import ServiceTable
+from dataplane.model.services import Backend, BackendPort, Service, ServiceKey, ServicePort
+
+MASQ = 0x4000000
+PORTS = (ServicePort("http", "tcp", 80),)
+TO = (BackendPort("http", "tcp", 8080),)
+
+
+def vip(i: int) -> str:
+    return f"10.96.{i // 250}.{i % 250 + 1}"
+
+
+def address(k: int) -> str:
+    return f"10.{64 + k // 65536}.{(k // 256) % 256}.{k % 256}"
+
+
+def service(i: int, first: int, backends: int) -> Service:
+    members = tuple(Backend(address(first + j), TO) for j in range(backends))
+    return Service(
+        ServiceKey("bench", f"svc-{i}"), cluster_ips=(vip(i),), ports=PORTS, backends=members
+    )
+
+
+def floor_script(layout: ServiceLayout, services: int, backends: int) -> str:
+    """The same table as text for nft -f: structure, then every element."""
+    t = f"ip {layout.table}"
+    count = slot_count(backends)
+    lines = [layout.structure(["10.65.0.0/16"])]
+    fe = [f"{vip(i)} . tcp . 80" for i in range(services)]
+    addrs = [
+        f"{vip(i)} . tcp . 80 . {s} : {address(i * backends + s % backends)}"
+        for i in range(services)
+        for s in range(count)
+    ]
+    ports = [f"{vip(i)} . tcp . 80 . {s} : 8080" for i in range(services) for s in range(count)]
+    remote = [address(k) for k in range(services * backends)]
+    for name, values in (
+        ("fe", fe),
+        (f"fe_{count}", fe),
+        ("addr", addrs),
+        ("port", ports),
+        ("remote", remote),
+    ):
+        for start in range(0, len(values), 2000):
+            lines.append(f"add element {t} {name} {{ {', '.join(values[start : start + 2000])} }}")
+    return "\n".join(lines) + "\n"
+
+
+async def measure(services: int, backends: int, changes: int) -> dict[str, float]:
+    runner = ProcessRunner()
+    layout = ServiceLayout(4, "bench-svc", MASQ)
+    table = ServiceTable(layout, runner, ElementWriter())
+    table.set_pools(["10.65.0.0/16"])
+    state = {i: service(i, i * backends, backends) for i in range(services)}
+    started = time.perf_counter()
+    for s in state.values():
+        table.set_service(s)
+    await table.apply()
+    programmed = time.perf_counter() - started
+    rng = random.Random(7)
+    times = []
+    fresh = services * backends
+    for n in range(changes):
+        i = rng.randrange(services)
+        old = state[i]
+        slot = rng.randrange(backends)
+        members = list(old.backends)
+        members[slot] = Backend(address(fresh + n), TO)
+        state[i] = Service(
+            old.key, cluster_ips=old.cluster_ips, ports=PORTS, backends=tuple(members)
+        )
+        begin = time.perf_counter()
+        table.set_service(state[i])
+        await table.apply()
+        times.append(time.perf_counter() - begin)
+    if table.structure_writes != 1:
+        raise SystemExit(f"a backend change ran nft ({table.structure_writes} structure writes)")
+    await table.cleanup()
+
+    floor_table = ServiceLayout(4, "bench-floor", MASQ)
+    script = floor_script(floor_table, services, backends)
+    begin = time.perf_counter()
+    subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True)
+    floor = time.perf_counter() - begin
+    subprocess.run(["nft", "delete", "table", "ip", floor_table.table], check=True)
+    return {
+        "programmed": programmed,
+        "floor": floor,
+        "p50": statistics.median(times),
+        "p99": percentile(times, 99),
+    }
+
+
+def inside(args: argparse.Namespace) -> None:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    for size in sizes:
+        r = trio.run(measure, size, args.backends, args.changes)
+        rows.append(
+            [
+                f"{size:,} x {args.backends}",
+                f"{r['programmed']:.2f} s",
+                f"{r['floor']:.2f} s",
+                f"{r['programmed'] / r['floor']:.2f}",
+                f"{r['p50'] * 1000:.1f} / {r['p99'] * 1000:.1f} ms",
+            ]
+        )
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(machine())
+    print()
+    print(
+        markdown_table(
+            [
+                "services",
+                "programmed",
+                "floor (one nft -f)",
+                "ratio",
+                "one backend change p50 / p99",
+            ],
+            rows,
+        )
+    )
+    print(f"\npeak RSS of this process: {rss:.0f} MB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,5000")
+    parser.add_argument("--backends", type=int, default=10)
+    parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inside:
+        inside(args)
+        return
+    run_inside_netns(
+        __file__,
+        ["--sizes", args.sizes, "--backends", str(args.backends), "--changes", str(args.changes)],
+        "nftsvc",
+    )
+
+
+if __name__ == "__main__":
+    main()
