@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dataplane.linux.nftables.elements import encode_batch
 from testbed.topology import Topology, kernel_unavailable
@@ -208,3 +210,21 @@ def test_a_large_change_is_split_and_a_flush_names_no_elements() -> None:
     assert max(lengths) < 65536
     with pytest.raises(ValueError, match="flush names no elements"):
         encode_batch([ElementChange("flush", NFPROTO_IPV4, "t", "s", many[:1])])
+
+
+@given(st.binary(min_size=1, max_size=40), st.binary(max_size=40))
+def test_encoded_elements_nest_as_netlink_attributes(key: bytes, data: bytes) -> None:
+    """The fast encoding is the attribute nesting spelled out: element(key(value), data(value))."""
+    from dataplane.linux.nftables.elements import encoded  # noqa: PLC0415
+
+    def attr(kind: int, payload: bytes, nested: bool = False) -> bytes:
+        size = 4 + len(payload)
+        head = size.to_bytes(2, sys.byteorder) + (kind | (0x8000 if nested else 0)).to_bytes(
+            2, sys.byteorder
+        )
+        return head + payload + b"\0" * (-size % 4)
+
+    body = attr(1, attr(1, key), nested=True)  # NFTA_SET_ELEM_KEY { NFTA_DATA_VALUE }
+    if data:
+        body += attr(2, attr(1, data), nested=True)  # NFTA_SET_ELEM_DATA { NFTA_DATA_VALUE }
+    assert encoded(key, data) == attr(1, body, nested=True)  # NFTA_LIST_ELEM

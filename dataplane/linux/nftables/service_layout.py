@@ -53,7 +53,7 @@ yet: ``loadBalancerSourceRanges`` and ClientIP affinity (docs/nftables.md).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from dataplane.linux.nftables.elements import (
@@ -68,7 +68,15 @@ from dataplane.linux.nftables.elements import (
 )
 from dataplane.model.services import Backend, Service, ServicePort
 
-__all__ = ["EXACT", "Contribution", "ServiceLayout", "slot_count", "slot_counts"]
+__all__ = [
+    "EXACT",
+    "NOTHING",
+    "Contribution",
+    "FrontendElements",
+    "ServiceLayout",
+    "slot_count",
+    "slot_counts",
+]
 
 EXACT = 32
 _MAX_SLOTS = 1 << 16
@@ -79,9 +87,26 @@ _FRONTEND_SETS = ("fe", "ext_local", "masq", "masq_local", "refused", "dropped",
 
 _MAPS = ("addr", "port", "local_addr", "local_port")
 
-# What one service adds to each set and map of the table: elements as the
-# kernel reads them (see elements.encoded), which is also their identity.
-Contribution = dict[str, frozenset[bytes]]
+
+@dataclass(frozen=True, slots=True)
+class FrontendElements:
+    """What one frontend adds to each set and map: elements as the kernel
+    reads them (see elements.encoded), which is also their identity."""
+
+    label: str  # "10.96.0.10 tcp/80", "node port tcp/30080": for reports
+    elements: Mapping[str, frozenset[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """What one service adds to the table."""
+
+    # By frontend identity: two services claiming one frontend conflict.
+    frontends: Mapping[bytes, FrontendElements]
+    shared: Mapping[str, frozenset[bytes]]  # counted: several services may add one
+
+
+NOTHING = Contribution({}, {})
 
 
 def slot_counts() -> tuple[int, ...]:
@@ -121,6 +146,7 @@ def _family(address: str) -> int:
 @dataclass(frozen=True, slots=True)
 class _Frontend:
     key: bytes  # concat() of daddr . l4proto . dport, or l4proto . dport
+    label: str
     node_port: bool
     everyone: tuple[tuple[str, int], ...]  # for pods and the node (and outside, if not Local)
     outside: tuple[tuple[str, int], ...] | None  # Local policy: for outside traffic
@@ -171,19 +197,25 @@ class ServiceLayout:
                 if _family(vip) == self.version:
                     internal = mine if service.internal_local else every
                     key = concat((addr(vip), p, port(sp.port)))
-                    yield _Frontend(key, False, internal, None, False, refuse)
+                    label = f"{vip} {sp.protocol}/{sp.port}"
+                    yield _Frontend(key, label, False, internal, None, False, refuse)
             externals = [
                 a
                 for a in (*service.external_ips, *service.load_balancer_ips)
                 if _family(a) == self.version
             ]
-            keys = [concat((addr(a), p, port(sp.port))) for a in externals]
-            node_port = [concat((p, port(sp.node_port)))] if sp.node_port else []
-            for key, is_node_port in [*((k, False) for k in keys), *((k, True) for k in node_port)]:
+            keys = [
+                (concat((addr(a), p, port(sp.port))), f"{a} {sp.protocol}/{sp.port}", False)
+                for a in externals
+            ]
+            if sp.node_port:
+                label = f"node port {sp.protocol}/{sp.node_port}"
+                keys.append((concat((p, port(sp.node_port))), label, True))
+            for key, label, is_node_port in keys:
                 if service.external_local:
-                    yield _Frontend(key, is_node_port, every, mine, False, refuse)
+                    yield _Frontend(key, label, is_node_port, every, mine, False, refuse)
                 else:
-                    yield _Frontend(key, is_node_port, every, None, True, refuse)
+                    yield _Frontend(key, label, is_node_port, every, None, True, refuse)
 
     def _slots(
         self, key: bytes, targets: tuple[tuple[str, int], ...]
@@ -198,25 +230,41 @@ class ServiceLayout:
         return count, addrs, ports
 
     def contribution(self, service: Service) -> Contribution:
-        """What ``service`` adds to each set and map (shared elements, such
-        as a backend's hairpin pair, appear in every service that has them)."""
+        """What ``service`` adds: per frontend, and shared (a backend's
+        hairpin pair or remote address appears in every service that has it)."""
+        frontends: dict[bytes, FrontendElements] = {}
+        for f in self._frontends(service):
+            ident = (b"n" if f.node_port else b"r") + f.key
+            if ident not in frontends:  # a port listed twice: the first one
+                frontends[ident] = FrontendElements(f.label, self._elements(f))
+        shared: dict[str, set[bytes]] = {}
+        if service.type != "ExternalName":
+            for b in service.usable(local_only=False):
+                # Only a pod of this node can reach itself through us; others
+                # are hairpinned by their own node.
+                if _family(b.address) == self.version:
+                    if b.local:
+                        shared.setdefault("hairpin", set()).add(encoded(_addr(b.address) * 2))
+                    else:
+                        shared.setdefault("remote", set()).add(encoded(_addr(b.address)))
+        return Contribution(frontends, {n: frozenset(e) for n, e in shared.items()})
+
+    def _elements(self, f: _Frontend) -> dict[str, frozenset[bytes]]:
         out: dict[str, set[bytes]] = {}
 
         def add(name: str, *elements: bytes) -> None:
             out.setdefault(name, set()).update(elements)
 
-        for f in self._frontends(service):
-            p = "np_" if f.node_port else ""
-            key = encoded(f.key)
-            if f.everyone:
-                count, addrs, ports = self._slots(f.key, f.everyone)
-                add(f"{p}fe", key)
-                add(f"{p}fe_{count}", key)
-                add(f"{p}addr", *addrs)
-                add(f"{p}port", *ports)
-            else:  # nowhere to go for anyone (local backends are some of all)
-                add(f"{p}{f.refuse}", key)
-                continue
+        p = "np_" if f.node_port else ""
+        key = encoded(f.key)
+        if not f.everyone:  # nowhere to go for anyone (local backends are some of all)
+            add(f"{p}{f.refuse}", key)
+        else:
+            count, addrs, ports = self._slots(f.key, f.everyone)
+            add(f"{p}fe", key)
+            add(f"{p}fe_{count}", key)
+            add(f"{p}addr", *addrs)
+            add(f"{p}port", *ports)
             if f.masq:
                 add(f"{p}masq", key)
             if f.outside is not None:
@@ -229,14 +277,6 @@ class ServiceLayout:
                     add(f"{p}local_port", *ports)
                 else:
                     add(f"{p}dropped_outside", key)
-        for b in service.backends:
-            # Only a pod of this node can reach itself through us; others
-            # are hairpinned by their own node.
-            if _family(b.address) == self.version:
-                if b.local:
-                    add("hairpin", encoded(_addr(b.address) * 2))
-                else:
-                    add("remote", encoded(_addr(b.address)))
         return {name: frozenset(elements) for name, elements in out.items()}
 
     # --- structure -------------------------------------------------------------------

@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import trio
 
+from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
 from dataplane.linux.nftables.elements import ElementChange
-from dataplane.linux.nftables.service_layout import Contribution, ServiceLayout
+from dataplane.linux.nftables.service_layout import NOTHING, Contribution, ServiceLayout
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
@@ -46,6 +47,8 @@ class ServiceTable:
         self._runner = runner
         self._writer = writer
         self._services: dict[ServiceKey, Contribution] = {}
+        self._claims: dict[bytes, set[ServiceKey]] = {}  # frontend -> services claiming it
+        self._unsaid: Unsaid[str] = Unsaid()
         self._wanted: dict[str, Counter[bytes]] = {n: Counter() for n in layout.element_sets()}
         # Elements whose wanted count crossed zero since the last write.
         self._adds: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
@@ -62,7 +65,7 @@ class ServiceTable:
         self._replace(service.key, self.layout.contribution(service))
 
     def remove_service(self, key: ServiceKey) -> None:
-        self._replace(key, {})
+        self._replace(key, NOTHING)
 
     def set_pools(self, prefixes: Iterable[str]) -> None:
         """The IP pools' prefixes of this family (traffic from them is from pods).
@@ -80,9 +83,40 @@ class ServiceTable:
             self._structure_written = False
 
     def _replace(self, key: ServiceKey, new: Contribution) -> None:
-        old = self._services.pop(key, {})
-        if new:
+        old = self._services.pop(key, NOTHING)
+        if new.frontends or new.shared:
             self._services[key] = new
+        self._count(old.shared, new.shared)
+        # A frontend two services claim (the same external IP and port,
+        # say) is the lowest-named one's, as long as it claims it; the
+        # other is held back. Either way the kernel gets one set of
+        # elements per frontend, never two maps of slots for one key.
+        for ident in old.frontends.keys() | new.frontends.keys():
+            claims = self._claims.setdefault(ident, set())
+            before = self._owned(ident, key, old)
+            if ident in new.frontends:
+                claims.add(key)
+            else:
+                claims.discard(key)
+            if not claims:
+                del self._claims[ident]
+            self._count(before, self._owned(ident, key, new))
+
+    def _owned(
+        self, ident: bytes, key: ServiceKey, contribution: Contribution
+    ) -> Mapping[str, frozenset[bytes]]:
+        """The elements of frontend ``ident`` in force, ``key``'s being
+        ``contribution``."""
+        claims = self._claims.get(ident)
+        if not claims:
+            return {}
+        owner = min(claims)
+        source = contribution if owner == key else self._services[owner]
+        return source.frontends[ident].elements
+
+    def _count(
+        self, old: Mapping[str, frozenset[bytes]], new: Mapping[str, frozenset[bytes]]
+    ) -> None:
         for name in old.keys() | new.keys():
             before, after = old.get(name, frozenset()), new.get(name, frozenset())
             wanted = self._wanted[name]
@@ -95,6 +129,20 @@ class ServiceTable:
                 wanted[element] += 1
                 if wanted[element] == 1:
                     self._note(name, element, present=True)
+
+    def held_back(self) -> dict[str, str]:
+        """Services not programmed whole: a frontend of theirs is another's."""
+        out: dict[str, list[str]] = {}
+        for ident, claims in self._claims.items():
+            owner = min(claims)
+            for loser in claims - {owner}:
+                label = self._services[loser].frontends[ident].label
+                out.setdefault(f"service {loser}", []).append(f"{label} is service {owner}'s")
+        return {what: "; ".join(sorted(why)) for what, why in out.items()}
+
+    def take_refusals(self) -> list[tuple[str, str]]:
+        """(what, why) newly held back since the last call: one report each."""
+        return self._unsaid.news(self.held_back())
 
     def _note(self, name: str, element: bytes, *, present: bool) -> None:
         if self._whole:

@@ -1,0 +1,364 @@
+"""The nftables services table without a kernel: what each service adds, and the deltas.
+
+The layout's elements are compared with elements built here from the
+model (kube-proxy's semantics written out by hand), and the programmer
+runs against a fake that keeps sets and maps as the kernel does: a
+transaction applies all of its changes or none, deleting a missing
+element or re-adding a key with other data is refused. Whatever the
+order of service changes, what the fake holds after an apply is exactly
+what the services now wanted add up to.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from collections.abc import Sequence
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataplane.errors import ProgrammingError
+from dataplane.linux.kernel.cmd import CommandResult
+from dataplane.linux.nftables.elements import (
+    ElementChange,
+    addr,
+    concat,
+    encoded,
+    integer,
+    port,
+    proto,
+)
+from dataplane.linux.nftables.service_layout import (
+    EXACT,
+    Contribution,
+    ServiceLayout,
+    slot_count,
+    slot_counts,
+)
+from dataplane.linux.nftables.service_table import ServiceTable
+from dataplane.model.services import (
+    Backend,
+    BackendPort,
+    BackendState,
+    Service,
+    ServiceKey,
+    ServicePort,
+)
+
+LAYOUT = ServiceLayout(4, "cali-svc", 0x4000000)
+TO = (BackendPort("http", "tcp", 8080),)
+TCP = proto(6)
+
+
+def key(vip: str, number: int = 80) -> bytes:
+    return concat((addr(vip), TCP, port(number)))
+
+
+def np_key(number: int) -> bytes:
+    return concat((TCP, port(number)))
+
+
+def slots(k: bytes, *addresses: str, to: int = 8080) -> tuple[set[bytes], set[bytes]]:
+    """The address and port elements of ``k`` with one slot per address."""
+    a = {encoded(k + integer(i).value, addr(x).value) for i, x in enumerate(addresses)}
+    p = {encoded(k + integer(i).value, port(to).value) for i in range(len(addresses))}
+    return a, p
+
+
+def svc(*backends: Backend, **fields: object) -> Service:
+    base: dict[str, object] = {
+        "cluster_ips": ("10.96.0.10",),
+        "ports": (ServicePort("http", "tcp", 80),),
+    }
+    base.update(fields)
+    return Service(ServiceKey("prod", "web"), backends=backends, **base)  # type: ignore[arg-type]
+
+
+def b(address: str, *, local: bool = False, state: BackendState = BackendState.ACTIVE) -> Backend:
+    return Backend(address, TO, local=local, state=state)
+
+
+def flat(contribution: Contribution) -> dict[str, set[bytes]]:
+    """Every element the contribution adds, by set."""
+    out: dict[str, set[bytes]] = {}
+    parts = [f.elements for f in contribution.frontends.values()] + [contribution.shared]
+    for part in parts:
+        for name, elements in part.items():
+            out.setdefault(name, set()).update(elements)
+    return out
+
+
+def contribution(service: Service, layout: ServiceLayout = LAYOUT) -> dict[str, set[bytes]]:
+    return flat(layout.contribution(service))
+
+
+def remote(*addresses: str) -> set[bytes]:
+    return {encoded(addr(a).value) for a in addresses}
+
+
+def test_a_cluster_ip_is_a_frontend_its_slots_and_its_backends() -> None:
+    k = key("10.96.0.10")
+    a, p = slots(k, "10.65.1.1", "10.65.1.2")
+    got = contribution(svc(b("10.65.1.1"), b("10.65.1.2", local=True)))
+    assert got == {
+        "fe": {encoded(k)},
+        "fe_2": {encoded(k)},
+        "addr": a,
+        "port": p,
+        "remote": remote("10.65.1.1"),
+        "hairpin": {encoded(addr("10.65.1.2").value * 2)},
+    }
+
+
+def test_nowhere_to_go_is_refused_or_dropped_as_kube_proxy_does() -> None:
+    k = key("10.96.0.10")
+    assert contribution(svc()) == {"refused": {encoded(k)}}
+    # Terminating backends serve only when no active one is left; quarantined never.
+    only_quarantined = svc(b("10.65.1.1", state=BackendState.QUARANTINED))
+    assert contribution(only_quarantined)["refused"] == {encoded(k)}
+    a, _ = slots(k, "10.65.1.2")
+    terminating = svc(b("10.65.1.2", state=BackendState.TERMINATING))
+    assert contribution(terminating)["addr"] == a
+    # internalTrafficPolicy Local with no local backend: dropped, not refused.
+    internal = contribution(svc(b("10.65.1.1"), internal_local=True))
+    assert internal == {"dropped": {encoded(k)}, "remote": remote("10.65.1.1")}
+
+
+def test_external_traffic_policies_on_node_ports_and_external_ips() -> None:
+    ports = (ServicePort("http", "tcp", 80, node_port=30080),)
+    cluster = contribution(
+        svc(b("10.65.1.1"), ports=ports, external_ips=("192.0.2.7",), type="NodePort")
+    )
+    n, e = encoded(np_key(30080)), encoded(key("192.0.2.7"))
+    assert cluster["np_fe"] == {n} and cluster["np_fe_1"] == {n} and cluster["np_masq"] == {n}
+    assert cluster["masq"] == {e} and e in cluster["fe"]
+    assert "np_ext_local" not in cluster and "masq_local" not in cluster
+
+    local = contribution(
+        svc(b("10.65.1.1"), b("10.65.1.2", local=True), ports=ports, external_local=True)
+    )
+    a, _ = slots(np_key(30080), "10.65.1.2")
+    assert local["np_ext_local"] == {n} and local["np_masq_local"] == {n}
+    assert local["np_lfe_1"] == {n} and local["np_local_addr"] == a
+    assert local["np_fe_2"] == {n} and "np_masq" not in local
+
+    none_here = contribution(svc(b("10.65.1.1"), ports=ports, external_local=True))
+    assert none_here["np_dropped_outside"] == {n} and "np_ext_local" not in none_here
+    assert none_here["np_fe_1"] == {n}  # pods and the node still reach it
+
+
+def test_each_family_takes_its_own_addresses_and_external_names_nothing() -> None:
+    v6 = ServiceLayout(6, "cali-svc", 0x4000000)
+    dual = svc(b("10.65.1.1"), b("fd00:65::1"), cluster_ips=("10.96.0.10", "fd00:96::10"))
+    assert contribution(dual)["addr"] == slots(key("10.96.0.10"), "10.65.1.1")[0]
+    assert contribution(dual, v6)["addr"] == slots(key("fd00:96::10"), "fd00:65::1")[0]
+    assert contribution(svc(b("10.65.1.1"), type="ExternalName")) == {}
+
+
+@given(st.integers(min_value=1, max_value=4000))
+def test_slots_share_backends_within_one_slot(backends: int) -> None:
+    count = slot_count(backends)
+    assert count in slot_counts()
+    shares = [len(range(i, count, backends)) for i in range(backends)]
+    if backends <= EXACT:
+        assert shares == [1] * backends  # exactly equal odds
+    else:
+        assert max(shares) - min(shares) <= 1
+        if backends * EXACT <= max(slot_counts()):
+            assert min(shares) >= EXACT  # each share within 1/EXACT of equal
+
+
+# --- the programmer against a kernel-like fake -------------------------------------------
+
+_HEAD = struct.Struct("=HHHHHH")
+
+
+def _key_of(element: bytes) -> bytes:
+    key_attr = _HEAD.unpack_from(element)[4]
+    return element[_HEAD.size : _HEAD.size + key_attr - 4]
+
+
+class FakeSets:
+    """Sets and maps as nf_tables keeps them: keyed, all or nothing per transaction."""
+
+    def __init__(self) -> None:
+        self.sets: dict[str, dict[bytes, bytes]] = {}
+        self.transactions = 0
+        self.refuse_next = False
+
+    def __call__(self, changes: Sequence[ElementChange]) -> None:
+        if self.refuse_next:
+            self.refuse_next = False
+            raise OSError(errno.ENOBUFS, "refused once")
+        staged = {name: dict(held) for name, held in self.sets.items()}
+        for change in changes:
+            held = staged.setdefault(change.set, {})
+            if change.op == "flush":
+                held.clear()
+            for element in change.elements:
+                assert isinstance(element, bytes)
+                k = _key_of(element)
+                if change.op == "add":
+                    if held.get(k, element) != element:
+                        raise OSError(errno.EBUSY, "key holds other data")
+                    held[k] = element
+                elif change.op == "delete":
+                    if k not in held:
+                        raise OSError(errno.ENOENT, "no such element")
+                    del held[k]
+        self.sets = staged
+        self.transactions += 1
+
+    def contents(self) -> dict[str, set[bytes]]:
+        return {name: set(held.values()) for name, held in self.sets.items() if held}
+
+
+class Nft:
+    """Accepts every ``nft -f``, counting them."""
+
+    def __init__(self) -> None:
+        self.scripts: list[str] = []
+
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        self.scripts.append((stdin or b"").decode())
+        return CommandResult(0, b"", b"")
+
+
+def wanted(services: dict[str, Service]) -> dict[str, set[bytes]]:
+    """What the kernel must hold: shared elements of every service, each
+    frontend's of the lowest-named service claiming it."""
+    out: dict[str, set[bytes]] = {}
+    owners: dict[bytes, Service] = {}
+    for service in sorted(services.values(), key=lambda s: s.key, reverse=True):
+        made = LAYOUT.contribution(service)
+        owners.update(dict.fromkeys(made.frontends, service))
+        for name, elements in made.shared.items():
+            out.setdefault(name, set()).update(elements)
+    for ident, service in owners.items():
+        for name, elements in LAYOUT.contribution(service).frontends[ident].elements.items():
+            out.setdefault(name, set()).update(elements)
+    return out
+
+
+ADDRESSES = [f"10.65.{i // 4}.{i % 4 + 1}" for i in range(12)]
+services_drawn = st.builds(
+    lambda name, members, vip, local_policy, node_port: Service(
+        ServiceKey("prod", name),
+        cluster_ips=(vip,),
+        ports=(ServicePort("http", "tcp", 80, node_port=node_port),),
+        external_local=local_policy,
+        backends=tuple(b(a, local=local) for a, local in members),
+    ),
+    st.sampled_from(["a", "b", "c"]),
+    st.lists(
+        st.tuples(st.sampled_from(ADDRESSES), st.booleans()), max_size=5, unique_by=lambda m: m[0]
+    ),
+    st.sampled_from(["10.96.0.1", "10.96.0.2"]),  # shared: claims conflict
+    st.booleans(),
+    st.sampled_from([0, 30080, 30081]),
+)
+steps = st.lists(
+    st.one_of(
+        services_drawn, st.sampled_from(["a", "b", "c"]), st.just("apply"), st.just("refuse")
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps)
+def test_after_any_changes_the_kernel_holds_what_the_services_add_up_to(
+    script: list[Service | str],
+) -> None:
+    """Shared elements (a backend in two services, two services on one
+    frontend) stay while anyone wants them; a refused transaction is
+    repaired whole by the next apply."""
+    kernel, nft = FakeSets(), Nft()
+    table = ServiceTable(LAYOUT, nft, kernel)
+    services: dict[str, Service] = {}
+
+    async def apply() -> None:
+        try:
+            await table.apply()
+        except ProgrammingError:
+            await table.apply()
+
+    for step in [*script, "apply"]:
+        if isinstance(step, Service):
+            services[step.key.name] = step
+            table.set_service(step)
+        elif step == "refuse":
+            kernel.refuse_next = True
+        elif step == "apply":
+            trio.run(apply)
+            assert kernel.contents() == {n: e for n, e in wanted(services).items() if e}
+        else:
+            services.pop(step, None)
+            table.remove_service(ServiceKey("prod", step))
+    assert len(nft.scripts) == 1  # the table's structure, once
+
+
+def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure() -> None:
+    kernel, nft = FakeSets(), Nft()
+    table = ServiceTable(LAYOUT, nft, kernel)
+    table.set_pools(["10.65.0.0/16"])
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.2")))
+    trio.run(table.apply)
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.3")))
+    sent: list[ElementChange] = []
+
+    def record(changes: Sequence[ElementChange]) -> None:
+        sent.extend(changes)
+        kernel(changes)
+
+    table._writer = record
+    trio.run(table.apply)
+    assert sorted((c.op, c.set, len(c.elements)) for c in sent) == [
+        ("add", "addr", 1),
+        ("add", "remote", 1),
+        ("delete", "addr", 1),
+        ("delete", "remote", 1),
+    ]
+    assert len(nft.scripts) == 1 and "10.65.0.0/16" in nft.scripts[0]
+    table.set_pools(["10.65.0.0/16"])
+    trio.run(table.apply)
+    assert len(nft.scripts) == 1  # the same pools: nothing to write
+    table.set_pools(["10.66.0.0/16"])
+    trio.run(table.apply)
+    assert len(nft.scripts) == 2 and "10.66.0.0/16" in nft.scripts[1]
+    with pytest.raises(ValueError, match="IPv4 pools only"):
+        table.set_pools(["fd00::/64"])
+    with pytest.raises(ValueError):
+        table.set_pools(["10.65.0.0/16; flush ruleset"])
+
+
+def test_a_frontend_two_services_claim_is_one_services_and_the_other_is_held_back() -> None:
+    kernel, nft = FakeSets(), Nft()
+    table = ServiceTable(LAYOUT, nft, kernel)
+
+    def claiming(name: str, backend: str) -> Service:
+        return Service(
+            ServiceKey("prod", name),
+            external_ips=("192.0.2.7",),
+            ports=(ServicePort("http", "tcp", 80),),
+            backends=(b(backend),),
+        )
+
+    first, second = claiming("a", "10.65.1.1"), claiming("b", "10.65.1.2")
+    table.set_service(second)
+    table.set_service(first)
+    trio.run(table.apply)
+    k = key("192.0.2.7")
+    assert kernel.contents()["addr"] == slots(k, "10.65.1.1")[0]
+    assert table.held_back() == {"service prod/b": "192.0.2.7 tcp/80 is service prod/a's"}
+    assert table.take_refusals() == list(table.held_back().items())
+    assert table.take_refusals() == []  # said once
+    table.remove_service(first.key)
+    trio.run(table.apply)
+    assert kernel.contents()["addr"] == slots(k, "10.65.1.2")[0]
+    assert table.held_back() == {}
