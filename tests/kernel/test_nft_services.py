@@ -21,7 +21,7 @@ import trio
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
-from dataplane.linux.nftables.service_layout import ServiceLayout
+from dataplane.linux.nftables.service_layout import BANK, ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.model.services import Backend, BackendPort, Service, ServiceKey, ServicePort
 from testbed.topology import POD_CIDR_V4, POD_CIDR_V6, Namespace, Node, Topology
@@ -134,6 +134,12 @@ def test_cluster_ips_balance_change_and_refuse_with_elements_only(node: Node) ->
     table.set(web(backend("b"), backend("c"), backend("b", 6), backend("c", 6)))
     table.apply()
     assert served(pods["a"], VIP4, 80) == {"b", "c"}
+    # The second bank that put them in force at once is empty again.
+    for family in ("ip", "ip6"):
+        assert elements(node, family, "fe1") == elements(node, family, "fe1_2") == []
+        for name in ("addr", "port"):
+            slots = [e[0]["concat"][-1] for e in elements(node, family, name)]  # type: ignore[index]
+            assert slots and max(slots) < BANK
 
     # No backend at all: refused at once, not left to time out.
     table.set(web())

@@ -310,20 +310,33 @@ def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure
     table.set_service(svc(b("10.65.1.1"), b("10.65.1.2")))
     trio.run(table.apply)
     table.set_service(svc(b("10.65.1.1"), b("10.65.1.3")))
-    sent: list[ElementChange] = []
+    sent: list[list[tuple[str, str, int]]] = []
 
     def record(changes: Sequence[ElementChange]) -> None:
-        sent.extend(changes)
+        sent.append(sorted((c.op, c.set, len(c.elements)) for c in changes))
         kernel(changes)
 
-    table._writer = record
+    table._writer = record  # noqa: SLF001 - observe the transactions written
     trio.run(table.apply)
-    assert sorted((c.op, c.set, len(c.elements)) for c in sent) == [
+    # First the new slots, add-only, in the second bank: in force at once.
+    assert sent[0] == [
+        ("add", "addr", 2),
+        ("add", "fe1", 1),
+        ("add", "fe1_2", 1),
+        ("add", "port", 2),
+    ]
+    # Then the first bank rewritten and the second emptied.
+    assert sent[1] == [
         ("add", "addr", 1),
         ("add", "remote", 1),
         ("delete", "addr", 1),
+        ("delete", "addr", 2),
+        ("delete", "fe1", 1),
+        ("delete", "fe1_2", 1),
+        ("delete", "port", 2),
         ("delete", "remote", 1),
     ]
+    assert len(sent) == 2
     assert len(nft.scripts) == 1 and "10.65.0.0/16" in nft.scripts[0]
     table.set_pools(["10.65.0.0/16"])
     trio.run(table.apply)

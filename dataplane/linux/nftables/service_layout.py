@@ -53,6 +53,8 @@ yet: ``loadBalancerSourceRanges`` and ClientIP affinity (docs/nftables.md).
 from __future__ import annotations
 
 import functools
+import re
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -69,13 +71,16 @@ from dataplane.linux.nftables.elements import (
 from dataplane.model.services import Backend, Service, ServicePort
 
 __all__ = [
+    "BANK",
     "EXACT",
     "NOTHING",
     "Contribution",
     "FrontendElements",
     "ServiceLayout",
+    "second_bank",
     "slot_count",
     "slot_counts",
+    "split",
 ]
 
 EXACT = 32
@@ -86,6 +91,14 @@ _PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
 _FRONTEND_SETS = ("fe", "ext_local", "masq", "masq_local", "refused", "dropped", "dropped_outside")
 
 _MAPS = ("addr", "port", "local_addr", "local_port")
+# The two parts of a frontend that a backend change rewrites: its slot
+# count set and its slots, for everyone and for outside traffic.
+_PARTS = {"fe": "all", "lfe": "local"}  # of the count sets fe_S, lfe_S (not the gates)
+_MAP_PARTS = {"addr": "all", "port": "all", "local_addr": "local", "local_port": "local"}
+# Slots of the second bank: the same keys, this far up.
+BANK = _MAX_SLOTS
+_SLOT_AT = struct.Struct("=I")
+_HEAD = struct.Struct("=HHHHHH")  # elements.encoded's head: the key's length is field 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +137,43 @@ def slot_count(backends: int) -> int:
     if backends <= EXACT:
         return backends
     return min(_MAX_SLOTS, 1 << (backends * EXACT - 1).bit_length())
+
+
+def split(
+    elements: Mapping[str, frozenset[bytes]],
+) -> dict[str, dict[str, frozenset[bytes]]]:
+    """A frontend's elements by part: "all" and "local" (what a backend
+    change rewrites), "frame" (everything else: where the frontend's
+    traffic goes at all, masquerade, refusals)."""
+    out: dict[str, dict[str, frozenset[bytes]]] = {"frame": {}, "all": {}, "local": {}}
+    for name, members in elements.items():
+        base = name.removeprefix("np_")
+        count = re.fullmatch(r"(l?fe)_\d+", base)
+        part = _PARTS[count.group(1)] if count else _MAP_PARTS.get(base, "frame")
+        out[part][name] = members
+    return out
+
+
+def second_bank(part: Mapping[str, frozenset[bytes]]) -> dict[str, frozenset[bytes]]:
+    """The same part in the second bank: count set ``fe_S`` becomes
+    ``fe1_S`` (and the frontend joins gate ``fe1``), slot *i* becomes
+    ``BANK + i``. Adding it puts new slots in force without deleting
+    anything; the kernel commits a deletion only after a grace period."""
+    out: dict[str, set[bytes]] = {}
+    for name, members in part.items():
+        count = re.fullmatch(r"(np_)?(l?fe)_(\d+)", name)
+        if count:
+            prefix, kind, n = count.groups()
+            prefix = prefix or ""
+            out.setdefault(f"{prefix}{kind}1_{n}", set()).update(members)
+            out.setdefault(f"{prefix}{kind}1", set()).update(members)
+            continue
+        moved = out.setdefault(name, set())
+        for element in members:
+            at = _HEAD.size + _HEAD.unpack_from(element)[4] - 8  # the key's last field
+            (slot,) = _SLOT_AT.unpack_from(element, at)
+            moved.add(element[:at] + _SLOT_AT.pack(slot + BANK) + element[at + 4 :])
+    return {name: frozenset(members) for name, members in out.items()}
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -282,9 +332,11 @@ class ServiceLayout:
     # --- structure -------------------------------------------------------------------
 
     def element_sets(self) -> tuple[str, ...]:
-        """Every set and map whose elements :meth:`contribution` fills."""
-        names = [*_FRONTEND_SETS, *_MAPS]
-        names += [f"fe_{n}" for n in slot_counts()] + [f"lfe_{n}" for n in slot_counts()]
+        """Every set and map of the table but the pools: what
+        :meth:`contribution` fills, and the second bank's sets."""
+        names = [*_FRONTEND_SETS, *_MAPS, "fe1", "lfe1"]
+        for n in slot_counts():
+            names += [f"fe_{n}", f"lfe_{n}", f"fe1_{n}", f"lfe1_{n}"]
         return (*names, *(f"np_{n}" for n in names), "hairpin", "remote")
 
     def structure(self, pools: Sequence[str]) -> str:
@@ -309,9 +361,11 @@ class ServiceLayout:
         for prefix, key in (("", routed), ("np_", node)):
             for name in _FRONTEND_SETS:
                 declare("set", f"{prefix}{name}", f"typeof {key}")
+            for name in ("fe1", "lfe1"):
+                declare("set", f"{prefix}{name}", f"typeof {key}")
             for n in slot_counts():
-                declare("set", f"{prefix}fe_{n}", f"typeof {key}")
-                declare("set", f"{prefix}lfe_{n}", f"typeof {key}")
+                for name in ("fe", "lfe", "fe1", "lfe1"):
+                    declare("set", f"{prefix}{name}_{n}", f"typeof {key}")
             for name in _MAPS:
                 value = f"{ip} daddr" if name.endswith("addr") else "th dport"
                 declare("map", f"{prefix}{name}", f"typeof {key} . numgen random mod 2 : {value}")
@@ -325,13 +379,14 @@ class ServiceLayout:
         set_mark = f"meta mark set meta mark | {mark}"
         outside = f"{ip} saddr != @pools fib saddr type != local"
 
-        def pick(key: str, prefix: str, counts: str, maps: str) -> list[str]:
+        def pick(key: str, prefix: str, counts: str, maps: str, bank: int = 0) -> list[str]:
             rules = []
+            offset = f" offset {BANK}" if bank else ""
             for n in slot_counts():
-                slot = f"{key} . symhash mod {n}"
+                slot = f"{key} . symhash mod {n}{offset}"
                 rules.append(
-                    f"{key} @{prefix}{counts}_{n} dnat {ip} to {slot} map @{prefix}{maps}addr"
-                    f" : {slot} map @{prefix}{maps}port"
+                    f"{key} @{prefix}{counts}{bank or ''}_{n} dnat {ip} to {slot}"
+                    f" map @{prefix}{maps}addr : {slot} map @{prefix}{maps}port"
                 )
             return rules
 
@@ -391,10 +446,19 @@ class ServiceLayout:
                     f"{key} @{prefix}ext_local {outside} goto {name}-outside",
                     f"{key} @{prefix}masq_local {ip} saddr != @pools {set_mark}",
                     f"{key} @{prefix}masq {set_mark}",
+                    f"{key} @{prefix}fe1 goto {name}-1",
                     *pick(key, prefix, "fe", ""),
                 ],
             )
-            chains[f"{name}-outside"] = (None, pick(key, prefix, "lfe", "local_"))
+            chains[f"{name}-1"] = (None, pick(key, prefix, "fe", "", bank=1))
+            chains[f"{name}-outside"] = (
+                None,
+                [
+                    f"{key} @{prefix}lfe1 goto {name}-outside-1",
+                    *pick(key, prefix, "lfe", "local_"),
+                ],
+            )
+            chains[f"{name}-outside-1"] = (None, pick(key, prefix, "lfe", "local_", bank=1))
         # Chains first (jumps need their targets), then their rules.
         for name, (hook, _) in chains.items():
             body = f" {{ {hook}; policy accept; }}" if hook else ""

@@ -33,12 +33,21 @@ from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
 from dataplane.linux.nftables.elements import ElementChange
-from dataplane.linux.nftables.service_layout import NOTHING, Contribution, ServiceLayout
+from dataplane.linux.nftables.service_layout import (
+    NOTHING,
+    Contribution,
+    ServiceLayout,
+    second_bank,
+    split,
+)
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
 
 ElementSink = Callable[[Sequence[ElementChange]], None]
+
+# Writes this small run on the loop: a thread hop costs more than them.
+_INLINE_ELEMENTS = 2_000
 
 
 class ServiceTable:
@@ -49,6 +58,10 @@ class ServiceTable:
         self._services: dict[ServiceKey, Contribution] = {}
         self._claims: dict[bytes, set[ServiceKey]] = {}  # frontend -> services claiming it
         self._unsaid: Unsaid[str] = Unsaid()
+        # Frontends whose slots changed (parts "all"/"local") and those
+        # where more changed, since the last apply.
+        self._flips: dict[bytes, set[str]] = {}
+        self._framed: set[bytes] = set()
         self._wanted: dict[str, Counter[bytes]] = {n: Counter() for n in layout.element_sets()}
         # Elements whose wanted count crossed zero since the last write.
         self._adds: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
@@ -100,7 +113,27 @@ class ServiceTable:
                 claims.discard(key)
             if not claims:
                 del self._claims[ident]
-            self._count(before, self._owned(ident, key, new))
+            after = self._owned(ident, key, new)
+            self._count(before, after)
+            self._note_flip(ident, before, after)
+
+    def _note_flip(
+        self,
+        ident: bytes,
+        before: Mapping[str, frozenset[bytes]],
+        after: Mapping[str, frozenset[bytes]],
+    ) -> None:
+        """Remember a frontend whose slots changed and nothing else: its new
+        slots can go in force through the second bank, add-only."""
+        if self._whole or not (before and after) or before == after:
+            return
+        old, new = split(before), split(after)
+        if old["frame"] != new["frame"]:
+            self._framed.add(ident)  # more than slots changed: one transaction
+            return
+        for part in ("all", "local"):
+            if old[part] and new[part] and old[part] != new[part]:
+                self._flips.setdefault(ident, set()).add(part)
 
     def _owned(
         self, ident: bytes, key: ServiceKey, contribution: Contribution
@@ -170,6 +203,22 @@ class ServiceTable:
         """Element changes not yet written."""
         return sum(map(len, self._adds.values())) + sum(map(len, self._deletes.values()))
 
+    def _in_force_first(self) -> dict[str, frozenset[bytes]]:
+        """The second-bank elements of every frontend whose slots changed
+        (and nothing else): added in a transaction of their own, they put
+        the new backends in force at once, before the slower one below."""
+        out: dict[str, set[bytes]] = {}
+        for ident, parts in self._flips.items():
+            claims = self._claims.get(ident)
+            if ident in self._framed or not claims:
+                continue
+            now = split(self._services[min(claims)].frontends[ident].elements)
+            for part in parts:
+                if now[part]:
+                    for name, members in second_bank(now[part]).items():
+                        out.setdefault(name, set()).update(members)
+        return {name: frozenset(members) for name, members in out.items()}
+
     def _changes(self) -> list[ElementChange]:
         layout = self.layout
         family, table = layout.nfproto, layout.table
@@ -216,23 +265,45 @@ class ServiceTable:
             self._structure_written = True
             self.structure_writes += 1
             wrote = True
-        changes = self._changes()
-        if not changes:
-            return wrote
+        family, table = self.layout.nfproto, self.layout.table
+        # A backend change is slots deleted and added again, and the kernel
+        # commits a deletion only after an RCU grace period (~15 ms). So
+        # the new slots go in first, add-only, in the second bank; the
+        # second transaction then rewrites the first bank and empties the
+        # second, traffic going to the same backends throughout.
+        first = {} if self._whole else self._in_force_first()
         try:
-            # A full load encodes ~100,000 elements: off the loop.
-            await trio.to_thread.run_sync(self._writer, changes)
+            if first:
+                await self._write(
+                    [ElementChange("add", family, table, n, tuple(e)) for n, e in first.items()]
+                )
+            changes = self._changes()
+            changes += [
+                ElementChange("delete", family, table, n, tuple(e)) for n, e in first.items()
+            ]
+            if changes:
+                await self._write(changes)
         except KERNEL_ERRORS as exc:
             self._whole = True  # what the kernel holds is unknown to us now
             raise ProgrammingError(
                 f"the kernel refused the {self.layout.family} {self.layout.table} elements: {exc}"
             ) from exc
-        self.element_writes += 1
+        finally:
+            self._flips.clear()
+            self._framed.clear()
         self._whole = False
         for name in self._adds:
             self._adds[name].clear()
             self._deletes[name].clear()
-        return True
+        return wrote or bool(first or changes)
+
+    async def _write(self, changes: list[ElementChange]) -> None:
+        if sum(len(c.elements) for c in changes) > _INLINE_ELEMENTS:
+            # A full load encodes ~100,000 elements: off the loop.
+            await trio.to_thread.run_sync(self._writer, changes)
+        else:
+            self._writer(changes)
+        self.element_writes += 1
 
     async def cleanup(self) -> None:
         """Delete the table (ours alone)."""
