@@ -18,17 +18,25 @@ a fresh table:
    add-only one) and until ``apply`` returns (the first bank rewritten,
    a deletion the kernel commits after an RCU grace period); every
    change must be elements only (the benchmark fails if ``nft`` ran);
-4. **peak RSS** of the process measuring that size, before the floor's
+4. **connect**: 300 shuffled rounds of TCP ``connect()`` from the
+   namespace to the first and the last service's VIP (both then given one
+   backend, a listener on a veth of the namespace) and straight
+   to the listener, timed around ``connect()``;
+5. **kube-proxy's nftables layout** (a service chain choosing endpoint
+   chains through an anonymous verdict map, a verdict map of service
+   IPs), up to ``--kube-proxy-max`` services: loaded by one ``nft -f``,
+   then 20 backend changes, each one ``nft -f`` as its proxier writes it;
+6. **peak RSS** of the process measuring that size, before the floor's
    script is built (``ru_maxrss``: the interpreter, the model and the
    desired elements held in memory); each size runs in a process and a
    namespace of its own.
 
 The issue's goals: 5,000 x 10 programmed <= 2 s; one backend change p99
 <= 15 ms at 5,000 services, and at 20,000 no more than 1.5x the 1,000
-figure; peak RSS <= 150 MB.
+figure; connect to the last VIP <= 1.1x the first; peak RSS <= 150 MB.
 
 Usage (root, nft installed): python benchmarks/bench_nft_services.py
-    [--sizes 1000,5000,20000] [--backends N] [--changes N]
+    [--sizes 1000,5000,20000] [--backends N] [--changes N] [--kube-proxy-max N]
 It re-executes itself inside the namespace it creates.
 """
 
@@ -37,9 +45,11 @@ from __future__ import annotations
 import argparse
 import random
 import resource
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,7 +110,137 @@ def floor_script(layout: ServiceLayout, services: int, backends: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def measure(services: int, backends: int, changes: int) -> dict[str, float]:
+def kube_proxy_chains(i: int, members: Sequence[str]) -> list[str]:
+    """One service in kube-proxy's nftables layout (its proxier's chains):
+    a service chain choosing an endpoint chain through an anonymous verdict
+    map, an endpoint chain per backend."""
+    t = "ip kube-proxy"
+    svc = f"service-{i}-bench/svc-{i}/tcp/http"
+    lines = []
+    endpoints = []
+    for address in members:
+        ep = f"endpoint-{i}-bench/svc-{i}/tcp/http__{address}/8080"
+        endpoints.append(ep)
+        lines += [
+            f"add chain {t} {ep}",
+            f"add rule {t} {ep} ip saddr {address} jump mark-for-masquerade",
+            f"add rule {t} {ep} meta l4proto tcp dnat to {address}:8080",
+        ]
+    vmap = ", ".join(f"{n} : goto {ep}" for n, ep in enumerate(endpoints))
+    lines += [
+        f"add chain {t} {svc}",
+        f"flush chain {t} {svc}",
+        f"add rule {t} {svc} ip daddr {vip(i)} tcp dport 80 ip saddr != 10.65.0.0/16"
+        " jump mark-for-masquerade",
+        f"add rule {t} {svc} numgen random mod {len(endpoints)} vmap {{ {vmap} }}",
+    ]
+    return lines
+
+
+def kube_proxy(services: int, backends: int, changes: int) -> dict[str, float]:
+    """kube-proxy's nftables layout: loaded by one nft -f, then ``changes``
+    backend changes, each one nft -f (a new endpoint chain, the service
+    chain rewritten, the old endpoint chain deleted)."""
+    t = "ip kube-proxy"
+    lines = [
+        f"add table {t}",
+        f"add map {t} service-ips {{ type ipv4_addr . inet_proto . inet_service : verdict; }}",
+        f"add chain {t} nat-prerouting {{ type nat hook prerouting priority -100; }}",
+        f"add chain {t} services",
+        f"add rule {t} nat-prerouting jump services",
+        f"add rule {t} services ip daddr . meta l4proto . th dport vmap @service-ips",
+        f"add chain {t} mark-for-masquerade",
+        f"add rule {t} mark-for-masquerade meta mark set meta mark | 0x4000",
+    ]
+    held = {i: [address(i * backends + j) for j in range(backends)] for i in range(services)}
+    for i, members in held.items():
+        lines += kube_proxy_chains(i, members)
+        lines.append(
+            f"add element {t} service-ips {{ {vip(i)} . tcp . 80 :"
+            f" goto service-{i}-bench/svc-{i}/tcp/http }}"
+        )
+    begin = time.perf_counter()
+    subprocess.run(["nft", "-f", "-"], input="\n".join(lines).encode(), check=True)
+    load = time.perf_counter() - begin
+    rng = random.Random(7)
+    times = []
+    for n in range(changes):
+        i = rng.randrange(services)
+        slot = rng.randrange(backends)
+        old = held[i][slot]
+        held[i][slot] = address(services * backends + n)
+        script = kube_proxy_chains(i, held[i])
+        script.append(f"delete chain {t} endpoint-{i}-bench/svc-{i}/tcp/http__{old}/8080")
+        begin = time.perf_counter()
+        subprocess.run(["nft", "-f", "-"], input="\n".join(script).encode(), check=True)
+        times.append(time.perf_counter() - begin)
+    subprocess.run(["nft", "delete", "table", "ip", "kube-proxy"], check=True)
+    return {
+        "kube-proxy load": load,
+        "kube-proxy p50": statistics.median(times),
+        "kube-proxy p99": percentile(times, 99),
+    }
+
+
+LISTEN = "10.200.0.1"  # on a veth of the namespace (no dummy module here): the probes' backend
+
+
+def _connect_ns(target: tuple[str, int]) -> int:
+    with socket.socket() as sock:
+        begin = time.perf_counter_ns()
+        sock.connect(target)
+        return time.perf_counter_ns() - begin
+
+
+async def connect_times(table: ServiceTable, services: int, rounds: int = 300) -> dict[str, float]:
+    """TCP connect() to the first and the last service's VIP (both DNATed by
+    the table to a listener here) and straight to the listener, shuffled."""
+    for command in (
+        "ip link set lo up",
+        "ip link add dp-probe type veth peer name dp-probe-peer",
+        f"ip addr add {LISTEN}/32 dev dp-probe",
+        "ip link set dp-probe up",
+        "ip link set dp-probe-peer up",
+        "ip route add 10.96.0.0/12 dev dp-probe",
+    ):
+        subprocess.run(command.split(), check=True)
+    probe = (BackendPort("http", "tcp", 8080),)
+    for i in (0, services - 1):
+        table.set_service(
+            Service(
+                ServiceKey("bench", f"svc-{i}"),
+                cluster_ips=(vip(i),),
+                ports=PORTS,
+                backends=(Backend(LISTEN, probe, local=True),),
+            )
+        )
+    await table.apply()
+    server = socket.create_server((LISTEN, 8080), backlog=4096)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    targets = {"first": (vip(0), 80), "last": (vip(services - 1), 80), "direct": (LISTEN, 8080)}
+    times: dict[str, list[int]] = {name: [] for name in targets}
+    rng = random.Random(3)
+    for _ in range(rounds):
+        order = list(targets)
+        rng.shuffle(order)
+        for name in order:
+            times[name].append(_connect_ns(targets[name]))
+    server.close()
+    return {f"connect {name}": statistics.median(t) / 1000 for name, t in times.items()}
+
+
+async def measure(
+    services: int, backends: int, changes: int, kube_proxy_max: int
+) -> dict[str, float]:
     runner = ProcessRunner()
     layout = ServiceLayout(4, "bench-svc", MASQ)
     writer = ElementWriter()
@@ -136,12 +276,14 @@ async def measure(services: int, backends: int, changes: int) -> dict[str, float
         await table.apply()
         applied.append(time.perf_counter() - begin)
         in_force.append(commits[0] - begin)
+    connect = await connect_times(table, services)
     # The driver's own: before the floor's script text below is built.
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if table.structure_writes != 1:
         raise SystemExit(f"a backend change ran nft ({table.structure_writes} structure writes)")
     await table.cleanup()
 
+    kube = kube_proxy(services, backends, 20) if services <= kube_proxy_max else {}
     floor_table = ServiceLayout(4, "bench-floor", MASQ)
     script = floor_script(floor_table, services, backends)
     begin = time.perf_counter()
@@ -156,6 +298,8 @@ async def measure(services: int, backends: int, changes: int) -> dict[str, float
         "apply p50": statistics.median(applied),
         "apply p99": percentile(applied, 99),
         "rss": rss,
+        **connect,
+        **kube,
     }
 
 
@@ -167,13 +311,15 @@ HEADER = [
     "backend change in force p50 / p99",
     "apply returns p50 / p99",
     "peak RSS",
+    "connect p50: first VIP / last VIP / direct",
+    "kube-proxy's nft layout: load, change p50 / p99",
 ]
 
 
 def inside(args: argparse.Namespace) -> None:
     """One size, one row of the table (a process of its own: its own peak RSS)."""
     size = int(args.sizes)
-    r = trio.run(measure, size, args.backends, args.changes)
+    r = trio.run(measure, size, args.backends, args.changes, args.kube_proxy_max)
     row = [
         f"{size:,} x {args.backends}",
         f"{r['programmed']:.2f} s",
@@ -182,6 +328,13 @@ def inside(args: argparse.Namespace) -> None:
         f"{r['p50'] * 1000:.2f} / {r['p99'] * 1000:.2f} ms",
         f"{r['apply p50'] * 1000:.1f} / {r['apply p99'] * 1000:.1f} ms",
         f"{r['rss']:.0f} MB",
+        f"{r['connect first']:.0f} / {r['connect last']:.0f} / {r['connect direct']:.0f} µs",
+        (
+            f"{r['kube-proxy load']:.2f} s, {r['kube-proxy p50'] * 1000:.0f} /"
+            f" {r['kube-proxy p99'] * 1000:.0f} ms"
+            if "kube-proxy load" in r
+            else "not run (--kube-proxy-max)"
+        ),
     ]
     print("| " + " | ".join(row) + " |", flush=True)
 
@@ -191,6 +344,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,5000,20000")
     parser.add_argument("--backends", type=int, default=10)
     parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument(
+        "--kube-proxy-max",
+        type=int,
+        default=5000,
+        help="run kube-proxy's layout up to this many services (it loads in quadratic time)",
+    )
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
@@ -202,7 +361,10 @@ def main() -> None:
     for size in args.sizes.split(","):
         run_inside_netns(
             __file__,
-            ["--sizes", size, "--backends", str(args.backends), "--changes", str(args.changes)],
+            [
+                *("--sizes", size, "--backends", str(args.backends)),
+                *("--changes", str(args.changes), "--kube-proxy-max", str(args.kube_proxy_max)),
+            ],
             "nftsvc",
         )
 

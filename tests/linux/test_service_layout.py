@@ -316,7 +316,7 @@ def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure
         sent.append(sorted((c.op, c.set, len(c.elements)) for c in changes))
         kernel(changes)
 
-    table._writer = record  # noqa: SLF001 - observe the transactions written
+    table._writer = record
     trio.run(table.apply)
     # First the new slots, add-only, in the second bank: in force at once.
     assert sent[0] == [

@@ -23,6 +23,7 @@ calling process.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import socket
 import struct
@@ -124,23 +125,27 @@ def encoded(key: bytes, data: bytes = b"") -> bytes:
     the kernel reads it, from :func:`concat` values.
 
     For writers holding many elements: the encoding is the element's
-    identity (hashable, compact) and costs two ``struct`` packs, where
+    identity (hashable, compact) and costs one concatenation, where
     :class:`Element` costs an object per field.
     """
-    key_pad, data_pad = -len(key) % 4, -len(data) % 4
-    key_attr = _ATTR.size + len(key)
-    size = _ATTR.size * 3 + len(key) + key_pad
-    tail = b""
-    if data:
-        data_attr = _ATTR.size + len(data)
-        tail = (
-            _ENCODED_DATA.pack(
-                _ATTR.size + data_attr + data_pad, _ELEM_DATA | _NESTED, data_attr, _DATA_VALUE
-            )
-            + data
-            + b"\0" * data_pad
+    head, pad, data_head, data_pad = _framing(len(key), len(data))
+    return head + key + pad + data_head + data + data_pad
+
+
+@functools.lru_cache(maxsize=256)
+def _framing(key_len: int, data_len: int) -> tuple[bytes, bytes, bytes, bytes]:
+    """The attribute headers and paddings around a key and data of these
+    lengths (the same few lengths recur for every element of a set)."""
+    key_pad, data_pad = -key_len % 4, -data_len % 4
+    key_attr = _ATTR.size + key_len
+    size = _ATTR.size * 3 + key_len + key_pad
+    data_head = b""
+    if data_len:
+        data_attr = _ATTR.size + data_len
+        data_head = _ENCODED_DATA.pack(
+            _ATTR.size + data_attr + data_pad, _ELEM_DATA | _NESTED, data_attr, _DATA_VALUE
         )
-        size += len(tail)
+        size += len(data_head) + data_len + data_pad
     head = _ENCODED_HEAD.pack(
         size,
         _LIST_ELEM | _NESTED,
@@ -149,7 +154,7 @@ def encoded(key: bytes, data: bytes = b"") -> bytes:
         key_attr,
         _DATA_VALUE,
     )
-    return head + key + b"\0" * key_pad + tail
+    return head, b"\0" * key_pad, data_head, b"\0" * data_pad
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,6 @@ half-programmed services.
 from __future__ import annotations
 
 import ipaddress
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import trio
@@ -62,7 +61,7 @@ class ServiceTable:
         # where more changed, since the last apply.
         self._flips: dict[bytes, set[str]] = {}
         self._framed: set[bytes] = set()
-        self._wanted: dict[str, Counter[bytes]] = {n: Counter() for n in layout.element_sets()}
+        self._wanted: dict[str, dict[bytes, int]] = {n: {} for n in layout.element_sets()}
         # Elements whose wanted count crossed zero since the last write.
         self._adds: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
         self._deletes: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
@@ -154,13 +153,15 @@ class ServiceTable:
             before, after = old.get(name, frozenset()), new.get(name, frozenset())
             wanted = self._wanted[name]
             for element in before - after:
-                wanted[element] -= 1
-                if not wanted[element]:
-                    del wanted[element]
+                count = wanted.pop(element) - 1
+                if count:
+                    wanted[element] = count
+                else:
                     self._note(name, element, present=False)
             for element in after - before:
-                wanted[element] += 1
-                if wanted[element] == 1:
+                count = wanted.get(element, 0)
+                wanted[element] = count + 1
+                if not count:
                     self._note(name, element, present=True)
 
     def held_back(self) -> dict[str, str]:
