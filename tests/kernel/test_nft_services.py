@@ -221,3 +221,27 @@ def test_a_restart_and_a_resync_repair_what_was_tampered_with(node: Node) -> Non
         table.mark_for_resync()
     second.apply()
     assert served(pods["c"], VIP6, 80) == {"a", "b"}
+
+
+def test_load_balancer_source_ranges_admit_only_their_sources(node: Node) -> None:
+    pods, outside = node.pods, node.external
+    lb = "203.0.113.10"
+    outside.ip("route", "add", lb, "via", node.address(4))
+    table = Programmed(node)
+
+    def balancer(*ranges: str) -> Service:
+        return web(backend("a"), load_balancer_ips=(lb,), source_ranges=ranges)
+
+    table.set(balancer("10.0.0.0/8"))
+    table.apply()
+    assert served(pods["c"], lb, 80, 3) == {"a"}  # a pod: in range
+    assert served(outside, lb, 80, 1) == {"failed:timeout"}  # the outside: not
+
+    table.set(balancer("10.0.0.0/8", "192.168.200.0/24", "192.168.200.2/32"))
+    table.apply()
+    assert served(outside, lb, 80, 3) == {"a"}
+
+    table.set(web(backend("a"), load_balancer_ips=(lb,)))  # no ranges: open
+    table.apply()
+    assert served(outside, lb, 80, 3) == {"a"}
+    assert elements(node, "ip", "fw") == elements(node, "ip", "fw_allowed") == []

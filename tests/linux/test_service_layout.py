@@ -30,6 +30,7 @@ from dataplane.linux.nftables.elements import (
     integer,
     port,
     proto,
+    ranged,
 )
 from dataplane.linux.nftables.service_layout import (
     EXACT,
@@ -375,3 +376,19 @@ def test_a_frontend_two_services_claim_is_one_services_and_the_other_is_held_bac
     trio.run(table.apply)
     assert kernel.contents()["addr"] == slots(k, "10.65.1.2")[0]
     assert table.held_back() == {}
+
+
+def test_source_ranges_guard_load_balancer_ips_merged_per_family() -> None:
+    service = svc(
+        b("10.65.1.1"),
+        external_ips=("192.0.2.7",),
+        load_balancer_ips=("198.51.100.1",),
+        source_ranges=("10.0.0.0/8", "10.1.0.0/16", "fd00::/8"),
+    )
+    got = contribution(service)
+    k = key("198.51.100.1")
+    assert got["fw"] == {encoded(k)}  # not the external IP, not the cluster IP
+    low, high = addr("10.0.0.0").value, addr("10.255.255.255").value
+    assert got["fw_allowed"] == {ranged(k + low, k + high)}  # one range: 10.1/16 is inside
+    v6 = ServiceLayout(6, "cali-svc", 0x4000000)
+    assert "fw" not in contribution(service, v6)  # no IPv6 load-balancer IP

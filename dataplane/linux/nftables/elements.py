@@ -48,6 +48,7 @@ __all__ = [
     "netfilter_socket",
     "port",
     "proto",
+    "ranged",
 ]
 
 NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6 = 1, 2, 10
@@ -61,7 +62,7 @@ _SUBSYS_NFTABLES = 10
 _NEWSETELEM, _DELSETELEM = 12, 14
 _LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
 _LIST_ELEM = 1
-_ELEM_KEY, _ELEM_DATA = 1, 2
+_ELEM_KEY, _ELEM_DATA, _ELEM_KEY_END = 1, 2, 10  # 9 is padding
 _DATA_VALUE, _DATA_VERDICT = 1, 2
 _VERDICT_CODE, _VERDICT_CHAIN = 1, 2
 _VERDICTS = {"jump": -3, "goto": -4}  # NFT_JUMP, NFT_GOTO
@@ -130,6 +131,14 @@ def encoded(key: bytes, data: bytes = b"") -> bytes:
     """
     head, pad, data_head, data_pad = _framing(len(key), len(data))
     return head + key + pad + data_head + data + data_pad
+
+
+def ranged(key: bytes, key_end: bytes) -> bytes:
+    """A set element covering ``key`` up to ``key_end`` inclusive (a set of
+    concatenations with ``flags interval``), from :func:`concat` values."""
+    body = _nested(_ELEM_KEY, _attr(_DATA_VALUE, key))
+    body += _nested(_ELEM_KEY_END, _attr(_DATA_VALUE, key_end))
+    return _nested(_LIST_ELEM, body)
 
 
 @functools.lru_cache(maxsize=256)

@@ -46,8 +46,12 @@ spelling the value's port as ``tcp dport`` instead makes nft add a
 ``meta l4proto tcp`` test to the first rule using the map, which breaks
 UDP. Single-field values have neither problem.
 
+A load-balancer IP with ``loadBalancerSourceRanges`` is in set ``fw``,
+its allowed sources (the frontend and a source range) in interval set
+``fw_allowed``; a new connection from elsewhere is dropped.
+
 Health-check node ports are the platform's HTTP server; what is not here
-yet: ``loadBalancerSourceRanges`` and ClientIP affinity (docs/nftables.md).
+yet: ClientIP affinity (docs/nftables.md).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ import re
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network, collapse_addresses, ip_network
 
 from dataplane.linux.nftables.elements import (
     NFPROTO_IPV4,
@@ -67,6 +72,7 @@ from dataplane.linux.nftables.elements import (
     integer,
     port,
     proto,
+    ranged,
 )
 from dataplane.model.services import Backend, Service, ServicePort
 
@@ -202,6 +208,8 @@ class _Frontend:
     outside: tuple[tuple[str, int], ...] | None  # Local policy: for outside traffic
     masq: bool  # Cluster policy, external: always masqueraded
     refuse: str  # with nowhere to go: "refused" (no backends at all) or "dropped"
+    # loadBalancerSourceRanges of a load-balancer IP (None: open to all).
+    ranges: tuple[IPv4Network | IPv6Network, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,23 +257,33 @@ class ServiceLayout:
                     key = concat((addr(vip), p, port(sp.port)))
                     label = f"{vip} {sp.protocol}/{sp.port}"
                     yield _Frontend(key, label, False, internal, None, False, refuse)
-            externals = [
-                a
-                for a in (*service.external_ips, *service.load_balancer_ips)
-                if _family(a) == self.version
-            ]
-            keys = [
-                (concat((addr(a), p, port(sp.port))), f"{a} {sp.protocol}/{sp.port}", False)
-                for a in externals
+            # kube-proxy filters load-balancer IPs only by the source ranges.
+            ranges = self._ranges(service.source_ranges) if service.source_ranges else None
+            keys: list[tuple[str | None, bool, tuple[IPv4Network | IPv6Network, ...] | None]]
+            keys = [(a, False, None) for a in service.external_ips if _family(a) == self.version]
+            keys += [
+                (a, False, ranges) for a in service.load_balancer_ips if _family(a) == self.version
             ]
             if sp.node_port:
-                label = f"node port {sp.protocol}/{sp.node_port}"
-                keys.append((concat((p, port(sp.node_port))), label, True))
-            for key, label, is_node_port in keys:
-                if service.external_local:
-                    yield _Frontend(key, label, is_node_port, every, mine, False, refuse)
+                keys.append((None, True, None))
+            for address, is_node_port, fw in keys:
+                if address is None:
+                    key = concat((p, port(sp.node_port)))
+                    label = f"node port {sp.protocol}/{sp.node_port}"
                 else:
-                    yield _Frontend(key, label, is_node_port, every, None, True, refuse)
+                    key = concat((addr(address), p, port(sp.port)))
+                    label = f"{address} {sp.protocol}/{sp.port}"
+                if service.external_local:
+                    yield _Frontend(key, label, is_node_port, every, mine, False, refuse, fw)
+                else:
+                    yield _Frontend(key, label, is_node_port, every, None, True, refuse, fw)
+
+    def _ranges(self, prefixes: Sequence[str]) -> tuple[IPv4Network | IPv6Network, ...]:
+        """This family's source ranges, merged: the kernel refuses
+        overlapping ranges in one set."""
+        nets = [ip_network(p, strict=False) for p in prefixes]
+        mine = [n for n in nets if n.version == self.version]
+        return tuple(collapse_addresses(mine))  # type: ignore[type-var]  # one family, checked above
 
     def _slots(
         self, key: bytes, targets: tuple[tuple[str, int], ...]
@@ -307,6 +325,18 @@ class ServiceLayout:
 
         p = "np_" if f.node_port else ""
         key = encoded(f.key)
+        if f.ranges is not None:
+            add("fw", key)
+            add(
+                "fw_allowed",
+                *(
+                    ranged(
+                        f.key + _addr(str(n.network_address)),
+                        f.key + _addr(str(n.broadcast_address)),
+                    )
+                    for n in f.ranges
+                ),
+            )
         if not f.everyone:  # nowhere to go for anyone (local backends are some of all)
             add(f"{p}{f.refuse}", key)
         else:
@@ -337,7 +367,7 @@ class ServiceLayout:
         names = [*_FRONTEND_SETS, *_MAPS, "fe1", "lfe1"]
         for n in slot_counts():
             names += [f"fe_{n}", f"lfe_{n}", f"fe1_{n}", f"lfe1_{n}"]
-        return (*names, *(f"np_{n}" for n in names), "hairpin", "remote")
+        return (*names, *(f"np_{n}" for n in names), "hairpin", "remote", "fw", "fw_allowed")
 
     def structure(self, pools: Sequence[str]) -> str:
         """The ``nft -f`` script that makes the table (or re-asserts it): every
@@ -369,6 +399,8 @@ class ServiceLayout:
             for name in _MAPS:
                 value = f"{ip} daddr" if name.endswith("addr") else "th dport"
                 declare("map", f"{prefix}{name}", f"typeof {key} . numgen random mod 2 : {value}")
+        declare("set", "fw", f"typeof {routed}")
+        declare("set", "fw_allowed", f"typeof {routed} . {ip} saddr; flags interval")
         declare("set", "hairpin", f"typeof {ip} saddr . {ip} daddr")
         declare("set", "remote", f"typeof {ip} daddr")
         lines.append(f"flush set {t} pools")
@@ -410,17 +442,26 @@ class ServiceLayout:
             ),
             "filter-prerouting": (
                 "type filter hook prerouting priority -110",
-                ["ct state new jump drops", "ct state new jump drops-outside"],
+                [
+                    "ct state new jump firewall",
+                    "ct state new jump drops",
+                    "ct state new jump drops-outside",
+                ],
             ),
             "filter-output": (
                 "type filter hook output priority -110",
-                ["ct state new jump drops", "ct state new jump rejects"],
+                [
+                    "ct state new jump firewall",
+                    "ct state new jump drops",
+                    "ct state new jump rejects",
+                ],
             ),
             "filter-forward": (
                 "type filter hook forward priority -10",
                 ["ct state new jump rejects"],
             ),
             "filter-input": ("type filter hook input priority -10", ["ct state new jump rejects"]),
+            "firewall": (None, [f"{routed} @fw {routed} . {ip} saddr != @fw_allowed drop"]),
             "drops": (
                 None,
                 [f"{routed} @dropped drop", f"fib daddr type local {node} @np_dropped drop"],
