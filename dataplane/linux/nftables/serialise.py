@@ -55,7 +55,7 @@ from dataplane.linux.rules.match import (
 from dataplane.linux.rules.rule import Origin, TableRule
 from dataplane.model import PortRange
 
-__all__ = ["NftRule", "NftSerialiser", "collapse"]
+__all__ = ["NftRule", "NftSerialiser", "collapse", "nft_name"]
 
 _ALL = 0xFFFFFFFF
 _COMMENT_MAX = 127  # bytes nft keeps of a rule's comment
@@ -95,7 +95,12 @@ def collapse(nets: Iterable[str]) -> list[str]:
     return [str(n) for n in merged]
 
 
-def _name(name: str) -> str:
+def nft_name(name: str) -> str:
+    """``name`` if nft's scanner reads it as one identifier.
+
+    Raises:
+        ValueError: it would not (a space, a quote, a brace...).
+    """
     if not _NAME.fullmatch(name):
         raise ValueError(f"not an nft name: {name!r}")
     return name
@@ -141,9 +146,9 @@ def action_text(action: Action | None) -> str:
         case Return():
             return "return"
         case Jump(chain):
-            return f"jump {_name(chain)}"
+            return f"jump {nft_name(chain)}"
         case Goto(chain):
-            return f"goto {_name(chain)}"
+            return f"goto {nft_name(chain)}"
         case SetMark(mask, value):
             return mark_text(mask, value)
         case Dnat(to):
@@ -188,10 +193,10 @@ class _Rendering:
         if term.negate:
             if term.ranges:
                 self.parts.append(f"{port} != {_ports(term.ranges)}")
-            self.parts.extend(f"{key} != @{_name(n)}" for n in term.named)
+            self.parts.extend(f"{key} != @{nft_name(n)}" for n in term.named)
             return
         alternatives = ([f"{port} {_ports(term.ranges)}"] if term.ranges else []) + [
-            f"{key} @{_name(n)}" for n in term.named
+            f"{key} @{nft_name(n)}" for n in term.named
         ]
         if not alternatives:
             raise ValueError("a port term with no ports or sets matches nothing")
@@ -220,7 +225,7 @@ class _Rendering:
                 self.parts.append(f"{self.address(side)} {op}{_one_or_set(collapse(nets))}")
             case InSet(side, name, kind, negate):
                 op = "!= " if negate else ""
-                self.parts.append(f"{self.set_key(side, kind)} {op}@{_name(name)}")
+                self.parts.append(f"{self.set_key(side, kind)} {op}@{nft_name(name)}")
             case Ports():
                 self.ports(term)
             case Port(side, port):

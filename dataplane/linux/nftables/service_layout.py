@@ -74,6 +74,7 @@ from dataplane.linux.nftables.elements import (
     proto,
     ranged,
 )
+from dataplane.linux.nftables.serialise import nft_name
 from dataplane.model.services import Backend, Service, ServicePort
 
 __all__ = [
@@ -219,6 +220,12 @@ class ServiceLayout:
     version: int
     table: str
     masq_mark: int
+
+    def __post_init__(self) -> None:
+        # Both go into the nft script: refused here, never written.
+        nft_name(self.table)
+        if self.version not in (4, 6) or not 0 < self.masq_mark <= 0xFFFFFFFF:
+            raise ValueError(f"IPv{self.version}, mark 0x{self.masq_mark:x}: not a services table")
 
     @property
     def family(self) -> str:

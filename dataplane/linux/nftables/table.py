@@ -29,7 +29,7 @@ import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
-from dataplane.linux.nftables.serialise import NftRule
+from dataplane.linux.nftables.serialise import NftRule, nft_name
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 
@@ -61,7 +61,7 @@ class NftTable:
         if family not in ("ip", "ip6"):
             raise ValueError(f"not an nft family we write: {family}")
         self.family = family
-        self.name = name
+        self.name = nft_name(name)  # written into every script
         self._runner = runner
         self._desired: dict[str, tuple[NftRule, ...]] = {}
         self._hashes: dict[str, list[str]] = {}

@@ -1,0 +1,118 @@
+"""The services table against the kernel's own parser and its sets, for drawn inputs.
+
+Every table the layout can make (either family, any table name nft can
+read, any mark bit, any pools) passes ``nft --check``; names nft cannot
+read are refused before a script exists. Drawn sequences of service
+changes (the strategy of ``test_service_layout``) are written by the real
+writer into a throwaway namespace and by the same programmer into the
+kernel-like fake: the kernel then holds, set by set, as many elements as
+the fake, and the fake what the services add up to. So the fake the unit
+tests trust keeps sets as the kernel does, and the kernel takes every
+element the layout makes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.kernel.netns import socket_in
+from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.service_layout import ServiceLayout
+from dataplane.linux.nftables.service_table import ServiceTable
+from dataplane.model.services import Service, ServiceKey
+from tests.linux.test_service_layout import LAYOUT, FakeSets, Nft, steps, wanted
+
+pytestmark = pytest.mark.skipif(shutil.which("nft") is None, reason="needs nft (nftables)")
+
+_NAMES = itertools.count()
+names = st.from_regex(r"[A-Za-z_.][A-Za-z0-9_.-]{0,30}", fullmatch=True)
+
+
+def _check(netns: str, script: str) -> subprocess.CompletedProcess[str]:
+    argv = ["ip", "netns", "exec", netns, "nft", "--check", "-f", "-"]
+    return subprocess.run(argv, input=script, capture_output=True, text=True, check=False)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    version=st.sampled_from([4, 6]),
+    table=st.one_of(names, st.text(max_size=12)),
+    bit=st.integers(min_value=0, max_value=31),
+    pools=st.lists(st.integers(min_value=0, max_value=255), max_size=4),
+)
+def test_every_table_the_layout_makes_passes_nft_check(
+    module_netns: str, version: int, table: str, bit: int, pools: list[int]
+) -> None:
+    """A name nft cannot read (a space, a quote, a brace, a newline...) is
+    refused before a script exists; every other table is valid nft."""
+    try:
+        layout = ServiceLayout(version, table, 1 << bit)
+    except ValueError:
+        return
+    prefixes = [f"10.{p}.0.0/16" if version == 4 else f"fd00:{p:x}::/64" for p in pools]
+    done = _check(module_netns, layout.structure(prefixes))
+    assert done.returncode == 0, done.stderr
+
+
+def _counts(netns: str, table: str) -> dict[str, int]:
+    listed = subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", "-j", "list", "table", "ip", table],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    out = {}
+    for item in json.loads(listed)["nftables"]:
+        found = item.get("set") or item.get("map")
+        if found and found.get("elem") and found["name"] != "pools":
+            out[found["name"]] = len(found["elem"])
+    return out
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps)
+def test_the_kernel_holds_what_the_fake_holds_after_any_changes(
+    module_netns: str, script: list[Service | str]
+) -> None:
+    table = f"svc-{next(_NAMES)}"
+    layout = ServiceLayout(4, table, LAYOUT.masq_mark)
+    writer = ElementWriter(lambda: socket_in(module_netns, netfilter_socket))
+    real = ServiceTable(layout, ProcessRunner(module_netns), writer)
+    fake_sets = FakeSets()
+    fake = ServiceTable(layout, Nft(), fake_sets)
+    services: dict[str, Service] = {}
+
+    async def apply() -> None:
+        await real.apply()
+        await fake.apply()
+
+    try:
+        for step in [*script, "apply"]:
+            if isinstance(step, Service):
+                services[step.key.name] = step
+                real.set_service(step)
+                fake.set_service(step)
+            elif step == "apply":
+                trio.run(apply)
+                held = {n: len(e) for n, e in fake_sets.contents().items()}
+                assert _counts(module_netns, table) == held
+                assert fake_sets.contents() == {n: e for n, e in wanted(services).items() if e}
+            elif step != "refuse":
+                services.pop(step, None)
+                real.remove_service(ServiceKey("prod", step))
+                fake.remove_service(ServiceKey("prod", step))
+    finally:
+        trio.run(real.cleanup)
