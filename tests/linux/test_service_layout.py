@@ -12,7 +12,6 @@ what the services now wanted add up to.
 from __future__ import annotations
 
 import errno
-import struct
 from collections.abc import Sequence
 
 import pytest
@@ -28,6 +27,7 @@ from dataplane.linux.nftables.elements import (
     concat,
     encoded,
     integer,
+    key_of,
     port,
     proto,
     ranged,
@@ -174,13 +174,6 @@ def test_slots_share_backends_within_one_slot(backends: int) -> None:
 
 # --- the programmer against a kernel-like fake -------------------------------------------
 
-_HEAD = struct.Struct("=HHHHHH")
-
-
-def _key_of(element: bytes) -> bytes:
-    key_attr = _HEAD.unpack_from(element)[4]
-    return element[_HEAD.size : _HEAD.size + key_attr - 4]
-
 
 class FakeSets:
     """Sets and maps as nf_tables keeps them: keyed, all or nothing per transaction."""
@@ -201,7 +194,7 @@ class FakeSets:
                 held.clear()
             for element in change.elements:
                 assert isinstance(element, bytes)
-                k = _key_of(element)
+                k = key_of(element)
                 if change.op == "add":
                     if held.get(k, element) != element:
                         raise OSError(errno.EBUSY, "key holds other data")

@@ -45,10 +45,12 @@ __all__ = [
     "encoded",
     "ifname",
     "integer",
+    "key_of",
     "netfilter_socket",
     "port",
     "proto",
     "ranged",
+    "with_key",
 ]
 
 NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6 = 1, 2, 10
@@ -131,6 +133,19 @@ def encoded(key: bytes, data: bytes = b"") -> bytes:
     """
     head, pad, data_head, data_pad = _framing(len(key), len(data))
     return head + key + pad + data_head + data + data_pad
+
+
+def key_of(element: bytes) -> bytes:
+    """The key of an :func:`encoded` element."""
+    key_attr = _ENCODED_HEAD.unpack_from(element)[4]
+    return element[_ENCODED_HEAD.size : _ENCODED_HEAD.size + key_attr - _ATTR.size]
+
+
+def with_key(element: bytes, key: bytes) -> bytes:
+    """The :func:`encoded` element with another key of the same length."""
+    if len(key) != len(key_of(element)):
+        raise ValueError("a key of another length changes the framing")
+    return element[: _ENCODED_HEAD.size] + key + element[_ENCODED_HEAD.size + len(key) :]
 
 
 def ranged(key: bytes, key_end: bytes) -> bytes:

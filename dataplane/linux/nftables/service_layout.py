@@ -46,6 +46,12 @@ spelling the value's port as ``tcp dport`` instead makes nft add a
 ``meta l4proto tcp`` test to the first rule using the map, which breaks
 UDP. Single-field values have neither problem.
 
+A backend change goes in force without deleting anything: the new slots
+are added to a second bank (count set ``fe1_S``, gate ``fe1``, slots
+:data:`BANK` + *i*, rules reached first) in a transaction of their own;
+the first bank is rewritten and the second emptied afterwards
+(:func:`second_bank`, ``service_table.py``).
+
 A load-balancer IP with ``loadBalancerSourceRanges`` is in set ``fw``,
 its allowed sources (the frontend and a source range) in interval set
 ``fw_allowed``; a new connection from elsewhere is dropped.
@@ -70,9 +76,11 @@ from dataplane.linux.nftables.elements import (
     concat,
     encoded,
     integer,
+    key_of,
     port,
     proto,
     ranged,
+    with_key,
 )
 from dataplane.linux.nftables.serialise import nft_name
 from dataplane.model.services import Backend, Service, ServicePort
@@ -105,7 +113,6 @@ _MAP_PARTS = {"addr": "all", "port": "all", "local_addr": "local", "local_port":
 # Slots of the second bank: the same keys, this far up.
 BANK = _MAX_SLOTS
 _SLOT_AT = struct.Struct("=I")
-_HEAD = struct.Struct("=HHHHHH")  # elements.encoded's head: the key's length is field 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +184,9 @@ def second_bank(part: Mapping[str, frozenset[bytes]]) -> dict[str, frozenset[byt
             continue
         moved = out.setdefault(name, set())
         for element in members:
-            at = _HEAD.size + _HEAD.unpack_from(element)[4] - 8  # the key's last field
-            (slot,) = _SLOT_AT.unpack_from(element, at)
-            moved.add(element[:at] + _SLOT_AT.pack(slot + BANK) + element[at + 4 :])
+            key = key_of(element)
+            (slot,) = _SLOT_AT.unpack_from(key, len(key) - 4)  # the key's last field
+            moved.add(with_key(element, key[:-4] + _SLOT_AT.pack(slot + BANK)))
     return {name: frozenset(members) for name, members in out.items()}
 
 

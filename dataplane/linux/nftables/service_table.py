@@ -5,9 +5,15 @@ The desired state lives in memory: each service's elements
 per set a count of the services that want each element (a backend's
 hairpin pair is shared by every service that has it). A change of a
 service is the difference of its elements, kept as pending adds and
-deletes; an apply writes them as one element transaction through our own
-netlink writer (:mod:`dataplane.linux.nftables.elements`) -- no ``nft``
-process, no re-read, nothing re-validated.
+deletes; an apply writes them through our own netlink writer
+(:mod:`dataplane.linux.nftables.elements`) -- no ``nft`` process, no
+re-read, nothing re-validated -- in one transaction, or two when
+backends changed: first the new slots, add-only, in the table's second
+bank (in force at once), then the rest with every deletion (which the
+kernel commits only after an RCU grace period).
+
+Two services claiming one frontend: the lowest-named one owns it, the
+other is held back (:meth:`ServiceTable.held_back`) until it lets go.
 
 The table itself (sets, maps, the fixed rules, the IP pools' prefixes) is
 written with ``nft -f`` at the first apply, after a resync, and when the
@@ -199,10 +205,6 @@ class ServiceTable:
         self._whole = True
 
     # --- apply -----------------------------------------------------------------------
-
-    def pending(self) -> int:
-        """Element changes not yet written."""
-        return sum(map(len, self._adds.values())) + sum(map(len, self._deletes.values()))
 
     def _in_force_first(self) -> dict[str, frozenset[bytes]]:
         """The second-bank elements of every frontend whose slots changed
