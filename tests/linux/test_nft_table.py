@@ -152,21 +152,63 @@ def test_tampering_is_repaired_at_resync_and_a_restart_writes_nothing(netns: str
     trio.run(main)
 
 
-def test_a_refused_transaction_changes_nothing(netns: str) -> None:
+def test_a_refused_chain_is_quarantined_and_the_rest_lands(netns: str) -> None:
+    async def main() -> None:
+        now = [0.0]
+        table = NftTable("ip", TABLE, ProcessRunner(netns), clock=lambda: now[0])
+        _desired(table)
+        await table.apply()
+        before = held(netns)
+        # A jump to a chain that does not exist, beside a good change and a
+        # new chain that jumps nowhere either.
+        table.update_chain(Chain("cali-leaf-0", _rules(TableRule((), Drop()))))
+        table.update_chain(Chain("cali-leaf-1", _rules(TableRule((), Jump("cali-nowhere")))))
+        table.update_chain(Chain("cali-new", _rules(TableRule((), Jump("cali-nowhere-2")))))
+        table.update_chain(_root(4))  # (unchanged)
+        assert await table.apply()
+        after = held(netns)
+        assert len(after["cali-leaf-0"]) == 1  # the good change landed
+        assert after["cali-leaf-1"] == before["cali-leaf-1"]  # the last good version stays
+        assert [c for _, c in after["cali-new"]] == [
+            next(c for _, c in after["cali-new"] if "fail-closed" in c)
+        ]  # never held: fail-closed in its place
+        assert set(table.held_back()) == {"cali-leaf-1", "cali-new"}
+        assert "cali-nowhere" in table.held_back()["cali-leaf-1"]
+        assert sorted(n for n, _ in table.take_refusals()) == ["cali-leaf-1", "cali-new"]
+        assert table.take_refusals() == []  # said once
+        # Not yet due: nothing retried, nothing written.
+        writes = table.writes
+        assert not await table.apply()
+        assert table.writes == writes
+        # The missing chain appears; at the retry the refused ones pass and land.
+        table.update_chain(Chain("cali-nowhere", _rules(TableRule((), Drop()))))
+        table.update_chain(Chain("cali-nowhere-2", _rules(TableRule((), Drop()))))
+        now[0] += 3600
+        assert await table.apply()
+        assert table.held_back() == {}
+        final = held(netns)
+        assert len(final["cali-leaf-1"]) == 1 and len(final["cali-new"]) == 1
+        assert not any("fail-closed" in c for _, c in final["cali-new"])
+
+    trio.run(main)
+
+
+def test_a_refusal_no_chain_can_be_blamed_for_changes_nothing(netns: str) -> None:
     async def main() -> None:
         table = NftTable("ip", TABLE, ProcessRunner(netns))
         _desired(table)
         await table.apply()
         before = held(netns)
-        # A jump to a chain that does not exist: the kernel refuses the
-        # whole transaction, the good change beside it included.
+        # A base chain refused: it cannot be set aside (the hook is the table's).
         table.update_chain(Chain("cali-leaf-0", _rules(TableRule((), Drop()))))
-        table.update_chain(Chain("cali-leaf-1", _rules(TableRule((), Jump("cali-nowhere")))))
+        table.set_base_chain(
+            BaseChain(HOOK.name, HOOK.spec, _rules(TableRule((), Jump("cali-nowhere"))))
+        )
         with pytest.raises(ProgrammingError, match="nft refused the ip dp-test transaction"):
             await table.apply()
         assert held(netns) == before
         # Fixed, it goes through (the table is read again first).
-        table.update_chain(_leaf(1))
+        table.set_base_chain(HOOK)
         reads = table.reads
         assert await table.apply()
         assert table.reads == reads + 1

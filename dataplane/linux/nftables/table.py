@@ -22,21 +22,27 @@ table too, declared with their hook; other tables are never touched.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import trio
 
+from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
 from dataplane.linux.nftables.serialise import NftRule, nft_name
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 
-__all__ = ["BaseChain", "NftTable", "listed_chains", "rule_hashes"]
+__all__ = ["FAIL_CLOSED", "BaseChain", "NftTable", "listed_chains", "rule_hashes"]
 
 _HASH = re.compile(r'comment "' + re.escape(HASH_TAG) + r"([A-Za-z0-9_-]{16})")
 _HANDLE = re.compile(r" # handle \d+$")
+# Where nft says it refused a line of a script read from stdin.
+_WHERE = re.compile(r"^(?:/dev/stdin|-):(\d+):[\d-]+: ")
+# In a chain's place while it is refused and the kernel has none of it.
+FAIL_CLOSED = (NftRule("drop", "fail-closed: refused by nft"),)
 
 
 def rule_hashes(chain: str, rules: Iterable[NftRule]) -> list[str]:
@@ -57,12 +63,26 @@ class BaseChain:
 class NftTable:
     """One table (``family`` ip or ip6) of our own chains; see the module doc."""
 
-    def __init__(self, family: str, name: str, runner: CommandRunner) -> None:
+    def __init__(
+        self,
+        family: str,
+        name: str,
+        runner: CommandRunner,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        fail_closed: tuple[NftRule, ...] = FAIL_CLOSED,
+    ) -> None:
         if family not in ("ip", "ip6"):
             raise ValueError(f"not an nft family we write: {family}")
         self.family = family
         self.name = nft_name(name)  # written into every script
         self._runner = runner
+        # A chain nft refuses waits here, retried alone with backoff; the
+        # kernel keeps its last good version, or holds ``fail_closed`` in
+        # its place if it never had one (something may jump to it).
+        self.quarantine: Quarantine[str] = Quarantine(clock)
+        self._fail_closed = fail_closed
+        self._unsaid: Unsaid[str] = Unsaid()
         self._desired: dict[str, tuple[NftRule, ...]] = {}
         self._hashes: dict[str, list[str]] = {}
         self._base: dict[str, BaseChain] = {}
@@ -81,11 +101,13 @@ class NftTable:
     def update_chain(self, chain: Chain[NftRule]) -> None:
         if self._desired.get(chain.name) == chain.rules:
             return
+        self.quarantine.release(chain.name)  # a new version gets a fresh chance
         self._desired[chain.name] = chain.rules
         self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
         self._dirty.add(chain.name)
 
     def remove_chain(self, name: str) -> None:
+        self.quarantine.release(name)
         if self._desired.pop(name, None) is not None:
             del self._hashes[name]
             self._dirty.add(name)
@@ -156,38 +178,59 @@ class NftTable:
         base = self._base.get(name)
         return base.rules if base is not None else self._desired.get(name)
 
-    def _script(self, actual: Mapping[str, list[str | None]]) -> tuple[list[str], set[str]]:
-        """The transaction for the dirty chains that differ, and those chains."""
+    def _written_rules(
+        self, name: str, actual: Mapping[str, list[str | None]], trial: set[str]
+    ) -> tuple[tuple[NftRule, ...], list[str]] | None:
+        """What to write for ``name`` now (rules and their hashes), or None
+        to leave the kernel's version: a quarantined chain (not on trial)
+        keeps what the kernel holds, or gets the fail-closed rules if it
+        holds nothing."""
+        rules = self._rules(name)
+        if rules is None:
+            return None
+        if name not in self.quarantine or name in trial:
+            return rules, self._hashes[name]
+        if name in actual:
+            return None
+        return self._fail_closed, rule_hashes(name, self._fail_closed)
+
+    def _script(
+        self, actual: Mapping[str, list[str | None]], trial: set[str]
+    ) -> tuple[list[tuple[str, str | None]], dict[str, list[str] | None]]:
+        """The transaction for the dirty chains that differ -- each line with
+        the chain it writes (to blame a refusal) -- and the rule hashes each
+        chain will then hold (None: deleted)."""
         where = f"{self.family} {self.name}"
-        declare: list[str] = []
-        fill: list[str] = []
-        rewritten: list[str] = []
+        declare: list[tuple[str, str | None]] = []
+        fill: list[tuple[str, str | None]] = []
+        rewritten: dict[str, list[str] | None] = {}
         stale: list[str] = []
         for name in sorted(self._dirty):
-            rules = self._rules(name)
-            if rules is None:
+            if self._rules(name) is None:
                 if name in actual:
                     stale.append(name)
                 continue
-            hashes = self._hashes[name]
-            if actual.get(name) == hashes:
+            written = self._written_rules(name, actual, trial)
+            if written is None or actual.get(name) == written[1]:
                 continue
+            rules, hashes = written
             base = self._base.get(name)
             spec = f" {{ {base.spec}; }}" if base is not None else ""
-            rewritten.append(name)
-            declare.append(f"add chain {where} {name}{spec}")
+            rewritten[name] = hashes
+            declare.append((f"add chain {where} {name}{spec}", name))
             if name in actual:
-                fill.append(f"flush chain {where} {name}")
+                fill.append((f"flush chain {where} {name}", name))
             fill.extend(
-                f"add rule {where} {name} {rule.written(HASH_TAG + h)}"
+                (f"add rule {where} {name} {rule.written(HASH_TAG + h)}", name)
                 for rule, h in zip(rules, hashes, strict=True)
             )
         # Flush every stale chain before deleting any: one may jump to another.
-        drop = [f"flush chain {where} {n}" for n in stale]
-        drop += [f"delete chain {where} {n}" for n in stale]
+        drop: list[tuple[str, str | None]] = [(f"flush chain {where} {n}", n) for n in stale]
+        drop += [(f"delete chain {where} {n}", n) for n in stale]
         if not (declare or fill or drop):
-            return [], set()
-        return [f"add table {where}", *declare, *fill, *drop], {*rewritten, *stale}
+            return [], {}
+        script = [(f"add table {where}", None), *declare, *fill, *drop]
+        return script, {**rewritten, **dict.fromkeys(stale)}
 
     async def apply(self) -> bool:
         """Write what differs in one transaction; True if anything was written.
@@ -201,29 +244,63 @@ class NftTable:
             # Fresh knowledge of the kernel: compare every chain to it, and
             # notice chains of our table that nobody wants.
             self._dirty |= set(self._desired) | set(self._base) | set(self._actual)
-        script, written = self._script(self._actual)
-        if not script:
-            self._dirty.clear()
-            return False
-        text = "\n".join(script) + "\n"
-        result = await self._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
-        if result.returncode != 0:
-            self._actual = None  # read again before the next try
-            message = result.stderr.decode(errors="replace").strip().splitlines()
-            raise ProgrammingError(
-                f"nft refused the {self.family} {self.name} transaction: "
-                + (message[0] if message else f"exit {result.returncode}")
-            )
+        # Refused chains whose retry is due go into this transaction as
+        # they are wanted; refused again, they go back with a longer wait.
+        trial = {n for n in self.quarantine.due() if n in self._desired}
+        self._dirty |= trial
+        while True:
+            script, written = self._script(self._actual, trial)
+            if not script:
+                self._dirty.clear()
+                return False
+            text = "".join(line + "\n" for line, _ in script)
+            result = await self._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
+            if result.returncode == 0:
+                break
+            # nft names the line it refused: quarantine that chain and write
+            # the rest; a refusal it cannot pin on one of our chains (a
+            # base chain, no line) fails the apply as a whole.
+            message, chain = self._blame(result.stderr, script)
+            set_aside = chain in self.quarantine and chain not in trial
+            if chain is None or chain in self._base or set_aside:
+                self._actual = None  # read again before the next try
+                raise ProgrammingError(
+                    f"nft refused the {self.family} {self.name} transaction: {message}"
+                )
+            self.quarantine.reject(chain, message)
+            trial.discard(chain)
+        for name in trial:
+            self.quarantine.release(name)  # written as wanted: accepted
         self.writes += 1
-        for name in written:
+        for name, hashes in written.items():
             self._written_by[name] = self.writes
-            hashes = self._hashes.get(name)
             if hashes is None:
                 self._actual.pop(name, None)
             else:
                 self._actual[name] = list(hashes)
         self._dirty.clear()
         return True
+
+    @staticmethod
+    def _blame(stderr: bytes, script: list[tuple[str, str | None]]) -> tuple[str, str | None]:
+        """nft's first complaint, and the chain whose line it names."""
+        lines = stderr.decode(errors="replace").strip().splitlines()
+        message = lines[0] if lines else "refused"
+        for line in lines:
+            found = _WHERE.match(line)
+            if found and 0 < int(found.group(1)) <= len(script):
+                refused, chain = script[int(found.group(1)) - 1]
+                why = line[found.end() :].strip().removeprefix("Error: ")
+                return f"{why}: {refused[:200]}", chain
+        return message, None
+
+    def held_back(self) -> dict[str, str]:
+        """Chains in quarantine now, and nft's reason."""
+        return self.quarantine.reasons()
+
+    def take_refusals(self) -> list[tuple[str, str]]:
+        """(chain, why) newly quarantined since the last call: one report each."""
+        return self._unsaid.news(self.held_back())
 
     async def cleanup(self) -> None:
         """Delete the whole table (ours alone); nothing else is touched."""
