@@ -223,36 +223,51 @@ class Nft:
         return CommandResult(0, b"", b"")
 
 
-def wanted(services: dict[str, Service]) -> dict[str, set[bytes]]:
+def wanted(services: dict[str, Service], layout: ServiceLayout = LAYOUT) -> dict[str, set[bytes]]:
     """What the kernel must hold: shared elements of every service, each
     frontend's of the lowest-named service claiming it."""
     out: dict[str, set[bytes]] = {}
     owners: dict[bytes, Service] = {}
     for service in sorted(services.values(), key=lambda s: s.key, reverse=True):
-        made = LAYOUT.contribution(service)
+        made = layout.contribution(service)
         owners.update(dict.fromkeys(made.frontends, service))
         for name, elements in made.shared.items():
             out.setdefault(name, set()).update(elements)
     for ident, service in owners.items():
-        for name, elements in LAYOUT.contribution(service).frontends[ident].elements.items():
+        for name, elements in layout.contribution(service).frontends[ident].elements.items():
             out.setdefault(name, set()).update(elements)
     return out
 
 
-ADDRESSES = [f"10.65.{i // 4}.{i % 4 + 1}" for i in range(12)]
+# Dual-stack services: each family's table takes its own addresses.
+ADDRESSES = [f"10.65.{i // 4}.{i % 4 + 1}" for i in range(8)]
+ADDRESSES += [f"fd00:65::{i + 1:x}" for i in range(6)]
 services_drawn = st.builds(
-    lambda name, members, vip, local_policy, node_port: Service(
+    lambda name, members, vips, balancers, ranges, local_policy, internal, node_port: Service(
         ServiceKey("prod", name),
-        cluster_ips=(vip,),
+        cluster_ips=tuple(vips),
+        load_balancer_ips=balancers,
+        source_ranges=ranges,
         ports=(ServicePort("http", "tcp", 80, node_port=node_port),),
         external_local=local_policy,
-        backends=tuple(b(a, local=local) for a, local in members),
+        internal_local=internal,
+        backends=tuple(b(a, local=local, state=state) for a, local, state in members),
     ),
     st.sampled_from(["a", "b", "c"]),
     st.lists(
-        st.tuples(st.sampled_from(ADDRESSES), st.booleans()), max_size=5, unique_by=lambda m: m[0]
+        st.tuples(
+            st.sampled_from(ADDRESSES),
+            st.booleans(),
+            st.sampled_from([BackendState.ACTIVE, BackendState.ACTIVE, BackendState.TERMINATING]),
+        ),
+        max_size=5,
+        unique_by=lambda m: m[0],
     ),
-    st.sampled_from(["10.96.0.1", "10.96.0.2"]),  # shared: claims conflict
+    # Few frontends, shared between services: claims conflict.
+    st.lists(st.sampled_from(["10.96.0.1", "10.96.0.2", "fd00:96::1"]), max_size=2, unique=True),
+    st.sampled_from([(), ("198.51.100.1",), ("198.51.100.1", "2001:db8::1")]),
+    st.sampled_from([(), ("10.0.0.0/8", "10.1.0.0/16"), ("192.168.0.0/16", "fd00::/8")]),
+    st.booleans(),
     st.booleans(),
     st.sampled_from([0, 30080, 30081]),
 )
@@ -265,15 +280,15 @@ steps = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(steps)
+@given(st.sampled_from([LAYOUT, ServiceLayout(6, "cali-svc", 0x4000000)]), steps)
 def test_after_any_changes_the_kernel_holds_what_the_services_add_up_to(
-    script: list[Service | str],
+    layout: ServiceLayout, script: list[Service | str]
 ) -> None:
     """Shared elements (a backend in two services, two services on one
     frontend) stay while anyone wants them; a refused transaction is
     repaired whole by the next apply."""
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(LAYOUT, nft, kernel)
+    table = ServiceTable(layout, nft, kernel)
     services: dict[str, Service] = {}
 
     async def apply() -> None:
@@ -290,7 +305,7 @@ def test_after_any_changes_the_kernel_holds_what_the_services_add_up_to(
             kernel.refuse_next = True
         elif step == "apply":
             trio.run(apply)
-            assert kernel.contents() == {n: e for n, e in wanted(services).items() if e}
+            assert kernel.contents() == {n: e for n, e in wanted(services, layout).items() if e}
         else:
             services.pop(step, None)
             table.remove_service(ServiceKey("prod", step))
