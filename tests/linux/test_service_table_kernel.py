@@ -28,7 +28,7 @@ from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
-from dataplane.model.services import Service, ServiceKey
+from dataplane.model.services import Backend, BackendPort, Service, ServiceKey, ServicePort
 from tests.linux.test_service_layout import LAYOUT, FakeSets, Nft, steps, wanted
 
 pytestmark = pytest.mark.skipif(shutil.which("nft") is None, reason="needs nft (nftables)")
@@ -117,3 +117,36 @@ def test_the_kernel_holds_what_the_fake_holds_after_any_changes(
                 fake.remove_service(ServiceKey("prod", step))
     finally:
         trio.run(real.cleanup)
+
+
+def test_a_table_of_another_layout_is_replaced_whole(netns: str) -> None:
+    """An upgrade may find our table with a set of another type: nft will
+    not re-declare it, so the table is replaced and every element written."""
+    subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", "-f", "-"],
+        input="add table ip cali-svc\nadd set ip cali-svc fe { type ipv4_addr; }\n"
+        "add element ip cali-svc fe { 10.0.0.1 }\n",
+        text=True,
+        check=True,
+    )
+    writer = ElementWriter(lambda: socket_in(netns, netfilter_socket))
+    table = ServiceTable(ServiceLayout(4, "cali-svc", 1), ProcessRunner(netns), writer)
+    web = Service(
+        ServiceKey("prod", "web"),
+        cluster_ips=("10.96.0.10",),
+        ports=(ServicePort("http", "tcp", 80),),
+        backends=(Backend("10.65.0.1", (BackendPort("http", "tcp", 8080),)),),
+    )
+    table.set_service(web)
+    trio.run(table.apply)
+    assert _counts(netns, "ip", "cali-svc") == {
+        "fe": 1,
+        "fe_1": 1,
+        "addr": 1,
+        "port": 1,
+        "remote": 1,
+    }
+    table.set_service(web)  # nothing changed: nothing written
+    writes = table.element_writes
+    trio.run(table.apply)
+    assert table.element_writes == writes and table.structure_writes == 1

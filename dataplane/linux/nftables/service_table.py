@@ -257,14 +257,7 @@ class ServiceTable:
         """
         wrote = False
         if not self._structure_written:
-            script = self.layout.structure(self._pools)
-            result = await self._runner.run(["nft", "-f", "-"], stdin=script.encode(), check=False)
-            if result.returncode != 0:
-                lines = result.stderr.decode(errors="replace").strip().splitlines()
-                raise ProgrammingError(
-                    f"nft refused the {self.layout.family} {self.layout.table} table: "
-                    + (lines[0] if lines else f"exit {result.returncode}")
-                )
+            await self._write_structure()
             self._structure_written = True
             self.structure_writes += 1
             wrote = True
@@ -299,6 +292,31 @@ class ServiceTable:
             self._adds[name].clear()
             self._deletes[name].clear()
         return wrote or bool(first or changes)
+
+    async def _write_structure(self) -> None:
+        """The table's sets and rules, re-asserted in one transaction.
+
+        A table of ours whose sets nft will not re-declare (another
+        layout's, after an upgrade: a set of another type) is replaced in
+        the same transaction and every element written again after it:
+        services pause for that one element transaction rather than stay
+        on a layout this version cannot program.
+        """
+        layout = self.layout
+        script = layout.structure(self._pools)
+        result = await self._runner.run(["nft", "-f", "-"], stdin=script.encode(), check=False)
+        if result.returncode == 0:
+            return
+        where = f"{layout.family} {layout.table}"
+        replace = f"add table {where}\ndelete table {where}\n{script}"
+        again = await self._runner.run(["nft", "-f", "-"], stdin=replace.encode(), check=False)
+        if again.returncode != 0:
+            lines = again.stderr.decode(errors="replace").strip().splitlines()
+            raise ProgrammingError(
+                f"nft refused the {where} table: "
+                + (lines[0] if lines else f"exit {again.returncode}")
+            )
+        self._whole = True
 
     async def _write(self, changes: list[ElementChange]) -> None:
         if sum(len(c.elements) for c in changes) > _INLINE_ELEMENTS:
