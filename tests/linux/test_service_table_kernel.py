@@ -146,6 +146,13 @@ def test_a_table_of_another_layout_is_replaced_whole(netns: str) -> None:
         "port": 1,
         "remote": 1,
     }
+    listed = subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", "list", "set", "ip", "cali-svc", "fe"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "10.96.0.10 . tcp . 80" in listed and "10.0.0.1" not in listed
     table.set_service(web)  # nothing changed: nothing written
     writes = table.element_writes
     trio.run(table.apply)
