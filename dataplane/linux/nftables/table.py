@@ -17,6 +17,11 @@ same reading beside the applies, so a periodic check never delays one.
 
 Base chains (the hooks into the kernel's packet path) are chains of this
 table too, declared with their hook; other tables are never touched.
+
+A chain nft refuses is quarantined (``docs/quarantine.md``): nft names
+the script line it refused, the chain that line writes is set aside --
+the kernel keeps its last good version, or a fail-closed ``drop`` if it
+never had one -- and the rest is written in the same apply.
 """
 
 from __future__ import annotations
