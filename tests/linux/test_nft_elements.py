@@ -228,3 +228,59 @@ def test_encoded_elements_nest_as_netlink_attributes(key: bytes, data: bytes) ->
     if data:
         body += attr(2, attr(1, data), nested=True)  # NFTA_SET_ELEM_DATA { NFTA_DATA_VALUE }
     assert encoded(key, data) == attr(1, body, nested=True)  # NFTA_LIST_ELEM
+
+
+_INTERVALS = """
+import sys
+from dataplane.linux.nftables.elements import (
+    NFPROTO_IPV4, ElementChange, ElementWriter, addr, interval,
+)
+
+def net(start, end):
+    return interval(addr(start).value, addr(end).value if end else None)
+
+ranges = {
+    "10/8": net("10.0.0.0", "11.0.0.0"),
+    "192.168.1/24": net("192.168.1.0", "192.168.2.0"),
+    "top": net("255.255.255.0", None),
+}
+op, names = sys.argv[1], sys.argv[2].split(",")
+elements = tuple(e for n in names for e in ranges[n])
+ElementWriter()([ElementChange(op, NFPROTO_IPV4, "dp-int", "nets", elements)])
+"""
+
+
+def test_interval_elements_make_ranges_a_lookup_finds(module_netns: str) -> None:
+    """Single-field interval sets: a start element, an end element past the
+    range flagged as its end (none for a range to the last address)."""
+
+    def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["ip", "netns", "exec", module_netns, *argv],
+            capture_output=True,
+            text=True,
+            check=check,
+            cwd=REPO,
+        )
+
+    def found(address: str) -> bool:
+        return (
+            run(
+                "nft", "get", "element", "ip", "dp-int", "nets", f"{{ {address} }}", check=False
+            ).returncode
+            == 0
+        )
+
+    run("nft", "add", "table", "ip", "dp-int")
+    run("nft", "add", "set", "ip", "dp-int", "nets", "{ type ipv4_addr; flags interval; }")
+    try:
+        run(sys.executable, "-c", _INTERVALS, "add", "10/8,192.168.1/24,top")
+        listed = run("nft", "list", "set", "ip", "dp-int", "nets").stdout
+        assert "10.0.0.0/8" in listed and "192.168.1.0/24" in listed
+        assert "255.255.255.0/24" in listed
+        assert found("10.200.3.4") and found("192.168.1.255") and found("255.255.255.255")
+        assert not found("11.0.0.0") and not found("192.168.2.0") and not found("9.255.255.255")
+        run(sys.executable, "-c", _INTERVALS, "delete", "10/8")
+        assert not found("10.200.3.4") and found("192.168.1.7")
+    finally:
+        run("nft", "delete", "table", "ip", "dp-int", check=False)

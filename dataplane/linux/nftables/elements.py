@@ -45,6 +45,7 @@ __all__ = [
     "encoded",
     "ifname",
     "integer",
+    "interval",
     "key_of",
     "netfilter_socket",
     "port",
@@ -64,7 +65,8 @@ _SUBSYS_NFTABLES = 10
 _NEWSETELEM, _DELSETELEM = 12, 14
 _LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
 _LIST_ELEM = 1
-_ELEM_KEY, _ELEM_DATA, _ELEM_KEY_END = 1, 2, 10  # 9 is padding
+_ELEM_KEY, _ELEM_DATA, _ELEM_FLAGS, _ELEM_KEY_END = 1, 2, 3, 10  # 9 is padding
+_INTERVAL_END = 1  # NFT_SET_ELEM_INTERVAL_END
 _DATA_VALUE, _DATA_VERDICT = 1, 2
 _VERDICT_CODE, _VERDICT_CHAIN = 1, 2
 _VERDICTS = {"jump": -3, "goto": -4}  # NFT_JUMP, NFT_GOTO
@@ -146,6 +148,22 @@ def with_key(element: bytes, key: bytes) -> bytes:
     if len(key) != len(key_of(element)):
         raise ValueError("a key of another length changes the framing")
     return element[: _ENCODED_HEAD.size] + key + element[_ENCODED_HEAD.size + len(key) :]
+
+
+def interval(start: bytes, end: bytes | None) -> tuple[bytes, ...]:
+    """The elements of one range of a single-field set with ``flags
+    interval``: ``start``, and ``end`` -- the first value past the range --
+    flagged as an interval's end (None: the range runs to the last value,
+    and has no end element). The kernel finds, for a value, the greatest
+    element not above it: a start means inside, an end means outside, so
+    ranges must neither overlap nor touch (merge them first); deleting a
+    range deletes both elements."""
+    first = encoded(start)
+    if end is None:
+        return (first,)
+    flags = _attr(_ELEM_FLAGS, struct.pack("!I", _INTERVAL_END))
+    last = _nested(_LIST_ELEM, _nested(_ELEM_KEY, _attr(_DATA_VALUE, end)) + flags)
+    return (first, last)
 
 
 def ranged(key: bytes, key_end: bytes) -> bytes:
