@@ -1,0 +1,148 @@
+"""IP set members as native nftables set elements, and the sets' names and types. Pure.
+
+The three kinds of IP set Felix sends become three kinds of set in our own
+table (rules can look up only their own table's sets):
+
+* ``ip``: addresses, ``type ipv4_addr`` (``ipv6_addr``);
+* ``ip-and-port`` (named ports): ``ipv4_addr . inet_proto . inet_service``,
+  one element per ``address,protocol:port``;
+* ``net``: prefixes, a set with ``flags interval``. The kernel keeps
+  ranges as a start element and an end element (the first address past
+  the range, flagged as an end), and takes no two that overlap or touch:
+  the members are merged into ranges first, so a member added or removed
+  may change its neighbours' elements too (the difference is still
+  computed element by element).
+
+Members arrive canonical and checked (``managers/scalars.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import re
+import socket
+import sys
+from collections.abc import Iterable
+
+from dataplane.linux.nftables.elements import addr, concat, encoded, interval, port, proto
+from dataplane.model import IPSetType
+
+__all__ = ["elements_of", "expand", "listed_members", "member_version", "set_name", "set_type"]
+
+_LETTER = {IPSetType.IP: "0", IPSetType.NET: "n", IPSetType.IP_AND_PORT: "p"}
+_PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
+_READABLE = re.compile(r"[A-Za-z0-9_]{1,64}")
+_FAMILY = {4: socket.AF_INET, 6: socket.AF_INET6}
+
+
+def member_version(member: str) -> int:
+    # "10.0.0.1,tcp:80" has no colon in its address; an IPv6 one does.
+    return 6 if ":" in member.partition(",")[0] else 4
+
+
+def set_name(set_id: str, version: int, kind: IPSetType) -> str:
+    """Our name for ``set_id``'s IPv``version`` set: the id itself where nft
+    can spell it (after a dash), else a hash of it (after an underscore, so
+    the two forms never meet)."""
+    prefix = f"cali{version}{_LETTER[kind]}"
+    if _READABLE.fullmatch(set_id):
+        return f"{prefix}-{set_id}"
+    digest = base64.b32encode(hashlib.sha256(set_id.encode()).digest()).decode()
+    return f"{prefix}_{digest[:26].lower()}"
+
+
+def set_type(version: int, kind: IPSetType) -> str:
+    """The set's declaration body, as ``add set`` takes it."""
+    address = "ipv4_addr" if version == 4 else "ipv6_addr"
+    if kind is IPSetType.IP_AND_PORT:
+        return f"type {address} . inet_proto . inet_service"
+    if kind is IPSetType.NET:
+        return f"type {address}; flags interval"
+    return f"type {address}"
+
+
+def _address(text: str, version: int) -> bytes:
+    return socket.inet_pton(_FAMILY[version], text)
+
+
+def _ranges(members: Iterable[str], version: int) -> list[tuple[int, int]]:
+    """The members as merged [start, end) ranges: none overlap or touch."""
+    spans = sorted(
+        (int(net.network_address), int(net.broadcast_address) + 1)
+        for net in (ipaddress.ip_network(m) for m in members)
+    )
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def listed_members(kind: IPSetType, version: int, tokens: Iterable[str]) -> list[str]:
+    """Members, as :func:`elements_of` takes them, from the elements ``nft
+    list`` prints for one of our sets (``10.0.0.0/8``, ``10.5.0.0-10.6.255.255``
+    or an address for ranges; ``10.0.0.1 . tcp . 80`` for named ports)."""
+    if kind is IPSetType.IP_AND_PORT:
+        out = []
+        for token in tokens:
+            address, protocol, number = (part.strip() for part in token.split(" . "))
+            out.append(f"{address},{protocol}:{number}")
+        return out
+    if kind is IPSetType.IP:
+        return list(tokens)
+    nets: list[str] = []
+    for token in tokens:
+        first, dash, last = token.partition("-")
+        if not dash:
+            nets.append(token if "/" in token else f"{token}/{32 if version == 4 else 128}")
+            continue
+        low, high = ipaddress.ip_address(first), ipaddress.ip_address(last)
+        nets.extend(str(n) for n in ipaddress.summarize_address_range(low, high))
+    return nets
+
+
+def elements_of(kind: IPSetType, version: int, members: Iterable[str]) -> frozenset[bytes]:
+    """What the kernel must hold for these members of one family: one item
+    per element, or per range of a prefix set (see :func:`expand`)."""
+    if kind is IPSetType.IP:
+        return frozenset(encoded(_address(m, version)) for m in members)
+    if kind is IPSetType.IP_AND_PORT:
+        out = set()
+        for member in members:
+            address, _, proto_port = member.rpartition(",")
+            protocol, _, number = proto_port.partition(":")
+            key = concat((addr(address), proto(_PROTOCOLS[protocol]), port(int(number))))
+            out.add(encoded(key))
+        return frozenset(out)
+    width = 4 if version == 4 else 16
+    top = 1 << (8 * width)
+    # One item per range, its start and end elements together: a range
+    # changed is deleted whole and added whole in one transaction, as nft
+    # does it. (Deleting a range's start while keeping its end, beside a
+    # new start, is refused with EEXIST now and then by this kernel.)
+    return frozenset(
+        b"".join(
+            interval(
+                start.to_bytes(width, "big"), end.to_bytes(width, "big") if end < top else None
+            )
+        )
+        for start, end in _ranges(members, version)
+    )
+
+
+def expand(items: Iterable[bytes]) -> tuple[bytes, ...]:
+    """The kernel's elements of :func:`elements_of` items (a range's item
+    holds its two elements back to back)."""
+    out = []
+    for item in items:
+        at = 0
+        while at < len(item):
+            length = int.from_bytes(item[at : at + 2], sys.byteorder)
+            size = (length + 3) & ~3
+            out.append(item[at : at + size])
+            at += size
+    return tuple(out)

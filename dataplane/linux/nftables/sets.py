@@ -1,0 +1,356 @@
+"""IP sets as native nftables sets: ``nft -f`` to make them, elements for members.
+
+The nftables twin of :class:`~dataplane.linux.ipsets.programmer.IPSetsProgrammer`,
+with its interface, so the platform can hold either. Each set lives in
+our table of its family (rules look up only their own table's sets; the
+table is the policy table's ``NftTable``). Making and deleting sets is
+structure, one ``nft -f`` each; members are elements, written by our own
+element writer (:mod:`~dataplane.linux.nftables.elements`) as the
+difference from what was last written, every changed set in one
+transaction.
+
+What the kernel holds is known from what we wrote. At the first apply,
+after :meth:`NftSets.mark_for_resync` and after a refused write, the sets
+of ours in our tables are read back (parsed off the loop) and every
+wanted set is compared with what the kernel holds: the difference is
+written, which repairs any member deleted or added behind our back
+(never a flush and a refill: an interval set flushed and refilled in one
+transaction can be refused). A transaction the kernel refuses is written
+again set by set; a set refused alone is quarantined (its old members
+stay) and the others land -- unless every one of several fails, which is
+the tool's or the kernel's fault, not a set's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from dataplane.core.quarantine import Quarantine
+from dataplane.errors import ProgrammingError
+from dataplane.linux.kernel.cmd import CommandRunner, output_lines
+from dataplane.linux.kernel.errors import KERNEL_ERRORS
+from dataplane.linux.nftables.elements import NFPROTO_IPV4, NFPROTO_IPV6, ElementChange
+from dataplane.linux.nftables.serialise import nft_name
+from dataplane.linux.nftables.set_elements import (
+    elements_of,
+    expand,
+    listed_members,
+    member_version,
+    set_name,
+    set_type,
+)
+from dataplane.model import IPSet, IPSetType
+
+__all__ = ["NftSets", "listed_sets"]
+
+_FAMILY = {4: ("ip", NFPROTO_IPV4), 6: ("ip6", NFPROTO_IPV6)}
+_LISTED_SET = re.compile(r"^\tset (cali[46][0np][-_][A-Za-z0-9_]+) \{$")
+_KINDS = {"0": IPSetType.IP, "n": IPSetType.NET, "p": IPSetType.IP_AND_PORT}
+
+
+def listed_sets(listing: bytes) -> dict[str, list[str]]:
+    """Our sets in ``nft list sets`` output, each with its elements as nft
+    prints them; line by line, so a worker parsing it lets the loop in."""
+    sets: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    inside = False
+    for raw in output_lines(listing):
+        line = raw.rstrip("\n")
+        named = _LISTED_SET.match(line)
+        if named:
+            current, inside = sets.setdefault(named.group(1), []), False
+            continue
+        if current is None:
+            continue
+        text = line.strip()
+        if text.startswith("elements = {"):
+            inside, text = True, text.removeprefix("elements = {")
+        if inside:
+            closing = text.endswith("}")
+            text = text.removesuffix("}")
+            current.extend(t.strip() for t in text.split(",") if t.strip())
+            if closing:
+                current, inside = None, False
+        elif line.startswith("\t}"):
+            current = None
+    return sets
+
+
+ElementSink = Callable[[Sequence[ElementChange]], None]
+
+
+@dataclass(slots=True)
+class _Wanted:
+    kind: IPSetType
+    members: dict[int, set[str]]  # canonical members, by IP version
+
+
+class NftSets:
+    """Desired IP sets in, native sets of our tables out.
+
+    Args:
+        runner: runs ``nft`` (in a namespace, or a fake).
+        writer: writes element transactions (:class:`ElementWriter`).
+        tables: our table's name for each IP version programmed.
+    """
+
+    def __init__(
+        self,
+        runner: CommandRunner,
+        writer: ElementSink,
+        tables: Mapping[int, str],
+        *,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self._runner = runner
+        self._writer = writer
+        self._tables = {v: nft_name(t) for v, t in tables.items()}
+        self._versions = tuple(sorted(self._tables))
+        self.quarantine: Quarantine[str] = Quarantine(clock)
+        self._refusals: list[tuple[str, str]] = []
+        self._wanted: dict[str, _Wanted] = {}
+        self._dirty: set[str] = set()
+        # Our sets the kernel holds, by (version, name), and their elements
+        # as read back or last written; None: read them (again) first.
+        self._held: dict[tuple[int, str], frozenset[bytes]] | None = None
+
+    # -- desired state (no I/O) ---------------------------------------------
+
+    def replace(self, ipset: IPSet) -> None:
+        """Desired state of the set is exactly ``ipset``."""
+        members: dict[int, set[str]] = {v: set() for v in self._versions}
+        for member in ipset.members:
+            bucket = members.get(member_version(member))
+            if bucket is not None:  # None: an IPv6 member with IPv6 off
+                bucket.add(member)
+        # (Another type is another name: the old set goes at apply_deletions.)
+        self._wanted[ipset.id] = _Wanted(ipset.type, members)
+        self.quarantine.release(ipset.id)
+        self._dirty.add(ipset.id)
+
+    def update_members(self, set_id: str, added: frozenset[str], removed: frozenset[str]) -> None:
+        """Remove then add members of a set given to :meth:`replace` before."""
+        wanted = self._wanted.get(set_id)
+        if wanted is None:
+            raise KeyError(f"IP set {set_id!r}: member update for a set never replaced")
+        for member in removed:
+            wanted.members.get(member_version(member), set()).discard(member)
+        for member in added:
+            bucket = wanted.members.get(member_version(member))
+            if bucket is not None:
+                bucket.add(member)
+        self.quarantine.release(set_id)
+        self._dirty.add(set_id)
+
+    def remove(self, set_id: str) -> None:
+        """The set is no longer wanted; :meth:`apply_deletions` deletes it."""
+        self._wanted.pop(set_id, None)
+        self.quarantine.release(set_id)
+        self._dirty.discard(set_id)
+
+    def kernel_name(self, set_id: str, version: int) -> str:
+        """The name rules use to look up ``set_id``'s IPv``version`` members."""
+        return set_name(set_id, version, self._wanted[set_id].kind)
+
+    def wants(self, set_id: str) -> bool:
+        return set_id in self._wanted
+
+    def counts(self) -> dict[int, int]:
+        """Kernel sets desired per IP version (one per desired set and version)."""
+        return dict.fromkeys(self._versions, len(self._wanted))
+
+    def desired_ids(self) -> frozenset[str]:
+        return frozenset(self._wanted)
+
+    def mark_for_resync(self) -> None:
+        """List our sets again at the next apply and rewrite every member."""
+        self._held = None
+
+    # -- programming ----------------------------------------------------------
+
+    async def _listed(self) -> dict[tuple[int, str], frozenset[bytes]]:
+        """Our sets the kernel holds and their elements: read (our tables
+        only) at the first apply and after a resync, then kept up to date."""
+        if self._held is None:
+            held: dict[tuple[int, str], frozenset[bytes]] = {}
+            for v in self._versions:
+                family = _FAMILY[v][0]
+                argv = ["nft", "list", "sets", "table", family, self._tables[v]]
+                result = await self._runner.run(argv, check=False)
+                if result.returncode == 0:  # else: no table yet, no sets
+                    # Large sets are megabytes of text: parsed off the loop.
+                    listed = await trio.to_thread.run_sync(listed_sets, result.stdout)
+                    for name, tokens in listed.items():
+                        held[(v, name)] = elements_of(
+                            _KINDS[name[5]], v, listed_members(_KINDS[name[5]], v, tokens)
+                        )
+            self._held = held
+            # Every wanted set is compared with what was read. (Never a
+            # flush and a refill: an interval set refilled in the
+            # transaction that flushes it can be refused with EEXIST.)
+            self._dirty |= set(self._wanted)
+        return self._held
+
+    def _names(self, set_id: str) -> dict[int, str]:
+        return {v: self.kernel_name(set_id, v) for v in self._versions}
+
+    async def apply_updates(self) -> None:
+        """Make new sets, then write every changed set's members in one transaction."""
+        held = await self._listed()
+        due = {i for i in self.quarantine.due() if i in self._wanted}
+        ids = sorted(
+            i
+            for i in (self._dirty & self._wanted.keys()) | due
+            if i not in self.quarantine or i in due
+        )
+        await self._make(held, ids)
+        plans = {set_id: self._plan(held, set_id) for set_id in ids}
+        plans = {i: p for i, p in plans.items() if p}
+        if plans:
+            try:
+                await self._write([c for changes, _ in plans.values() for c in changes])
+            except KERNEL_ERRORS:
+                await self._isolate(plans)
+            else:
+                for set_id, (_, written) in plans.items():
+                    held.update(written)
+                    self.quarantine.release(set_id)
+        self._dirty -= set(ids)
+
+    async def _make(self, held: dict[tuple[int, str], frozenset[bytes]], ids: list[str]) -> None:
+        lines = []
+        for v in self._versions:
+            family = _FAMILY[v][0]
+            table = f"{family} {self._tables[v]}"
+            new = [
+                (set_id, name)
+                for set_id in ids
+                if (v, name := self.kernel_name(set_id, v)) not in held
+            ]
+            if new:
+                lines.append(f"add table {table}")
+            lines += [
+                f"add set {table} {name} {{ {set_type(v, self._wanted[set_id].kind)}; }}"
+                for set_id, name in new
+            ]
+        if not lines:
+            return
+        result = await self._runner.run(
+            ["nft", "-f", "-"], stdin="".join(f"{line}\n" for line in lines).encode(), check=False
+        )
+        if result.returncode != 0:
+            message = result.stderr.decode(errors="replace").strip().splitlines()
+            raise ProgrammingError(
+                "nft refused new IP sets: " + (message[0] if message else "no reason given")
+            )
+        for v in self._versions:
+            for set_id in ids:
+                held.setdefault((v, self.kernel_name(set_id, v)), frozenset())
+
+    def _plan(
+        self, held: Mapping[tuple[int, str], frozenset[bytes]], set_id: str
+    ) -> tuple[list[ElementChange], dict[tuple[int, str], frozenset[bytes]]]:
+        """The element changes that make ``set_id`` as wanted, and what the
+        kernel then holds of it."""
+        wanted = self._wanted[set_id]
+        changes: list[ElementChange] = []
+        written: dict[tuple[int, str], frozenset[bytes]] = {}
+        for v in self._versions:
+            name = self.kernel_name(set_id, v)
+            family, table = _FAMILY[v][1], self._tables[v]
+            want = elements_of(wanted.kind, v, wanted.members[v])
+            have = held.get((v, name))
+            if have is None:  # made just now
+                have = frozenset()
+            if have != want:
+                # Deletes first: a range's end may be the next one's start.
+                if have - want:
+                    changes.append(
+                        ElementChange("delete", family, table, name, expand(have - want))
+                    )
+                if want - have:
+                    changes.append(ElementChange("add", family, table, name, expand(want - have)))
+            else:
+                continue
+            written[(v, name)] = want
+        return changes, written
+
+    async def _write(self, changes: list[ElementChange]) -> None:
+        if sum(len(c.elements) for c in changes) > 2_000:
+            await trio.to_thread.run_sync(self._writer, changes)  # large: off the loop
+        else:
+            self._writer(changes)
+
+    async def _isolate(
+        self,
+        plans: Mapping[str, tuple[list[ElementChange], dict[tuple[int, str], frozenset[bytes]]]],
+    ) -> None:
+        """Write each set alone; quarantine those the kernel refuses.
+
+        Raises:
+            ProgrammingError: every one of several sets failed: the fault is
+                not a set's, nothing is quarantined, the apply fails whole.
+        """
+        held = self._held
+        assert held is not None
+        failed: list[tuple[str, BaseException]] = []
+        for set_id, (changes, written) in plans.items():
+            try:
+                await self._write(changes)
+            except KERNEL_ERRORS as exc:
+                failed.append((set_id, exc))
+            else:
+                held.update(written)
+                self.quarantine.release(set_id)
+        if failed:
+            # What a refused set holds is read back before the next write
+            # (never a flush and a refill: see _listed).
+            self._held = None
+        if len(failed) > 1 and len(failed) == len(plans):
+            raise ProgrammingError(f"the kernel refused every IP set: {failed[0][1]}")
+        for set_id, error in failed:
+            if self.quarantine.reject(set_id, str(error)):
+                self._refusals.append((set_id, str(error)))
+
+    def held_back(self) -> dict[str, str]:
+        """IP sets (by id) in quarantine now, and the kernel's reason."""
+        return self.quarantine.reasons()
+
+    def take_refusals(self) -> list[tuple[str, str]]:
+        """(set id, the kernel's reason) of sets newly quarantined since the last call."""
+        refusals, self._refusals = self._refusals, []
+        return refusals
+
+    async def apply_deletions(self) -> None:
+        """Delete our sets no longer wanted. Call once no rule references them."""
+        held = await self._listed()
+        wanted = {(v, n) for set_id in self._wanted for v, n in self._names(set_id).items()}
+        stale = sorted(key for key in held if key not in wanted)
+        if stale:
+            await self._delete(stale)
+            for key in stale:
+                del held[key]
+
+    async def _delete(self, keys: list[tuple[int, str]]) -> None:
+        lines = [f"delete set {_FAMILY[v][0]} {self._tables[v]} {name}\n" for v, name in keys]
+        result = await self._runner.run(
+            ["nft", "-f", "-"], stdin="".join(lines).encode(), check=False
+        )
+        if result.returncode != 0:
+            message = result.stderr.decode(errors="replace").strip().splitlines()
+            raise ProgrammingError(
+                "nft refused to delete IP sets: " + (message[0] if message else "no reason given")
+            )
+
+    async def cleanup_all(self) -> None:
+        """Delete every set of ours in our tables, wanted or not; nothing else."""
+        self._held = None
+        held = await self._listed()
+        if held:
+            await self._delete(sorted(held))
+        self._held = {}
+        self._dirty = set(self._wanted)

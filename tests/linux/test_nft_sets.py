@@ -1,0 +1,291 @@
+"""Native nftables IP sets: members as elements, and the programmer, on the fake and the kernel.
+
+Without a kernel: names nft can spell, merged ranges for prefix sets, and
+the programmer against the kernel-like fake of ``test_service_layout``
+(deltas only, a refused set quarantined while the others land). With a
+kernel, in a throwaway namespace: what ``nft get element`` finds after
+each change, a set deleted behind our back quarantined and then repaired
+by a resync, sets no longer wanted deleted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from collections.abc import Sequence
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dataplane.errors import ProgrammingError
+from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.kernel.netns import socket_in
+from dataplane.linux.nftables.elements import (
+    ElementChange,
+    ElementWriter,
+    encoded,
+    interval,
+    netfilter_socket,
+)
+from dataplane.linux.nftables.serialise import nft_name
+from dataplane.linux.nftables.set_elements import elements_of, expand, listed_members, set_name
+from dataplane.linux.nftables.sets import NftSets, listed_sets
+from dataplane.model import IPSet, IPSetType
+from testbed.topology import kernel_unavailable
+from tests.linux.test_service_layout import FakeSets, Nft
+
+
+def v4(text: str) -> bytes:
+    return ipaddress.IPv4Address(text).packed
+
+
+@given(st.text(min_size=1, max_size=80))
+def test_every_set_id_gets_a_name_nft_can_spell_and_no_two_meet(set_id: str) -> None:
+    name = set_name(set_id, 4, IPSetType.NET)
+    assert nft_name(name) == name
+    assert set_name(set_id, 6, IPSetType.NET) != name != set_name(set_id, 4, IPSetType.IP)
+    other = set_id + "x"
+    assert set_name(other, 4, IPSetType.NET) != name
+
+
+def test_prefixes_become_merged_ranges_each_one_item() -> None:
+    got = elements_of(
+        IPSetType.NET, 4, ["10.0.0.0/24", "10.0.1.0/24", "10.0.0.128/25", "10.9.0.1/32"]
+    )
+    want = {
+        b"".join(interval(v4("10.0.0.0"), v4("10.0.2.0"))),  # touching and nested: one range
+        b"".join(interval(v4("10.9.0.1"), v4("10.9.0.2"))),
+    }
+    assert got == want
+    assert set(expand(got)) == {
+        *interval(v4("10.0.0.0"), v4("10.0.2.0")),
+        *interval(v4("10.9.0.1"), v4("10.9.0.2")),
+    }
+    assert elements_of(IPSetType.NET, 4, ["0.0.0.0/0"]) == set(interval(v4("0.0.0.0"), None))
+    assert elements_of(IPSetType.IP, 4, ["10.0.0.1"]) == {encoded(v4("10.0.0.1"))}
+
+
+# As nft prints it: blocks a tab in, a long element list wrapped.
+LISTING = "\n".join(
+    [
+        "table ip calico {",
+        "\tset cali4n-nets {",
+        "\t\ttype ipv4_addr",
+        "\t\tflags interval",
+        "\t\telements = { 10.2.0.0/16, 10.5.0.0-10.6.255.255,",
+        "\t\t\t     10.9.0.1 }",
+        "\t}",
+        "\tset cali4p-ports {",
+        "\t\ttype ipv4_addr . inet_proto . inet_service",
+        "\t\telements = { 10.0.0.1 . tcp . 80 }",
+        "\t}",
+        "\tset someone-elses {",
+        "\t\ttype ipv4_addr",
+        "\t\telements = { 1.2.3.4 }",
+        "\t}",
+        "\tset cali40-empty {",
+        "\t\ttype ipv4_addr",
+        "\t}",
+        "}",
+        "",
+    ]
+).encode()
+
+
+def test_a_listing_reads_back_as_the_same_items() -> None:
+    listed = listed_sets(LISTING)
+    assert listed == {
+        "cali4n-nets": ["10.2.0.0/16", "10.5.0.0-10.6.255.255", "10.9.0.1"],
+        "cali4p-ports": ["10.0.0.1 . tcp . 80"],
+        "cali40-empty": [],
+    }
+    nets = listed_members(IPSetType.NET, 4, listed["cali4n-nets"])
+    assert elements_of(IPSetType.NET, 4, nets) == elements_of(
+        IPSetType.NET, 4, ["10.2.0.0/16", "10.5.0.0/16", "10.6.0.0/16", "10.9.0.1/32"]
+    )
+    ports = listed_members(IPSetType.IP_AND_PORT, 4, listed["cali4p-ports"])
+    assert ports == ["10.0.0.1,tcp:80"]
+
+
+class Recording:
+    def __init__(self, fake: FakeSets) -> None:
+        self.fake = fake
+        self.transactions: list[list[tuple[str, str, int]]] = []
+
+    def __call__(self, changes: Sequence[ElementChange]) -> None:
+        self.transactions.append(sorted((c.op, c.set, len(c.elements)) for c in changes))
+        self.fake(changes)
+
+
+def test_changes_are_deltas_and_a_refused_set_waits_while_the_others_land() -> None:
+    now = [0.0]
+    fake = FakeSets()
+    writer = Recording(fake)
+    sets = NftSets(Nft(), writer, {4: "calico"}, clock=lambda: now[0])
+    sets.replace(IPSet("a", IPSetType.IP, frozenset({"10.0.0.1", "10.0.0.2", "fd00::1"})))
+    sets.replace(IPSet("b", IPSetType.NET, frozenset({"10.1.0.0/16"})))
+    trio.run(sets.apply_updates)
+    a, b = sets.kernel_name("a", 4), sets.kernel_name("b", 4)
+    assert fake.contents() == {
+        a: {encoded(v4("10.0.0.1")), encoded(v4("10.0.0.2"))},  # IPv6 off: its member ignored
+        b: set(interval(v4("10.1.0.0"), v4("10.2.0.0"))),
+    }
+    writer.transactions.clear()
+    sets.update_members("a", frozenset({"10.0.0.3"}), frozenset({"10.0.0.1"}))
+    trio.run(sets.apply_updates)
+    assert writer.transactions == [[("add", a, 1), ("delete", a, 1)]]
+
+    # The kernel refuses b's change alone: b waits, a lands.
+    def refuse_b(changes: Sequence[ElementChange]) -> None:
+        if any(c.set == b for c in changes):
+            raise OSError(2, "no such set")
+        fake(changes)
+
+    sets._writer = refuse_b
+    sets.update_members("a", frozenset({"10.0.0.4"}), frozenset())
+    sets.update_members("b", frozenset({"10.3.0.0/16"}), frozenset())
+    trio.run(sets.apply_updates)
+    assert encoded(v4("10.0.0.4")) in fake.contents()[a]
+    assert set(sets.held_back()) == {"b"}
+    assert [i for i, _ in sets.take_refusals()] == ["b"] and sets.take_refusals() == []
+    # Every set refused: the kernel's fault, not a set's: the apply fails.
+    sets.update_members("a", frozenset({"10.0.0.5"}), frozenset())
+    sets._writer = lambda changes: (_ for _ in ()).throw(OSError(12, "no memory"))
+    sets.replace(IPSet("c", IPSetType.IP, frozenset({"10.0.0.9"})))
+    with pytest.raises(ProgrammingError, match="refused every IP set"):
+        trio.run(sets.apply_updates)
+    # The retry, when due, writes b whole (what it holds was unknown).
+    sets._writer = writer
+    now[0] += 3600
+    trio.run(sets.apply_updates)
+    assert sets.held_back() == {}
+    assert fake.contents()[b] == {
+        *interval(v4("10.1.0.0"), v4("10.2.0.0")),
+        *interval(v4("10.3.0.0"), v4("10.4.0.0")),
+    }
+
+
+# --- the kernel ---------------------------------------------------------------------------
+
+kernel = pytest.mark.skipif(kernel_unavailable() is not None, reason=str(kernel_unavailable()))
+
+
+def _has(netns: str, family: str, name: str, element: str) -> bool:
+    argv = ["ip", "netns", "exec", netns, "nft", "get", "element", family, "calico", name]
+    return (
+        subprocess.run([*argv, f"{{ {element} }}"], capture_output=True, check=False).returncode
+        == 0
+    )
+
+
+def _sets(netns: str) -> str:
+    argv = ["ip", "netns", "exec", netns, "nft", "-t", "list", "sets"]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+@kernel
+def test_native_sets_hold_what_is_wanted_and_resync_repairs_them(netns: str) -> None:
+    writer = ElementWriter(lambda: socket_in(netns, netfilter_socket))
+    sets = NftSets(ProcessRunner(netns), writer, {4: "calico", 6: "calico"})
+    sets.replace(IPSet("s:web", IPSetType.IP, frozenset({"10.0.0.1", "fd00::1"})))
+    sets.replace(IPSet("nets", IPSetType.NET, frozenset({"10.1.0.0/16", "10.2.0.0/16"})))
+    sets.replace(IPSet("ports", IPSetType.IP_AND_PORT, frozenset({"10.0.0.1,tcp:80"})))
+
+    async def apply() -> None:
+        await sets.apply_updates()
+        await sets.apply_deletions()
+
+    trio.run(apply)
+    web, nets, ports = (sets.kernel_name(i, 4) for i in ("s:web", "nets", "ports"))
+    assert _has(netns, "ip", web, "10.0.0.1") and not _has(netns, "ip", web, "10.0.0.2")
+    assert _has(netns, "ip6", sets.kernel_name("s:web", 6), "fd00::1")
+    assert _has(netns, "ip", nets, "10.2.255.255") and not _has(netns, "ip", nets, "10.3.0.0")
+    assert _has(netns, "ip", ports, "10.0.0.1 . tcp . 80")
+    assert not _has(netns, "ip", ports, "10.0.0.1 . udp . 80")
+
+    # Deltas: a range split in two by a removed member, an address gone.
+    sets.update_members("nets", frozenset({"10.5.0.0/16"}), frozenset({"10.1.0.0/16"}))
+    sets.update_members("s:web", frozenset(), frozenset({"10.0.0.1"}))
+    trio.run(apply)
+    assert not _has(netns, "ip", nets, "10.1.0.1") and _has(netns, "ip", nets, "10.2.0.1")
+    assert _has(netns, "ip", nets, "10.5.0.1") and not _has(netns, "ip", web, "10.0.0.1")
+
+    # A set deleted behind our back: its change is refused alone, it waits.
+    subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", "delete", "set", "ip", "calico", web], check=True
+    )
+    sets.update_members("s:web", frozenset({"10.0.0.7"}), frozenset())
+    sets.update_members("nets", frozenset({"10.6.0.0/16"}), frozenset())
+    trio.run(apply)
+    assert _has(netns, "ip", nets, "10.6.0.1")
+    assert set(sets.held_back()) == {"s:web"}
+    # A resync lists the sets again and writes every one whole.
+    subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", "flush", "set", "ip", "calico", nets], check=True
+    )
+    sets.mark_for_resync()
+    sets.replace(IPSet("s:web", IPSetType.IP, frozenset({"10.0.0.7"})))  # (a new value: released)
+    trio.run(apply)
+    assert _has(netns, "ip", web, "10.0.0.7") and _has(netns, "ip", nets, "10.6.0.1")
+    assert sets.held_back() == {}
+
+    # Not wanted any more: deleted; nothing else in the table is.
+    sets.remove("ports")
+    trio.run(apply)
+    assert ports not in _sets(netns) and nets in _sets(netns)
+    trio.run(sets.cleanup_all)
+    assert "cali4" not in _sets(netns) and "cali6" not in _sets(netns)
+
+
+prefixes = st.builds(
+    lambda a, b, length: str(ipaddress.ip_network(f"10.{a}.{b}.0/{length}", strict=False)),
+    st.integers(0, 3),
+    st.integers(0, 255),
+    st.sampled_from([8, 14, 15, 16, 22, 23, 24, 32]),
+)
+
+
+@kernel
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(st.frozensets(prefixes, max_size=4), st.frozensets(prefixes, max_size=4)),
+        max_size=8,
+    )
+)
+def test_prefix_sets_follow_any_member_changes(
+    module_netns: str, changes: list[tuple[frozenset[str], frozenset[str]]]
+) -> None:
+    """Ranges merge, split and touch as members come and go: after every
+    apply the kernel's set is the wanted ranges and nothing was refused."""
+    writer = ElementWriter(lambda: socket_in(module_netns, netfilter_socket))
+    sets = NftSets(ProcessRunner(module_netns), writer, {4: "calico"})
+    members: set[str] = set()
+    sets.replace(IPSet("nets", IPSetType.NET, frozenset()))
+    try:
+        for added, removed in changes:
+            sets.update_members("nets", added, removed)
+            members = (members - removed) | added
+            trio.run(sets.apply_updates)
+            assert sets.held_back() == {}
+            argv = [
+                "ip",
+                "netns",
+                "exec",
+                module_netns,
+                "nft",
+                "list",
+                "sets",
+                "table",
+                "ip",
+                "calico",
+            ]
+            listing = subprocess.run(argv, capture_output=True, check=True).stdout
+            held = listed_members(IPSetType.NET, 4, listed_sets(listing)["cali4n-nets"])
+            assert elements_of(IPSetType.NET, 4, held) == elements_of(IPSetType.NET, 4, members)
+    finally:
+        trio.run(sets.cleanup_all)
