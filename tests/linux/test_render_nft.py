@@ -28,21 +28,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
+import trio
 from hypothesis import given, seed, target
 from hypothesis import strategies as st
 
 from dataplane.config import Config, parse_config
 from dataplane.linux.iptables.serialise import IptablesSerialiser
+from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.kernel.netns import socket_in
+from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
+from dataplane.linux.nftables.sets import NftSets
+from dataplane.linux.nftables.table import NftTable
+from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.rule import RuleRenderer
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.rules.rule import PROFILE_TIER, TableRule
 from dataplane.managers import convert
-from dataplane.model import Policy, PolicyKey, Rule
+from dataplane.model import IPSet, Policy, PolicyKey, Rule
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.linux.test_render_kernel import (
+    _KINDS,
     ADDRESS_SETS,
     ALL_HOSTS,
     ALL_POOLS,
@@ -254,3 +262,53 @@ def test_every_table_commits_on_nft(module_netns: str, state: NodeState, extra: 
         for table, (chains, hooks) in tables.items():
             text, wanted = table_script(version, table, chains, hooks)
             commit(module_netns, version, table, text, wanted)
+
+
+@seed(20261124)
+@_settings(
+    "test_render_nft.test_a_whole_node_lands_in_one_table_per_family", max(EXAMPLES // 8, 10)
+)
+@given(state=node_states(), extra=drawn())
+def test_a_whole_node_lands_in_one_table_per_family(
+    module_netns: str, state: NodeState, extra: Drawn
+) -> None:
+    """The programmers' own path: the node's IP sets as native sets
+    (NftSets), the four tables as views of one NftTable per family, chains
+    named by their table and jumps with them; the kernel takes it all in
+    one transaction per family and holds what was rendered."""
+    kinds = {**ADDRESS_SETS, **PORT_SETS}
+    runner = ProcessRunner(module_netns)
+    writer = ElementWriter(lambda: socket_in(module_netns, netfilter_socket))
+    sets = NftSets(runner, writer, {4: "dp-node", 6: "dp-node"})
+    for set_id in _ALL_SETS:
+        sets.replace(IPSet(set_id, _KINDS[kinds.get(set_id, "hash:net")], frozenset()))
+    for version in (4, 6):
+        family = "ip" if version == 4 else "ip6"
+        table = NftTable(family, "dp-node", runner)
+        wanted: dict[str, int] = {}
+        for name in ("raw", "mangle", "nat", "filter"):
+            view = NftTableView(table, name, version)
+            rendered = render_model_tables(
+                state,
+                version,
+                partial(NftSerialiser, version, chain_prefix=view.prefix),
+                sets.kernel_name,
+                {PolicyKey("drawn"): Policy("t", extra.inbound, extra.outbound)},
+            )
+            chains, hooks = rendered[name]
+            view.set_chains(chains)
+            for builtin, rules in hooks.items():
+                view.set_hooks(builtin, rules)
+            wanted |= {view.prefix + c.name: len(c.rules) for c in chains}
+            wanted |= {view.prefix + b: len(r) for b, r in hooks.items()}
+
+        async def program(table: NftTable = table) -> None:
+            await sets.apply_updates()
+            await table.apply()
+
+        try:
+            trio.run(program)
+            assert table.held_back() == {}
+            assert held_in(module_netns, family, "dp-node") == wanted
+        finally:
+            trio.run(table.cleanup)

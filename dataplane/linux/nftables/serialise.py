@@ -131,7 +131,8 @@ def mark_text(mask: int, value: int) -> str:
     return f"meta mark set {keep} | {value:#x}" if value else f"meta mark set {keep}"
 
 
-def action_text(action: Action | None) -> str:
+def action_text(action: Action | None, chain_prefix: str = "") -> str:
+    """``action`` in nft syntax; jumps and gotos to ``chain_prefix`` + the chain."""
     match action:
         case None:
             return ""
@@ -146,9 +147,9 @@ def action_text(action: Action | None) -> str:
         case Return():
             return "return"
         case Jump(chain):
-            return f"jump {nft_name(chain)}"
+            return f"jump {nft_name(chain_prefix + chain)}"
         case Goto(chain):
-            return f"goto {nft_name(chain)}"
+            return f"goto {nft_name(chain_prefix + chain)}"
         case SetMark(mask, value):
             return mark_text(mask, value)
         case Dnat(to):
@@ -260,10 +261,15 @@ class _Rendering:
 
 @dataclass(frozen=True, slots=True)
 class NftSerialiser:
-    """Model rules to nft rules for one IP version; ``marks`` gives the scratch bits."""
+    """Model rules to nft rules for one IP version; ``marks`` gives the scratch bits.
+
+    ``chain_prefix`` names the iptables table a chain belongs to in our one
+    nft table per family (``filter-``): every jump and goto gets it.
+    """
 
     version: int
     marks: Marks | None = None
+    chain_prefix: str = ""
 
     def rule(self, rule: TableRule) -> list[NftRule]:
         out = _Rendering(self.version, ScratchBits(self.marks), rule.origin)
@@ -272,7 +278,7 @@ class NftSerialiser:
         statements = out.parts
         if rule.counts:
             statements = [*statements, "counter"]
-        action = action_text(rule.action)
+        action = action_text(rule.action, self.chain_prefix)
         if action:
             statements = [*statements, action]
         comment = safe_comment(rule.comment)

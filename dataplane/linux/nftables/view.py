@@ -1,0 +1,82 @@
+"""One iptables table's chains inside our one nftables table per family.
+
+The writers program tables by their iptables names (``filter``, ``nat``,
+``mangle``, ``raw``) and their chains and hooks by iptables' names
+(``cali-INPUT``, the built-in ``INPUT``). On nftables all four live in one
+table per family (their IP sets must sit beside the rules that look them
+up), so a view gives each its share of it: chain ``cali-INPUT`` of
+``filter`` is ``filter-cali-INPUT``, and the built-in ``INPUT`` is base
+chain ``filter-INPUT``, hooked where iptables' would be, at iptables'
+priority for that table. The rules' jumps carry the same prefix (the
+serialiser's ``chain_prefix``). This is the layout Felix's nftables mode
+uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from dataplane.linux.nftables.serialise import NftRule
+from dataplane.linux.nftables.table import BaseChain, NftTable
+from dataplane.linux.rules.chain import Chain
+
+__all__ = ["HOOKS", "NftTableView"]
+
+# iptables' priorities, as nft numbers them (nft names some, but not for
+# every hook: "dstnat" is refused on output).
+_PRIORITY = {"raw": -300, "mangle": -150, "filter": 0}
+_NAT = {"PREROUTING": -100, "OUTPUT": -100, "INPUT": 100, "POSTROUTING": 100}
+
+# The built-in chains of each table, and how their base chains hook in.
+HOOKS: dict[str, dict[str, str]] = {
+    "raw": {
+        b: f"type filter hook {b.lower()} priority {_PRIORITY['raw']}"
+        for b in ("PREROUTING", "OUTPUT")
+    },
+    "mangle": {
+        b: f"type filter hook {b.lower()} priority {_PRIORITY['mangle']}"
+        for b in ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+    },
+    "nat": {b: f"type nat hook {b.lower()} priority {p}" for b, p in _NAT.items()},
+    "filter": {
+        b: f"type filter hook {b.lower()} priority {_PRIORITY['filter']}"
+        for b in ("INPUT", "FORWARD", "OUTPUT")
+    },
+}
+
+
+class NftTableView:
+    """iptables table ``name`` (IPv``version``) as a share of ``table``."""
+
+    def __init__(self, table: NftTable, name: str, version: int) -> None:
+        if name not in HOOKS:
+            raise ValueError(f"not a table of ours: {name}")
+        self.table = table
+        self.name = name
+        self.version = version
+        self.prefix = f"{name}-"
+        self._chains: set[str] = set()  # this view's chains, unprefixed
+
+    def update_chain(self, chain: Chain[NftRule]) -> None:
+        self._chains.add(chain.name)
+        self.table.update_chain(Chain(self.prefix + chain.name, chain.rules))
+
+    def remove_chain(self, name: str) -> None:
+        self._chains.discard(name)
+        self.table.remove_chain(self.prefix + name)
+
+    def set_chains(self, chains: Iterable[Chain[NftRule]]) -> None:
+        """Exactly ``chains`` in this view; the other tables' chains stay."""
+        wanted = list(chains)
+        names = {c.name for c in wanted}
+        for stale in self._chains - names:
+            self.remove_chain(stale)
+        for chain in wanted:
+            self.update_chain(chain)
+
+    def set_hooks(self, builtin: str, rules: Sequence[NftRule]) -> None:
+        """Our rules in the base chain standing for built-in ``builtin``."""
+        spec = HOOKS[self.name].get(builtin)
+        if spec is None:
+            raise ValueError(f"{self.name} has no built-in chain {builtin}")
+        self.table.set_base_chain(BaseChain(self.prefix + builtin, spec, tuple(rules)))
