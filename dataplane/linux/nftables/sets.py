@@ -167,7 +167,7 @@ class NftSets:
         return frozenset(self._wanted)
 
     def mark_for_resync(self) -> None:
-        """List our sets again at the next apply and rewrite every member."""
+        """Read our sets back at the next apply and write what differs (repairs tampering)."""
         self._held = None
 
     # -- programming ----------------------------------------------------------
@@ -209,7 +209,7 @@ class NftSets:
         )
         await self._make(held, ids)
         plans = {set_id: self._plan(held, set_id) for set_id in ids}
-        plans = {i: p for i, p in plans.items() if p}
+        plans = {i: p for i, p in plans.items() if p[0]}  # sets that differ
         if plans:
             try:
                 await self._write([c for changes, _ in plans.values() for c in changes])
