@@ -10,8 +10,9 @@ table (rules can look up only their own table's sets):
   ranges as a start element and an end element (the first address past
   the range, flagged as an end), and takes no two that overlap or touch:
   the members are merged into ranges first, so a member added or removed
-  may change its neighbours' elements too (the difference is still
-  computed element by element).
+  may change its neighbours' ranges too; the difference is computed range
+  by range, a changed range deleted and added whole (see
+  :func:`elements_of`).
 
 Members arrive canonical and checked (``managers/scalars.py``).
 """
