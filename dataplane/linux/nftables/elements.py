@@ -30,12 +30,15 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import trio
+
 __all__ = [
     "NFPROTO_INET",
     "NFPROTO_IPV4",
     "NFPROTO_IPV6",
     "Element",
     "ElementChange",
+    "ElementSink",
     "ElementWriter",
     "Field",
     "Verdict",
@@ -51,6 +54,7 @@ __all__ = [
     "port",
     "proto",
     "ranged",
+    "send",
     "with_key",
 ]
 
@@ -318,6 +322,22 @@ def encode_batch(changes: Sequence[ElementChange], first_seq: int = 1) -> tuple[
             seq += 1
     out.append(_message(_BATCH_END, _F_REQUEST, seq, socket.AF_UNSPEC))
     return b"".join(out), owners
+
+
+# Who writes element changes: an ElementWriter, or a fake in tests.
+ElementSink = Callable[[Sequence[ElementChange]], None]
+
+# A write this small runs on the loop: a thread hop costs more than it.
+_INLINE_ELEMENTS = 2_000
+
+
+async def send(writer: ElementSink, changes: Sequence[ElementChange]) -> None:
+    """``writer(changes)`` for the trio loop: a large transaction (a full
+    load encodes ~100,000 elements) is encoded and sent from a worker."""
+    if sum(len(c.elements) for c in changes) > _INLINE_ELEMENTS:
+        await trio.to_thread.run_sync(writer, changes)
+    else:
+        writer(changes)
 
 
 def netfilter_socket() -> socket.socket:

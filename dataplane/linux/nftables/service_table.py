@@ -29,15 +29,13 @@ half-programmed services.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable, Mapping, Sequence
-
-import trio
+from collections.abc import Iterable, Mapping
 
 from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
-from dataplane.linux.nftables.elements import ElementChange
+from dataplane.linux.nftables.elements import ElementChange, ElementSink, send
 from dataplane.linux.nftables.service_layout import (
     NOTHING,
     Contribution,
@@ -48,11 +46,6 @@ from dataplane.linux.nftables.service_layout import (
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
-
-ElementSink = Callable[[Sequence[ElementChange]], None]
-
-# Writes this small run on the loop: a thread hop costs more than them.
-_INLINE_ELEMENTS = 2_000
 
 
 class ServiceTable:
@@ -319,11 +312,7 @@ class ServiceTable:
         self._whole = True
 
     async def _write(self, changes: list[ElementChange]) -> None:
-        if sum(len(c.elements) for c in changes) > _INLINE_ELEMENTS:
-            # A full load encodes ~100,000 elements: off the loop.
-            await trio.to_thread.run_sync(self._writer, changes)
-        else:
-            self._writer(changes)
+        await send(self._writer, changes)
         self.element_writes += 1
 
     async def cleanup(self) -> None:

@@ -24,16 +24,22 @@ the tool's or the kernel's fault, not a set's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import trio
 
-from dataplane.core.quarantine import Quarantine
+from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
-from dataplane.linux.nftables.elements import NFPROTO_IPV4, NFPROTO_IPV6, ElementChange
+from dataplane.linux.nftables.elements import (
+    NFPROTO_IPV4,
+    NFPROTO_IPV6,
+    ElementChange,
+    ElementSink,
+    send,
+)
 from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.set_elements import (
     elements_of,
@@ -80,9 +86,6 @@ def listed_sets(listing: bytes) -> dict[str, list[str]]:
     return sets
 
 
-ElementSink = Callable[[Sequence[ElementChange]], None]
-
-
 @dataclass(slots=True)
 class _Wanted:
     kind: IPSetType
@@ -111,7 +114,7 @@ class NftSets:
         self._tables = {v: nft_name(t) for v, t in tables.items()}
         self._versions = tuple(sorted(self._tables))
         self.quarantine: Quarantine[str] = Quarantine(clock)
-        self._refusals: list[tuple[str, str]] = []
+        self._unsaid: Unsaid[str] = Unsaid()
         self._wanted: dict[str, _Wanted] = {}
         self._dirty: set[str] = set()
         # Our sets the kernel holds, by (version, name), and their elements
@@ -212,7 +215,7 @@ class NftSets:
         plans = {i: p for i, p in plans.items() if p[0]}  # sets that differ
         if plans:
             try:
-                await self._write([c for changes, _ in plans.values() for c in changes])
+                await send(self._writer, [c for changes, _ in plans.values() for c in changes])
             except KERNEL_ERRORS:
                 await self._isolate(plans)
             else:
@@ -279,12 +282,6 @@ class NftSets:
             written[(v, name)] = want
         return changes, written
 
-    async def _write(self, changes: list[ElementChange]) -> None:
-        if sum(len(c.elements) for c in changes) > 2_000:
-            await trio.to_thread.run_sync(self._writer, changes)  # large: off the loop
-        else:
-            self._writer(changes)
-
     async def _isolate(
         self,
         plans: Mapping[str, tuple[list[ElementChange], dict[tuple[int, str], frozenset[bytes]]]],
@@ -300,7 +297,7 @@ class NftSets:
         failed: list[tuple[str, BaseException]] = []
         for set_id, (changes, written) in plans.items():
             try:
-                await self._write(changes)
+                await send(self._writer, changes)
             except KERNEL_ERRORS as exc:
                 failed.append((set_id, exc))
             else:
@@ -313,8 +310,7 @@ class NftSets:
         if len(failed) > 1 and len(failed) == len(plans):
             raise ProgrammingError(f"the kernel refused every IP set: {failed[0][1]}")
         for set_id, error in failed:
-            if self.quarantine.reject(set_id, str(error)):
-                self._refusals.append((set_id, str(error)))
+            self.quarantine.reject(set_id, str(error))
 
     def held_back(self) -> dict[str, str]:
         """IP sets (by id) in quarantine now, and the kernel's reason."""
@@ -322,8 +318,7 @@ class NftSets:
 
     def take_refusals(self) -> list[tuple[str, str]]:
         """(set id, the kernel's reason) of sets newly quarantined since the last call."""
-        refusals, self._refusals = self._refusals, []
-        return refusals
+        return self._unsaid.news(self.held_back())
 
     async def apply_deletions(self) -> None:
         """Delete our sets no longer wanted. Call once no rule references them."""
