@@ -225,7 +225,9 @@ def _linux_platform(args: argparse.Namespace) -> LinuxPlatform:
     from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
 
     state = Path(args.sysctl_state) if args.sysctl_state else DEFAULT_SYSCTL_STATE
-    return LinuxPlatform(chain_prefix=args.chain_prefix, sysctl_state=state)
+    return LinuxPlatform(
+        chain_prefix=args.chain_prefix, sysctl_state=state, nftables_mode=args.nftables_mode
+    )
 
 
 class _Append(argparse.Action):
@@ -383,6 +385,15 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         default="cali-",
         metavar="PREFIX",
         help="prefix of the iptables chains we own (default: cali-, as Felix)",
+    )
+    parser.add_argument(
+        "--nftables-mode",
+        default=None,
+        choices=["disabled", "enabled", "auto"],
+        help="with --platform linux: program iptables (disabled), native nftables (enabled)"
+        " or nftables where the kernel has it and no iptables chains of ours are present"
+        " (auto); overrides Felix's NFTablesMode (default: as NFTablesMode says, else"
+        " disabled). Whichever runs removes the other's objects of ours",
     )
     parser.add_argument(
         "--sysctl-state",

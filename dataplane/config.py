@@ -55,6 +55,10 @@ class Config:
     chain_insert_mode: str = "insert"
     default_endpoint_to_host_action: str = "DROP"
     iptables_backend: str = "auto"
+    # Felix's NFTablesMode: "disabled" (iptables), "enabled" (native
+    # nftables) or "auto" (nftables where the kernel has it and no
+    # iptables rules of ours are present); see linux/nftables/mode.py.
+    nftables_mode: str = "disabled"
     iptables_mark_mask: int = 0xFFFF0000
     iptables_filter_allow_action: str = "ACCEPT"
     iptables_mangle_allow_action: str = "ACCEPT"
@@ -322,6 +326,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
         _choice("DROP", "RETURN", "ACCEPT", upper=True),
     ),
     "IptablesBackend": ("iptables_backend", _choice("auto", "legacy", "nft")),
+    "NFTablesMode": ("nftables_mode", _choice("disabled", "enabled", "auto")),
     "IptablesMarkMask": ("iptables_mark_mask", _mark_mask),
     "IptablesFilterAllowAction": (
         "iptables_filter_allow_action",

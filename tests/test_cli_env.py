@@ -63,6 +63,7 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_READY_QUARANTINE_GRACE": "2.5",
         "DATAPLANE_LOG_FORMAT": "json",
         "DATAPLANE_POLICY_COUNTERS_INTERVAL": "0",
+        "DATAPLANE_NFTABLES_MODE": "enabled",
     }
     assert len(environ) == len(options(cli._parser({})))  # one per option
     args = cli._parse_args([], environ)
@@ -82,6 +83,7 @@ def test_every_variable_takes_effect() -> None:
     assert args.ready_quarantine_grace == 2.5
     assert args.log_format == "json"
     assert args.policy_counters_interval == 0.0
+    assert args.nftables_mode == "enabled"
 
 
 def test_without_variables_the_defaults_hold() -> None:

@@ -90,6 +90,7 @@ def test_absent_keys_keep_the_base_value() -> None:
         ("ExternalNodesCIDRList", "10.0.0.0/8,not-a-net"),
         ("ExternalNodesCIDRList", "10.0.0.0/8 -j ACCEPT"),
         ("NATOutgoingExclusions", "Everything"),
+        ("NFTablesMode", "Sometimes"),
     ],
 )
 def test_invalid_values_name_key_and_value(key: str, value: str) -> None:
@@ -146,3 +147,9 @@ def test_windows_service_keys() -> None:
     )
     assert config.windows_source_vips == ("10.0.0.2", "fd00::2")
     assert config.windows_dsr is True
+
+
+def test_nftables_mode_is_felixs_three_values() -> None:
+    assert Config().nftables_mode == "disabled"
+    for raw, mode in (("Enabled", "enabled"), ("Auto", "auto"), ("Disabled", "disabled")):
+        assert parse_config({"NFTablesMode": raw}).nftables_mode == mode

@@ -15,18 +15,19 @@ platform's.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
-from dataplane.linux.ipsets.programmer import IPSetsProgrammer
-from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.serialise import IptablesSerialiser
-from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
 from dataplane.linux.netlink.overlay_plan import OverlayPlan, resolve_encapsulation
+from dataplane.linux.nftables.serialise import NftSerialiser
+from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.rules.chain import Serialiser
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.writers.base import FilterBase
 from dataplane.linux.writers.hosts import HostEndpointWriter
@@ -35,6 +36,7 @@ from dataplane.linux.writers.overlay import OverlayWriter
 from dataplane.linux.writers.policy import PolicyWriter
 from dataplane.linux.writers.routes import RoutesWriter
 from dataplane.linux.writers.services import ServiceWriter
+from dataplane.linux.writers.shapes import TABLES, RuleTable, SetProgrammer
 from dataplane.linux.writers.target import Target
 from dataplane.linux.writers.workloads import WorkloadWriter
 from dataplane.model.hosts import Encapsulation
@@ -63,7 +65,8 @@ class Desired:
         self.overlay = OverlayWriter()
         self.config = Config()
         self.effective = self.config  # no pool uses an overlay yet
-        self._filters: dict[int, FilterRenderer[IptRule]] = {}
+        self._renderers: dict[tuple[str, int], FilterRenderer[Any]] | None = None
+        self._nftables = False
         self._everything = True  # first apply, or the configuration changed
 
     def configure(self, config: Config) -> None:
@@ -82,31 +85,59 @@ class Desired:
     def _config_changed(self) -> None:
         """Render everything again, from the config with the pools' overlays filled in."""
         self.effective = resolve_encapsulation(self.config, self.overlay.encapsulation)
-        self._filters = {}
+        self._renderers = None
         self._everything = True
 
     def versions(self) -> tuple[int, ...]:
         return (4, 6) if self.config.ipv6_support else (4,)
 
-    def filter(self, version: int) -> FilterRenderer[IptRule]:
-        renderer = self._filters.get(version)
-        if renderer is None:
-            marks = Marks.from_mask(self.config.iptables_mark_mask)
+    def renderers(self, nftables: bool) -> dict[tuple[str, int], FilterRenderer[Any]]:
+        """Each (table, version)'s renderer, in the backend's syntax.
+
+        iptables: one per version for raw, mangle and filter (the nat
+        table's serialiser has no scratch marks); nftables: one per table,
+        whose jumps name the table's share of the family's one table.
+        Made again only after a configuration change.
+        """
+        if self._renderers is not None and self._nftables == nftables:
+            return self._renderers
+        marks = Marks.from_mask(self.config.iptables_mark_mask)
+        out: dict[tuple[str, int], FilterRenderer[Any]] = {}
+        for version in self.versions():
             rules = RuleRenderer(version, marks, self._ipset_name, self.config.log_prefix)
-            renderer = FilterRenderer(
-                version, self.effective, marks, self.names, rules, IptablesSerialiser(marks)
-            )
-            self._filters[version] = renderer
-        return renderer
+
+            def make(
+                serialiser: Serialiser[Any], v: int = version, rules: RuleRenderer = rules
+            ) -> FilterRenderer[Any]:
+                return FilterRenderer(v, self.effective, marks, self.names, rules, serialiser)
+
+            if nftables:
+                for table in TABLES:
+                    scratch = None if table == "nat" else marks
+                    prefix = f"{table}-"
+                    out[(table, version)] = make(NftSerialiser(version, scratch, prefix))
+            else:
+                shared = make(IptablesSerialiser(marks))
+                out |= {(t, version): shared for t in TABLES if t != "nat"}
+                out[("nat", version)] = make(IptablesSerialiser())
+        self._renderers, self._nftables = out, nftables
+        return out
 
     def plan(self) -> OverlayPlan:
         """The overlay for the current configuration (computed again only after a change)."""
         return self.overlay.plan(self.effective, self.versions())
 
     def write(
-        self, tables: Mapping[tuple[str, int], Table], ipsets: IPSetsProgrammer
+        self,
+        tables: Mapping[tuple[str, int], RuleTable[Any]],
+        ipsets: SetProgrammer,
+        services: Mapping[int, ServiceTable],
     ) -> OverlayPlan:
-        """Let every writer write what changed; the overlay plan they wrote for."""
+        """Let every writer write what changed; the overlay plan they wrote for.
+
+        ``services``: the services table per version on nftables (empty
+        on iptables, whose nat table takes kube-proxy's chains).
+        """
         versions = self.versions()
         target = Target(
             versions,
@@ -114,8 +145,10 @@ class Desired:
             self.names,
             tables,
             ipsets,
-            {v: self.filter(v) for v in versions},
+            self.renderers(nftables=bool(services)),
+            services,
         )
+        self.services.set_pools(self.nat.pool_cidrs())
         plan = self.plan()
         self.nat.set_tunnels(
             {v: f.device.name for v, f in plan.families.items() if f.device is not None}

@@ -29,8 +29,6 @@ from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.core.platform import EndpointKey, NoPolicyUsers, ObjectError, PolicyUsers
 from dataplane.linux.desired import Desired
-from dataplane.linux.ipsets.pending import PendingIPSets
-from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands, read_counters
 from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
@@ -41,11 +39,13 @@ from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.overlay_plan import OverlayPlan
 from dataplane.linux.netlink.routes import NetlinkHandle
 from dataplane.linux.owners import ChainOwner
-from dataplane.linux.programmers import TABLES, HoldsBack, Programmers
+from dataplane.linux.pending_sets import PendingIPSets
+from dataplane.linux.programmers import HoldsBack, Programmers
 from dataplane.linux.refresh import RefreshTimers
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.rule_labels import RuleLabels, RuleMap
 from dataplane.linux.reports import Reports
+from dataplane.linux.writers.shapes import SetProgrammer
 from dataplane.model import (
     EffectivePolicy,
     EndpointStatus,
@@ -78,7 +78,6 @@ log = logging.getLogger(__name__)
 # after Felix announces the endpoint).
 _PENDING_RETRY_SECONDS = 2.0
 _ROUTE_PROTOCOL_DEFAULT = 80
-_TABLES = ("raw", "mangle", "nat", "filter")
 
 
 def _default_netlink() -> NetlinkHandle:
@@ -101,8 +100,11 @@ class LinuxPlatform:
         chain_prefix: str = "cali-",
         route_protocol: int = _ROUTE_PROTOCOL_DEFAULT,
         clock: Callable[[], float] = trio.current_time,
+        nftables_mode: str | None = None,
     ) -> None:
         self._runner = runner or ProcessRunner()
+        # The operator's NFTablesMode (a flag), over the config's; None: the config's.
+        self._nftables_mode = nftables_mode
         # Where the policy counters' saves run (the runner's namespace).
         self._netns = self._runner.netns if isinstance(self._runner, ProcessRunner) else None
         self._netlink = netlink
@@ -146,7 +148,7 @@ class LinuxPlatform:
     def bind_policy_users(self, users: PolicyUsers) -> None:
         self._users = users
 
-    def _ipsets(self) -> IPSetsProgrammer | None:
+    def _ipsets(self) -> SetProgrammer | None:
         return self._kernel.ipsets if self._kernel else None
 
     def replace_ipset(self, ipset: IPSet) -> None:
@@ -229,8 +231,11 @@ class LinuxPlatform:
         if self._kernel is not None and (
             config.iptables_backend != self.config.iptables_backend
             or config.ipv6_support != self.config.ipv6_support
+            or config.nftables_mode != self.config.nftables_mode
         ):
-            log.warning("IptablesBackend/Ipv6Support changes take effect after a restart")
+            log.warning(
+                "IptablesBackend/NFTablesMode/Ipv6Support changes take effect after a restart"
+            )
         self._desired.configure(config)
 
     async def _start(self) -> Programmers:
@@ -246,6 +251,8 @@ class LinuxPlatform:
             clock=self._clock,
             meter=self._meter,
             netlink_writer=self._netlink_writer,
+            nftables_mode=self._nftables_mode,
+            netns=self._netns,
         )
         self._ipset_changes.replay_into(kernel.ipsets)
         self._timers.start()
@@ -268,9 +275,10 @@ class LinuxPlatform:
         """Program everything, in the one order that never leaves a gap.
 
         1. IP sets: create and fill new sets first -- rules may reference them.
-        2. iptables, raw, mangle, nat, filter, v4 then v6, one atomic
-           restore each: new policy is in force before anything below makes
-           a pod reachable.
+        2. Rules: iptables raw, mangle, nat, filter, v4 then v6, one atomic
+           restore each; or on nftables our table per family, one
+           transaction each, then the services tables' elements. New
+           policy is in force before anything below makes a pod reachable.
         3. Routes and interface sysctls: only now are new pods routable.
         4. IP set deletions last: no rule references them any more.
         """
@@ -288,16 +296,14 @@ class LinuxPlatform:
 
     def _write(self, kernel: Programmers) -> OverlayPlan:
         """Let every writer write; the overlay plan they wrote for."""
-        return self._desired.write(kernel.tables, kernel.ipsets)
+        return self._desired.write(kernel.tables, kernel.ipsets, kernel.services)
 
     async def _program(self, kernel: Programmers) -> None:
         plan = self._write(kernel)
         try:
             await kernel.ipsets.apply_updates()
-            for table in TABLES:
-                for version in self._desired.versions():
-                    await kernel.tables[(table, version)].apply()
-            self._reports().log_refusals(kernel.tables)
+            await kernel.apply_rules(self._desired.versions())
+            self._reports().log_refusals(kernel.iptables)
             # UDP/SCTP flows to removed backends: only now that the new rules
             # are in force, or the next packet would re-create them.
             await self._conntrack.apply()
@@ -307,6 +313,9 @@ class LinuxPlatform:
             await kernel.routes.apply()
             await kernel.sysctls.apply(self._desired.routes.sysctls(kernel.routes.links))
             await kernel.ipsets.apply_deletions()
+            # After a switch of NFTablesMode: only now that this backend's
+            # objects are in force does the other's go.
+            await kernel.retire_other(self._runner)
         finally:
             # Said even when a later step failed: a refusal is news either way.
             _log_refusals(kernel)
@@ -314,7 +323,7 @@ class LinuxPlatform:
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
         if self._meter is not None:
-            self._meter.observe(kernel.tables, kernel.ipsets.counts(), kernel.sysctls.writes)
+            self._meter.observe(kernel.iptables, kernel.ipsets.counts(), kernel.sysctls.writes)
         if self._labels is not None:
             self._publish_labels(kernel)
 
@@ -333,7 +342,7 @@ class LinuxPlatform:
 
     def quarantined(self) -> list[tuple[str, int, str, ChainOwner]]:
         """(table, version, chain, owner) of every chain in quarantine now."""
-        tables = self._kernel.tables if self._kernel else {}
+        tables = self._kernel.iptables if self._kernel else {}
         return self._reports().quarantined(tables)
 
     def object_errors(self) -> list[ObjectError]:
@@ -351,7 +360,8 @@ class LinuxPlatform:
             self._timers.next_due(),
             # Quarantined chains and sets are retried alone when their
             # backoff ends.
-            min((t.quarantine.next_retry() for t in kernel.tables.values()), default=math.inf),
+            min((t.quarantine.next_retry() for t in kernel.iptables.values()), default=math.inf),
+            min((t.quarantine.next_retry() for t in kernel.nft.values()), default=math.inf),
             kernel.ipsets.quarantine.next_retry(),
             kernel.routes.quarantine.next_retry(),
         )
@@ -395,7 +405,8 @@ class LinuxPlatform:
 
     @property
     def backend(self) -> str | None:
-        """The iptables backend in use, once the first apply detected it."""
+        """The backend in use, once the first apply chose it: the iptables
+        backend ("legacy", "nft") or "nftables"."""
         return self._kernel.backend if self._kernel else None
 
     # --- metrics -------------------------------------------------------------------------
@@ -460,15 +471,23 @@ class LinuxPlatform:
     def _publish_labels(self, kernel: Programmers) -> None:
         assert self._labels is not None
         self._rule_map = self._labels.update(
-            {v: table for (name, v), table in kernel.tables.items() if name == "filter"}
+            {v: table for (name, v), table in kernel.iptables.items() if name == "filter"}
         )
 
     def table_writes(self) -> int:
-        """iptables restores run so far (observability, benchmarks)."""
-        return sum(t.writes for t in self._kernel.tables.values()) if self._kernel else 0
+        """iptables restores, or nft transactions of rules, run so far (observability,
+        benchmarks)."""
+        if self._kernel is None:
+            return 0
+        kernel = self._kernel
+        return sum(t.writes for t in kernel.iptables.values()) + sum(
+            t.writes for t in kernel.nft.values()
+        )
 
     def dump(self) -> str:
-        out = [f"linux platform, iptables backend {self.backend}"]
+        backend = self.backend
+        what = "nftables" if backend == "nftables" else f"iptables backend {backend}"
+        out = [f"linux platform, {what}"]
         if self._kernel is not None:
             out += self._kernel.dump_tables()
             out += self._desired.dump()
@@ -487,6 +506,14 @@ def _log_refusals(kernel: Programmers) -> None:
         (kernel.routes, "route to %s refused by the kernel: %s; quarantined"),
         (kernel.sysctls, "interface %s: %s; retried at the next apply"),
         (kernel.vxlan, "VXLAN %s: %s; retried"),
+        *(
+            (nft, f"nft chain {nft.family} {nft.name} %s refused: %s; quarantined")
+            for nft in kernel.nft.values()
+        ),
+        *(
+            (services, f"service {services.layout.family} %s held back: %s")
+            for services in kernel.services.values()
+        ),
     )
     for programmer, line in programmers:
         for what, why in programmer.take_refusals():

@@ -1,17 +1,21 @@
 """Programmers: the only code that writes to the kernel, built at start.
 
-Building them needs I/O (which iptables backend the host uses), so the
-platform builds them at its first apply. They are the IP sets programmer,
-one :class:`Table` per table and IP version, routes over netlink and the
-interface sysctls and the VXLAN devices.
+Building them needs I/O (which backend the host can and should use), so
+the platform builds them at its first apply. On iptables they are the IP
+sets programmer (ipset) and one :class:`Table` per table and IP version;
+on nftables (Felix's ``NFTablesMode``) native sets, one table per family
+holding all four iptables tables' chains, and the services table per
+family. Both have routes over netlink, the interface sysctls and the
+VXLAN devices.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from dataplane.config import Config
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
@@ -20,6 +24,7 @@ from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.serialise import action_text
 from dataplane.linux.iptables.table import FAIL_CLOSED, Table
 from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.metered import LinuxMeter
@@ -27,13 +32,40 @@ from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
+from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.mode import nftables_chosen
+from dataplane.linux.nftables.serialise import nft_name
+from dataplane.linux.nftables.service_layout import ServiceLayout
+from dataplane.linux.nftables.service_table import ServiceTable
+from dataplane.linux.nftables.sets import NftSets
+from dataplane.linux.nftables.table import NftTable
+from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.rules.action import SetMark
 from dataplane.linux.rules.marks import Marks
+from dataplane.linux.writers.shapes import TABLES, RuleTable, SetProgrammer
 
-__all__ = ["TABLES", "HoldsBack", "Programmers"]
+__all__ = ["NFTABLES", "TABLES", "HoldsBack", "NftNames", "Programmers", "nft_tables"]
 
-# The order iptables tables are written in (see LinuxPlatform.apply).
-TABLES = ("raw", "mangle", "nat", "filter")
+NFTABLES = "nftables"  # Programmers.backend on native nftables
+_FAMILY = {4: "ip", 6: "ip6"}
+
+
+@dataclass(frozen=True, slots=True)
+class NftNames:
+    """Our nftables tables (in each family): rules and IP sets, and services."""
+
+    main: str
+    services: str
+
+
+def nft_tables(prefix: str) -> NftNames:
+    """Our tables' names for chain prefix ``prefix`` ("cali-": cali, cali-svc).
+
+    Raises:
+        ValueError: a prefix nft could not read as a table name.
+    """
+    stem = prefix.rstrip("-") or "cali"
+    return NftNames(nft_name(stem), nft_name(f"{stem}-svc"))
 
 
 class HoldsBack(Protocol):
@@ -48,14 +80,29 @@ class HoldsBack(Protocol):
 
 
 class Programmers:
+    """The programmers of one backend, and the shapes the writers write into.
+
+    ``tables`` is what the writers see: each iptables table and version as
+    an iptables :class:`Table`, or on nftables as a share of the family's
+    one :class:`NftTable` (:class:`NftTableView`). ``iptables`` holds the
+    iptables tables (empty on nftables), ``nft`` the nftables table per
+    version and ``services`` the services table per version (both empty on
+    iptables). ``backend`` is "legacy" or "nft" (iptables) or "nftables".
+    """
+
     def __init__(  # noqa: PLR0917 - one argument per programmer
         self,
         backend: str,
-        ipsets: IPSetsProgrammer,
-        tables: dict[tuple[str, int], Table],
+        ipsets: SetProgrammer,
+        tables: Mapping[tuple[str, int], RuleTable[Any]],
         routes: RouteProgrammer,
         sysctls: SysctlWriter,
         vxlan: VxlanProgrammer,
+        *,
+        iptables: Mapping[tuple[str, int], Table] | None = None,
+        nft: Mapping[int, NftTable] | None = None,
+        services: Mapping[int, ServiceTable] | None = None,
+        prefix: str = "cali-",
     ) -> None:
         self.backend = backend
         self.ipsets = ipsets
@@ -63,6 +110,17 @@ class Programmers:
         self.routes = routes
         self.sysctls = sysctls
         self.vxlan = vxlan
+        self.iptables: Mapping[tuple[str, int], Table] = iptables or {}
+        self.nft: Mapping[int, NftTable] = nft or {}
+        self.services: Mapping[int, ServiceTable] = services or {}
+        self._prefix = prefix
+        # The other backend's objects of ours are removed once, after the
+        # first apply has put this backend's in force (see retire_other).
+        self.other_retired = False
+
+    @property
+    def nftables(self) -> bool:
+        return self.backend == NFTABLES
 
     @classmethod
     async def start(
@@ -79,30 +137,38 @@ class Programmers:
         clock: Callable[[], float],
         meter: LinuxMeter | None = None,
         netlink_writer: NetlinkWriter | None = None,
+        nftables_mode: str | None = None,
+        netns: str | None = None,
     ) -> Programmers:
-        backend = await detect_backend(runner, config.iptables_backend)
-        ipsets = IPSetsProgrammer(
-            runner, ipv6=config.ipv6_support, max_size=config.max_ipset_size, clock=clock
-        )
-        # A chain the kernel refuses and that has no last good version is
-        # written fail-closed: DROP, except in nat, which cannot drop and
-        # sets the mark the filter table drops on instead.
-        drop_mark = Marks.from_mask(config.iptables_mark_mask).drop
-        fail_closed = {"nat": (IptRule("", action_text(SetMark.on(drop_mark))),)}
-        tables = {}
-        for version in (4, 6) if config.ipv6_support else (4,):
-            commands = IptablesCommands.for_backend(backend, version)
-            for table in TABLES:
-                tables[(table, version)] = Table(
-                    table,
-                    version,
-                    runner,
-                    commands,
-                    prefix=prefix,
-                    insert_mode=config.chain_insert_mode,
-                    fail_closed=fail_closed.get(table, FAIL_CLOSED),
-                    clock=clock,
-                )
+        """Build the programmers of the backend ``NFTablesMode`` chooses
+        (``nftables_mode``, the operator's flag, over the config's)."""
+        mode = nftables_mode or config.nftables_mode
+        versions = (4, 6) if config.ipv6_support else (4,)
+        marks = Marks.from_mask(config.iptables_mark_mask)
+        if await nftables_chosen(runner, mode, prefix):
+            sink = ElementWriter(lambda: socket_in(netns, netfilter_socket))
+            names = nft_tables(prefix)
+            nft = {v: NftTable(_FAMILY[v], names.main, runner, clock=clock) for v in versions}
+            ipsets: SetProgrammer = NftSets(
+                runner, sink, dict.fromkeys(versions, names.main), clock=clock
+            )
+            tables: dict[tuple[str, int], RuleTable[Any]] = {
+                (t, v): NftTableView(nft[v], t, v) for v in versions for t in TABLES
+            }
+            services = {
+                v: ServiceTable(ServiceLayout(v, names.services, marks.masq), runner, sink)
+                for v in versions
+            }
+            backend = NFTABLES
+            iptables: dict[tuple[str, int], Table] = {}
+        else:
+            backend = await detect_backend(runner, config.iptables_backend)
+            ipsets = IPSetsProgrammer(
+                runner, ipv6=config.ipv6_support, max_size=config.max_ipset_size, clock=clock
+            )
+            iptables = _iptables(config, runner, backend, prefix, clock, versions)
+            tables = dict(iptables)
+            nft, services = {}, {}
         # Netlink writes are counted through these (the runner counts the tools).
         writer: NetlinkWriter = netlink_writer or NetlinkBatch()
         if meter:
@@ -118,14 +184,62 @@ class Programmers:
         originals = SysctlOriginals(sysctl_state)
         sysctls = SysctlWriter(sysctl_root, ipv6=config.ipv6_support, originals=originals)
         vxlan = VxlanProgrammer(meter.netlink(netlink) if meter else netlink, links, writer)
-        return cls(backend, ipsets, tables, routes, sysctls, vxlan)
+        return cls(
+            backend,
+            ipsets,
+            tables,
+            routes,
+            sysctls,
+            vxlan,
+            iptables=iptables,
+            nft=nft,
+            services=services,
+            prefix=prefix,
+        )
+
+    async def apply_rules(self, versions: Sequence[int]) -> None:
+        """Every table of rules, in the order that never leaves a gap.
+
+        iptables: raw, mangle, nat, filter, v4 then v6, one restore each;
+        nftables: the one table per family (all four tables' chains, one
+        transaction), then the services tables (their elements).
+        """
+        if self.nftables:
+            for version in versions:
+                await self.nft[version].apply()
+            for version in versions:
+                await self.services[version].apply()
+            return
+        for table in TABLES:
+            for version in versions:
+                await self.iptables[(table, version)].apply()
+
+    async def retire_other(self, runner: CommandRunner) -> None:
+        """Remove the other backend's objects of ours, once this one's are in force.
+
+        After a switch of ``NFTablesMode`` both would otherwise judge every
+        packet; the new rules went in first, so traffic never meets neither.
+        """
+        if self.other_retired:
+            return
+        if self.nftables:
+            await _remove_iptables(runner, self._prefix, ("legacy", "nft"))
+            if shutil.which("ipset") is not None:
+                await IPSetsProgrammer(runner, ipv6=True).cleanup_all()
+        else:
+            await _remove_nftables(runner, self._prefix)
+        self.other_retired = True
 
     def mark_for_resync(self, timers: Iterable[str]) -> None:
         """Re-read the kernel at the next apply, for the refresh timers that fired."""
         fired = set(timers)
         if "iptables" in fired:
-            for table in self.tables.values():
+            for table in self.iptables.values():
                 table.mark_for_resync()
+            for nft in self.nft.values():
+                nft.mark_for_resync()
+            for services in self.services.values():
+                services.mark_for_resync()
         if "ipsets" in fired:
             self.ipsets.mark_for_resync()
         if "routes" in fired:
@@ -136,24 +250,21 @@ class Programmers:
     async def cleanup(
         self, runner: CommandRunner, prefix: str, backends: Sequence[str], interfaces: Sequence[str]
     ) -> None:
-        """Remove everything ours: chains, hook rules, sets, routes, sysctls.
+        """Remove everything ours, of both backends: chains, hook rules,
+        sets, nftables tables, routes, sysctls.
 
         Global forwarding goes back to what the driver found, where it
         changed it (see :mod:`dataplane.linux.kernel.sysctl_state`).
 
-        Chains go first, in every listed backend that is installed (a host
-        may hold leftovers in both), because the kernel refuses to destroy
-        an IP set that a rule still references.
+        Chains go first, in every listed iptables backend that is installed
+        (a host may hold leftovers in both), because the kernel refuses to
+        destroy an IP set that a rule still references.
         """
-        for backend in backends:
-            if shutil.which(f"iptables-{backend}-save") is None:
-                continue
-            for version in (4, 6):
-                commands = IptablesCommands.for_backend(backend, version)
-                for name in TABLES:
-                    table = Table(name, version, runner, commands, prefix=prefix)
-                    await table.cleanup_all()
+        await _remove_iptables(runner, prefix, backends)
         await self.ipsets.cleanup_all()
+        if self.nftables and shutil.which("ipset") is not None:
+            await IPSetsProgrammer(runner, ipv6=True).cleanup_all()  # the other backend's
+        await _remove_nftables(runner, prefix)
         await self.routes.cleanup_all()
         await self.vxlan.cleanup_all()
         prefixes = tuple(interfaces)
@@ -161,9 +272,66 @@ class Programmers:
 
     def dump_tables(self) -> list[str]:
         out = []
-        for (table, version), programmer in sorted(self.tables.items()):
+        for (table, version), programmer in sorted(self.iptables.items()):
             out.append(f"*{table} (IPv{version})")
             for name, rules in sorted(programmer.snapshot().items()):
                 out.append(f"  {name}")
                 out.extend(f"    {r.text()}" for r in rules)
+        for _, nft in sorted(self.nft.items()):
+            out.append(f"table {nft.family} {nft.name}")
+            for name, chain in sorted(nft.snapshot().items()):
+                out.append(f"  {name}")
+                out.extend(f"    {r.text}" for r in chain)
         return out
+
+
+def _iptables(  # noqa: PLR0917 - what one table needs
+    config: Config,
+    runner: CommandRunner,
+    backend: str,
+    prefix: str,
+    clock: Callable[[], float],
+    versions: Sequence[int],
+) -> dict[tuple[str, int], Table]:
+    # A chain the kernel refuses and that has no last good version is
+    # written fail-closed: DROP, except in nat, which cannot drop and
+    # sets the mark the filter table drops on instead.
+    drop_mark = Marks.from_mask(config.iptables_mark_mask).drop
+    fail_closed = {"nat": (IptRule("", action_text(SetMark.on(drop_mark))),)}
+    tables = {}
+    for version in versions:
+        commands = IptablesCommands.for_backend(backend, version)
+        for table in TABLES:
+            tables[(table, version)] = Table(
+                table,
+                version,
+                runner,
+                commands,
+                prefix=prefix,
+                insert_mode=config.chain_insert_mode,
+                fail_closed=fail_closed.get(table, FAIL_CLOSED),
+                clock=clock,
+            )
+    return tables
+
+
+async def _remove_iptables(runner: CommandRunner, prefix: str, backends: Sequence[str]) -> None:
+    """Our chains and hook rules in every listed iptables backend installed."""
+    for backend in backends:
+        if shutil.which(f"iptables-{backend}-save") is None:
+            continue
+        for version in (4, 6):
+            commands = IptablesCommands.for_backend(backend, version)
+            for name in TABLES:
+                table = Table(name, version, runner, commands, prefix=prefix)
+                await table.cleanup_all()
+
+
+async def _remove_nftables(runner: CommandRunner, prefix: str) -> None:
+    """Our nftables tables (rules, sets, services), where nft is installed."""
+    if shutil.which("nft") is None:
+        return
+    names = nft_tables(prefix)
+    for family in _FAMILY.values():
+        for table in (names.main, names.services):
+            await runner.run(["nft", "delete", "table", family, table], check=False)

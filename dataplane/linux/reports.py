@@ -110,7 +110,7 @@ class Reports:
         ``vxlan``. The reason is the kernel's message, as logged.
         """
         found: dict[tuple[str, str], str] = {}
-        for (table, version), programmer in sorted(kernel.tables.items()):
+        for (table, version), programmer in sorted(kernel.iptables.items()):
             for chain, why in programmer.held_back().items():
                 owner = self.owner(table, version, chain, None)
                 found.setdefault((_KINDS[owner.kind], owner.name), why)
@@ -143,8 +143,8 @@ class Reports:
         # An endpoint whose policy could not be programmed as asked says so
         # (its traffic meets the last good or a fail-closed version).
         failing: set[EndpointKey] = set()
-        if any(t.quarantine for t in kernel.tables.values()):
-            for *_, owner in self.quarantined(kernel.tables):
+        if any(t.quarantine for t in kernel.iptables.values()):
+            for *_, owner in self.quarantined(kernel.iptables):
                 failing |= owner.endpoints
         bad_routes = frozenset(kernel.routes.quarantine)
         bad_ifaces = kernel.sysctls.failed

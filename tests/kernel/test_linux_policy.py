@@ -64,15 +64,20 @@ def matrix() -> list[Probe]:
     return probes
 
 
-@pytest.mark.parametrize("backend", ["nft", "legacy"])
+@pytest.mark.parametrize("backend", ["nft", "legacy", "nftables"])
 def test_connectivity_matrix_v4_and_v6(topology: Topology, backend: str) -> None:
     cluster = Cluster(topology)
-    felix = cluster.start_driver(IptablesBackend=backend)
+    if backend == "nftables":
+        felix = cluster.start_driver(NFTablesMode="Enabled")
+    else:
+        felix = cluster.start_driver(IptablesBackend=backend)
     try:
         assert cluster.failures(matrix()) == []
-        other = "legacy" if backend == "nft" else "nft"
-        assert "cali-FORWARD" in cluster.node.run(f"iptables-{backend}-save").stdout
-        assert "cali-FORWARD" not in cluster.node.run(f"iptables-{other}-save").stdout
+        for tool in ("legacy", "nft"):
+            saved = cluster.node.run(f"iptables-{tool}-save").stdout
+            assert ("cali-FORWARD" in saved) == (tool == backend), tool
+        tables = cluster.node.run("nft", "list", "tables").stdout
+        assert ("table ip cali\n" in tables) == (backend == "nftables"), tables
     finally:
         felix.close_input()
         code, err = felix.wait()

@@ -29,7 +29,7 @@ def _vtep(n: int) -> Vtep:
     return Vtep(f"node-{n}", VtepAddress(f"66:00:00:00:00:{n:02x}", f"10.65.{n}.1", f"192.0.2.{n}"))
 
 
-def _apply(writer: OverlayWriter, target: Target, everything: bool) -> None:
+def _apply(writer: OverlayWriter, target: Target[object], everything: bool) -> None:
     # As LinuxPlatform._write: the plan first (for the NAT writer), then the writers.
     writer.plan(target.config, target.versions)
     writer.write(target, everything)
@@ -38,7 +38,9 @@ def _apply(writer: OverlayWriter, target: Target, everything: bool) -> None:
 def test_a_vtep_added_after_the_first_apply_reaches_all_vxlan_net() -> None:
     sets = RecordingSets()
     config = Config(felix_hostname="node-1", vxlan_enabled=True)
-    target = Target((4,), config, ChainNames(), {}, cast(IPSetsProgrammer, sets), {})
+    target: Target[object] = Target(
+        (4,), config, ChainNames(), {}, cast(IPSetsProgrammer, sets), {}, {}
+    )
     writer = OverlayWriter()
     writer.set_encapsulation(Encapsulation(vxlan=True))
     for n in (1, 2):

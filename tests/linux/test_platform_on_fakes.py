@@ -84,7 +84,7 @@ def test_the_demo_node_programs_on_fakes_and_a_restart_writes_nothing(tmp_path: 
     kernel = platform.programmers
     assert kernel is not None and kernel.backend == "nft"
 
-    for (table, version), programmer in kernel.tables.items():
+    for (table, version), programmer in kernel.iptables.items():
         saved = parse_save("\n".join(tools.iptables.save_lines(version, table)))
         held = saved[table].chains
         for name, rules in programmer.snapshot().items():

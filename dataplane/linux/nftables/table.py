@@ -299,6 +299,10 @@ class NftTable:
                 return f"{why}: {refused[:200]}", chain
         return message, None
 
+    def snapshot(self) -> dict[str, tuple[NftRule, ...]]:
+        """Desired chains, base chains among them (for dumps and tests)."""
+        return {**self._desired, **{n: b.rules for n, b in self._base.items()}}
+
     def held_back(self) -> dict[str, str]:
         """Chains in quarantine now, and nft's reason."""
         return self.quarantine.reasons()

@@ -41,7 +41,7 @@ from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.marks import Marks
 from dataplane.model.services import Backend, Service, ServicePort
 
-__all__ = ["Frontend", "RenderedService", "ServiceRenderer"]
+__all__ = ["Frontend", "RenderedService", "ServiceRenderer", "local_endpoints"]
 
 _LEAF = 16  # frontends matched directly before the destination tree branches
 _BRANCH_BITS = 4  # each tree level splits on this many more address bits
@@ -53,6 +53,12 @@ def _set_mark(bit: int) -> str:
 
 def _family(address: str) -> int:
     return 6 if ":" in address else 4
+
+
+def local_endpoints(local: Iterable[Backend], version: int) -> int:
+    """How many of ``local`` (a service's usable local backends) are of
+    IPv``version``: a dual-stack pod is one backend per family."""
+    return sum(1 for b in local if _family(b.address) == version)
 
 
 def _hash(text: str, length: int = 16) -> str:
@@ -167,7 +173,7 @@ class ServiceRenderer:
         local = service.usable(local_only=True, unhealthy=unhealthy)
         everyone = service.usable(local_only=False, unhealthy=unhealthy)
         # A dual-stack pod is one backend per family: count this family's.
-        out.local_endpoints = sum(1 for b in local if _family(b.address) == self.version)
+        out.local_endpoints = local_endpoints(local, self.version)
         m = self.marks
         key = str(service.key)
         for port in service.ports:

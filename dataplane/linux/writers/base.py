@@ -7,7 +7,7 @@ and after each configuration change.
 from __future__ import annotations
 
 from dataplane.linux.writers.groups import ChainGroups
-from dataplane.linux.writers.target import Target
+from dataplane.linux.writers.target import R, Target
 
 __all__ = ["FilterBase"]
 
@@ -16,11 +16,11 @@ class FilterBase:
     def __init__(self) -> None:
         self._groups = ChainGroups()
 
-    def write(self, target: Target, everything: bool) -> None:
+    def write(self, target: Target[R], everything: bool) -> None:
         if not everything:
             return
         for version in target.versions:
-            render = target.filters[version]
+            render = target.renderer("filter", version)
             table = target.table("filter", version)
             self._groups.set(table, "static", render.static_chains())
             for builtin, rules in render.hooks().items():

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
-from dataplane.linux.iptables.chains import IptChain
-from dataplane.linux.iptables.table import Table
+from dataplane.linux.rules.chain import Chain
+from dataplane.linux.writers.shapes import RuleTable
 
 __all__ = ["ChainGroups"]
+
+R = TypeVar("R")
 
 
 class ChainGroups:
     def __init__(self) -> None:
         self._members: dict[tuple[str, int, str], frozenset[str]] = {}
 
-    def set(self, table: Table, group: str, chains: Iterable[IptChain]) -> None:
+    def set(self, table: RuleTable[R], group: str, chains: Iterable[Chain[R]]) -> None:
         """Make ``group`` in ``table`` exactly ``chains``, removing its stale ones."""
         key = (table.name, table.version, group)
         chains = list(chains)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from dataplane.linux.render.hostpolicy import HostPolicyRenderer
 from dataplane.linux.writers.groups import ChainGroups
-from dataplane.linux.writers.target import Target
+from dataplane.linux.writers.target import R, Target
 from dataplane.model import HostEffectivePolicy, HostEndpoint, HostEndpointKey, Policy, PolicyKey
 
 __all__ = ["HostEndpointWriter"]
@@ -73,21 +73,22 @@ class HostEndpointWriter:
             best[endpoint.name] = (endpoint, policy)
         return [best[name] for name in sorted(best)]
 
-    def write(self, target: Target, everything: bool) -> None:
+    def write(self, target: Target[R], everything: bool) -> None:
         if not (everything or self._dirty):
             return
         endpoints = self.active()
         for version in target.versions:
-            base = target.filters[version]
+            base = target.renderer("filter", version)
             chains = []
             for endpoint, policy in endpoints:
                 chains += base.host_endpoint_chains(endpoint, policy)
             chains += base.host_dispatch(h.name for h, _ in endpoints)
             self._groups.set(target.table("filter", version), "host-endpoints", chains)
-            render = HostPolicyRenderer(base)
-            for table, staged in (
-                ("raw", render.raw_chains(endpoints, self._stage_policies)),
-                ("mangle", render.mangle_chains(endpoints, self._stage_policies)),
+            raw = HostPolicyRenderer(target.renderer("raw", version))
+            mangle = HostPolicyRenderer(target.renderer("mangle", version))
+            for table, render, staged in (
+                ("raw", raw, raw.raw_chains(endpoints, self._stage_policies)),
+                ("mangle", mangle, mangle.mangle_chains(endpoints, self._stage_policies)),
             ):
                 programmer = target.table(table, version)
                 programmer.set_chains(staged)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.netlink.overlay_plan import ALL_HOSTS_SET
 from dataplane.linux.render.nat import ALL_POOLS_SET, MASQ_POOLS_SET, NatRenderer
 from dataplane.linux.writers.groups import ChainGroups
-from dataplane.linux.writers.target import Target
+from dataplane.linux.writers.target import R, Target
 from dataplane.model import IPPool, IPSet, IPSetType, NatInfo, WorkloadEndpointKey
 
 __all__ = ["NatWriter"]
@@ -44,7 +43,11 @@ class NatWriter:
         if self._floating.pop(key, ()):
             self._dirty = True
 
-    def write(self, target: Target, everything: bool) -> None:
+    def pool_cidrs(self) -> frozenset[str]:
+        """Every IP pool's prefix."""
+        return frozenset(p.cidr for p in self._pools.values())
+
+    def write(self, target: Target[R], everything: bool) -> None:
         if not (everything or self._dirty or self._pools_dirty):
             return
         if self._pools_dirty:
@@ -60,10 +63,10 @@ class NatWriter:
             renderer = NatRenderer(
                 version,
                 target.names,
-                IptablesSerialiser(),
+                target.renderer("nat", version).out,
                 target.ipsets.kernel_name(ALL_POOLS_SET, version),
                 target.ipsets.kernel_name(MASQ_POOLS_SET, version),
-                target.filters[version].marks.masq,
+                target.renderer("filter", version).marks.masq,
                 target.config.nat_port_range,
                 self._tunnels.get(version, ""),
                 all_hosts,

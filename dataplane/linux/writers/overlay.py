@@ -19,7 +19,7 @@ from dataplane.linux.netlink.overlay_plan import (
     OverlayPlan,
     plan_overlay,
 )
-from dataplane.linux.writers.target import Target
+from dataplane.linux.writers.target import R, Target
 from dataplane.model import IPSet, IPSetType
 from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
@@ -82,7 +82,7 @@ class OverlayWriter:
             self._planned_for = (config, versions)
         return self._plan
 
-    def write(self, target: Target, everything: bool) -> None:
+    def write(self, target: Target[R], everything: bool) -> None:
         key = (target.config, target.versions)
         if not everything and self._sets_for == key:
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from dataplane.linux.writers.target import Target
+from dataplane.linux.writers.target import R, Target
 from dataplane.model import Policy, PolicyKey, Profile
 
 __all__ = ["PolicyWriter"]
@@ -46,7 +46,7 @@ class PolicyWriter:
         if self._profiles.pop(name, None) is not None:
             self._dirty_profiles.add(name)
 
-    def write(self, target: Target, everything: bool) -> None:
+    def write(self, target: Target[R], everything: bool) -> None:
         policies = (
             set(self._policies) | self._dirty_policies if everything else self._dirty_policies
         )
@@ -56,7 +56,7 @@ class PolicyWriter:
         names = target.names
         for version in target.versions:
             table = target.table("filter", version)
-            render = target.filters[version]
+            render = target.renderer("filter", version)
             for key in policies:
                 policy = self._policies.get(key)
                 if policy is None:

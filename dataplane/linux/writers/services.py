@@ -1,20 +1,38 @@
-"""ServiceWriter: kube-proxy's nat chains, dispatch tree and reject rules.
+"""ServiceWriter: services as kube-proxy's nat chains, or in the services table.
 
-Each service is one unit of chains in nat; the dispatch tree and the
-filter reject chain change only when some frontend did (a backend change
-rewrites just that service's chains). It also tells the conntrack cleaner
-which flows lost their backend and the health-check server which node
-ports to answer; both do their I/O when the platform runs them.
+On iptables each service is one unit of chains in nat; the dispatch tree
+and the filter reject chain change only when some frontend did (a backend
+change rewrites just that service's chains). On nftables services are
+elements of a table of their own
+(:class:`~dataplane.linux.nftables.service_table.ServiceTable`, one per
+family): the writer hands it each changed service and the IP pools, and
+leaves the chains the nat and filter tables jump to for services empty.
+Either way it tells the conntrack cleaner which flows lost their backend
+and the health-check server which node ports to answer; both do their
+I/O when the platform runs them.
 """
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Iterable
+from typing import cast
+
 from dataplane.core.healthcheck import HealthCheckServer
+from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
+from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.render.nat import ALL_POOLS_SET
-from dataplane.linux.render.service import Frontend, RenderedService, ServiceRenderer
+from dataplane.linux.render.service import (
+    Frontend,
+    RenderedService,
+    ServiceRenderer,
+    local_endpoints,
+)
+from dataplane.linux.rules.chain import Chain
 from dataplane.linux.writers.groups import ChainGroups
-from dataplane.linux.writers.target import Target
+from dataplane.linux.writers.shapes import RuleTable
+from dataplane.linux.writers.target import R, Target
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceWriter"]
@@ -31,6 +49,15 @@ class ServiceWriter:
         self._frontends: dict[tuple[int, ServiceKey], list[Frontend]] = {}
         self._local_endpoints: dict[ServiceKey, int] = {}
         self._groups = ChainGroups()
+        self._pools: frozenset[str] = frozenset()
+        self._pools_dirty = True
+
+    def set_pools(self, cidrs: Iterable[str]) -> None:
+        """The IP pools' prefixes (the services table tells pods by them)."""
+        pools = frozenset(cidrs)
+        if pools != self._pools:
+            self._pools = pools
+            self._pools_dirty = True
 
     def set(self, service: Service) -> None:
         self._services[service.key] = service
@@ -47,21 +74,28 @@ class ServiceWriter:
             return None
         return next((k for k in self._services if f"{_PREFIX}{k}" == group), None)
 
-    def write(self, target: Target, everything: bool) -> None:
-        if not (everything or self._dirty):
+    def write(self, target: Target[R], everything: bool) -> None:
+        if not (everything or self._dirty or (target.services and self._pools_dirty)):
             return
         keys = set(self._services) | self._dirty if everything else self._dirty
         for key in keys:
             self._local_endpoints.pop(key, None)
             self._conntrack.observe(key, self._services.get(key), target.versions)
         for version in target.versions:
+            table = target.services.get(version)
+            if table is not None:
+                self._write_table(table, target, version, keys, everything)
+                continue
             renderer = ServiceRenderer(
                 version,
                 target.names,
-                target.filters[version].marks,
+                target.renderer("filter", version).marks,
                 target.ipsets.kernel_name(ALL_POOLS_SET, version),
             )
-            nat = target.table("nat", version)
+            # kube-proxy's chains are iptables' own layout: with no services
+            # table the backend is iptables, and its rules are IptRules.
+            nat = cast("RuleTable[IptRule]", target.table("nat", version))
+            filt = cast("RuleTable[IptRule]", target.table("filter", version))
             frontends_changed = everything
             for key in keys:
                 service = self._services.get(key)
@@ -80,7 +114,8 @@ class ServiceWriter:
             # Only the dispatch tree's leaves for changed frontends differ, so
             # the table rewrites just those chains.
             self._groups.set(nat, "svc-dispatch", renderer.dispatch(frontends))
-            target.table("filter", version).update_chain(renderer.rejects(frontends))
+            filt.update_chain(renderer.rejects(frontends))
+        self._pools_dirty = False
         self._health.update(
             {
                 s.health_check_node_port: (key, self._local_endpoints.get(key, 0))
@@ -89,3 +124,32 @@ class ServiceWriter:
             }
         )
         self._dirty.clear()
+
+    def _write_table(
+        self,
+        table: ServiceTable,
+        target: Target[R],
+        version: int,
+        keys: Iterable[ServiceKey],
+        everything: bool,
+    ) -> None:
+        """Services as elements of ``table``; the iptables layout's hooks empty."""
+        if everything:
+            # The nat and filter tables jump here on either backend; on this
+            # one the services table does the work (its own hooks run first).
+            self._groups.set(
+                target.table("nat", version), "svc-dispatch", [Chain(target.names.top("SERVICES"))]
+            )
+            target.table("filter", version).update_chain(Chain(target.names.top("svc-reject")))
+        if everything or self._pools_dirty:
+            table.set_pools(p for p in self._pools if ipaddress.ip_network(p).version == version)
+        for key in keys:
+            service = self._services.get(key)
+            if service is None:
+                table.remove_service(key)
+                continue
+            table.set_service(service)
+            local = service.usable(local_only=True)
+            self._local_endpoints[key] = max(
+                local_endpoints(local, version), self._local_endpoints.get(key, 0)
+            )

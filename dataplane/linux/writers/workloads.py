@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from dataplane.linux.writers.target import Target
+from dataplane.linux.writers.target import R, Target
 from dataplane.model import EffectivePolicy, WorkloadEndpoint, WorkloadEndpointKey
 
 __all__ = ["WorkloadWriter"]
@@ -46,13 +46,13 @@ class WorkloadWriter:
             self._removed_ifaces.add(old[0].name)
             self._dispatch_dirty = True
 
-    def write(self, target: Target, everything: bool) -> None:
+    def write(self, target: Target[R], everything: bool) -> None:
         in_use = {endpoint.name for endpoint, _ in self._endpoints.values()}
         dirty = set(self._endpoints) if everything else self._dirty
         names = target.names
         for version in target.versions:
             table = target.table("filter", version)
-            render = target.filters[version]
+            render = target.renderer("filter", version)
             for iface in self._removed_ifaces - in_use:
                 table.remove_chain(names.to_workload(iface))
                 table.remove_chain(names.from_workload(iface))

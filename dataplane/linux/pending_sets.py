@@ -7,7 +7,7 @@ then changes queue here, in order, and are replayed into it once.
 
 from __future__ import annotations
 
-from dataplane.linux.ipsets.programmer import IPSetsProgrammer
+from dataplane.linux.writers.shapes import SetProgrammer
 from dataplane.model import IPSet
 
 __all__ = ["PendingIPSets"]
@@ -17,7 +17,7 @@ class PendingIPSets:
     def __init__(self) -> None:
         self._queue: list[IPSet | tuple[str, frozenset[str], frozenset[str]] | str] = []
 
-    def replace(self, ipset: IPSet, programmer: IPSetsProgrammer | None) -> None:
+    def replace(self, ipset: IPSet, programmer: SetProgrammer | None) -> None:
         if programmer is None:
             self._queue.append(ipset)
         else:
@@ -28,20 +28,20 @@ class PendingIPSets:
         set_id: str,
         added: frozenset[str],
         removed: frozenset[str],
-        programmer: IPSetsProgrammer | None,
+        programmer: SetProgrammer | None,
     ) -> None:
         if programmer is None:
             self._queue.append((set_id, added, removed))
         else:
             programmer.update_members(set_id, added, removed)
 
-    def remove(self, set_id: str, programmer: IPSetsProgrammer | None) -> None:
+    def remove(self, set_id: str, programmer: SetProgrammer | None) -> None:
         if programmer is None:
             self._queue.append(set_id)
         else:
             programmer.remove(set_id)
 
-    def replay_into(self, programmer: IPSetsProgrammer) -> None:
+    def replay_into(self, programmer: SetProgrammer) -> None:
         for change in self._queue:
             if isinstance(change, IPSet):
                 programmer.replace(change)
