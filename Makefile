@@ -25,8 +25,9 @@ system-deps:
 # As root: a throwaway node and pods in network namespaces, programmed from
 # examples/demo-node.log, with the measured connectivity matrix beside the
 # expected one. Without root: the in-memory (sim) state instead, and says so.
+# On native nftables instead of iptables: make demo DEMO_FLAGS=--nftables
 demo: $(STAMP) system-deps
-	$(BIN)/python examples/demo.py
+	$(BIN)/python examples/demo.py $(DEMO_FLAGS)
 
 test: $(STAMP) system-deps lint typecheck pytest
 

@@ -345,7 +345,9 @@ class NodeBuilder:
         msgs: list[Message] = [
             pb.ConfigUpdate(
                 config={
-                    "IptablesBackend": self.backend,
+                    # "nftables": native nftables (NFTablesMode), else an iptables backend.
+                    "IptablesBackend": "nft" if self.backend == "nftables" else self.backend,
+                    "NFTablesMode": "Enabled" if self.backend == "nftables" else "Disabled",
                     "Ipv6Support": "true",
                     "InterfacePrefix": "cali",
                     "ChainInsertMode": "insert",

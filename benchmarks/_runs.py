@@ -33,6 +33,9 @@ from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.netlink.routes import RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
+from dataplane.linux.nftables.service_table import ServiceTable
+from dataplane.linux.nftables.sets import NftSets
+from dataplane.linux.nftables.table import NftTable
 from dataplane.linux.platform import LinuxPlatform
 from dataplane.wire.framing import FrameDecoder
 from testbed.topology import Topology
@@ -180,6 +183,10 @@ def instrument_linux() -> None:
     wrap_sync(LinuxPlatform, "_write", "apply: render")
     wrap_async(IPSetsProgrammer, "apply_updates", lambda _s: "apply: ipsets update")
     wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
+    wrap_async(NftSets, "apply_updates", lambda _s: "apply: nft sets update")
+    wrap_async(NftTable, "apply", lambda s: f"apply: nft table {s.family}")
+    wrap_async(ServiceTable, "apply", lambda s: f"apply: nft services {s.layout.family}")
+    wrap_async(NftSets, "apply_deletions", lambda _s: "apply: nft sets delete")
     wrap_async(VxlanProgrammer, "apply", lambda _s: "apply: vxlan (device, neigh, fdb)")
     wrap_async(RouteProgrammer, "apply", lambda _s: "apply: routes")
     wrap_async(SysctlWriter, "apply", lambda _s: "apply: sysctls")

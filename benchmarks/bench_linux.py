@@ -1,6 +1,7 @@
-"""The Linux platform on the real kernel: a generated node, both iptables backends.
+"""The Linux platform on the real kernel: a generated node, each backend.
 
-For each backend (legacy, nft) in a fresh network namespace of its own:
+For each backend (iptables legacy, iptables nft, native nftables) in a
+fresh network namespace of its own:
 
 1. **programmed**: time from feeding the node's whole message stream
    (decoding the framed log as the pipe would, then ``send_message`` of
@@ -11,7 +12,8 @@ For each backend (legacy, nft) in a fresh network namespace of its own:
    ``iptables-save``, ``ip6tables-save`` and the routes with our protocol
    number) loaded into a second fresh namespace holding the same interfaces
    with the plain tools: ``ipset restore``, ``iptables-restore``,
-   ``ip6tables-restore`` and ``ip -batch`` for the routes. The floor
+   ``ip6tables-restore`` (on nftables: our tables listed and loaded with
+   one ``nft -f``) and ``ip -batch`` for the routes. The floor
    includes the routes; it does not include the per-interface sysctls the
    driver also writes (their cost is in the stage breakdown).
 3. **ratio** programmed / floor.
@@ -45,7 +47,7 @@ SIGTERM.
 Needs root, ``ip``, ``ipset``, ``iptables-legacy*`` and ``iptables-nft*``.
 
 Usage: python benchmarks/bench_linux.py [--quick] [--endpoints N] [--policies N]
-       [--sets N] [--members N] [--additions N] [--backends legacy,nft]
+       [--sets N] [--members N] [--additions N] [--backends legacy,nft,nftables]
        [--peers-in-node] [--profile] [--gc-freeze]
 """
 
@@ -104,10 +106,40 @@ def _sh(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, check=True).stdout.decode()
 
 
+def _nft_tables() -> str:
+    """Our nftables tables (rules, sets, services) as one ``nft -f`` script."""
+    return "".join(
+        _sh(["nft", "list", "table", family, table])
+        for family in ("ip", "ip6")
+        for table in ("cali", "cali-svc")
+    )
+
+
+def _nft_dump(out: Path) -> dict[str, int]:
+    """The nftables backend's counterpart of the iptables and ipset saves."""
+    script = _nft_tables()
+    (out / "nft.save").write_text(script)
+    v4, v6 = (_sh(["nft", "list", "table", family, "cali"]) for family in ("ip", "ip6"))
+
+    def rules(text: str) -> int:
+        return sum(1 for x in text.splitlines() if x.startswith("\t\t") and "cali:" in x)
+
+    return {
+        "rules_v4": rules(v4),
+        "rules_v6": rules(v6),
+        "chains_v4": sum(1 for x in v4.splitlines() if x.startswith("\tchain ")),
+        "sets": sum(1 for text in (v4, v6) for x in text.splitlines() if x.startswith("\tset ")),
+        "members": 0,  # elements are listed many to a line: not counted
+        "bytes_nft": len(script),
+    }
+
+
 def dump_state(backend: str, out: Path) -> dict[str, int]:
     """Save what is programmed, in the plain tools' formats, for the floor."""
-    v4 = _sh([f"iptables-{backend}-save"])
-    v6 = _sh([f"ip6tables-{backend}-save"])
+    nft = _nft_dump(out) if backend == "nftables" else {}
+    tool = "nft" if backend == "nftables" else backend  # iptables-nft: empty of ours
+    v4 = _sh([f"iptables-{tool}-save"])
+    v6 = _sh([f"ip6tables-{tool}-save"])
     sets = _sh(["ipset", "save"])
     (out / "iptables.save").write_text(v4)
     (out / "ip6tables.save").write_text(v6)
@@ -121,6 +153,8 @@ def dump_state(backend: str, out: Path) -> dict[str, int]:
             scope = " scope link" if family == "-4" else ""
             routes.append(f"route add {r['dst']} dev {r['dev']} proto {ROUTE_PROTOCOL}{scope}")
     (out / "routes.batch").write_text("".join(f"{line}\n" for line in routes))
+    if nft:
+        return nft | {"routes": len(routes)}
     return {
         "rules_v4": sum(1 for x in v4.splitlines() if x.startswith("-A ")),
         "rules_v6": sum(1 for x in v6.splitlines() if x.startswith("-A ")),
@@ -242,6 +276,16 @@ def child_measure(args: argparse.Namespace) -> None:
 def child_floor(args: argparse.Namespace) -> None:
     """Load the saved state with the plain tools (inside a fresh namespace)."""
     workdir, b = Path(args.workdir), args.backend
+    if b == "nftables":
+        if _sh(["nft", "list", "tables"]).strip():
+            raise RuntimeError("floor namespace is not empty: it holds nftables tables")
+        floor = {
+            "nft": timed_tool(["nft", "-f", "-"], workdir / "nft.save"),
+            "routes": timed_tool(["ip", "-batch", "-"], workdir / "routes.batch"),
+        }
+        check = {"rules_v4": _sh(["nft", "list", "table", "ip", "cali"]).count("cali:")}
+        (workdir / "floor.json").write_text(json.dumps({"floor": floor, "check": check}))
+        return
     # A fresh namespace holds none of it; make sure, and never touch anything else.
     leftovers = _sh(["ipset", "list", "-name"]).split()
     rules = _sh([f"iptables-{b}-save"]).count("\n-A ")
@@ -301,11 +345,17 @@ def _summary_row(r: dict[str, Any]) -> list[str]:
     floor = r["floor"]
     floor_total = sum(floor.values())
     lat = [x * 1000 for x in r["latencies_s"]]
+    if "nft" in floor:
+        parts = f"{floor['nft']:.2f} nft -f + {floor['routes']:.2f} routes"
+    else:
+        parts = (
+            f"{floor['ipset']:.2f} ipset + {floor['iptables'] + floor['ip6tables']:.2f}"
+            f" iptables + {floor['routes']:.2f} routes"
+        )
     return [
         r["backend"],
         f"{r['programmed_s']:.2f} s",
-        f"{floor_total:.2f} s ({floor['ipset']:.2f} ipset + "
-        f"{floor['iptables'] + floor['ip6tables']:.2f} iptables + {floor['routes']:.2f} routes)",
+        f"{floor_total:.2f} s ({parts})",
         f"{r['programmed_s'] / floor_total:.1f}x",
         f"{percentile(lat, 50):.0f} / {percentile(lat, 99):.0f} ms" if lat else "-",
         f"{r['rss_kb_after_load'] / 1024:.0f} MB",
@@ -332,9 +382,9 @@ def report(results: list[dict[str, Any]], sizes: Sizes, elapsed: float) -> None:
     print(f"Machine: {machine()}")
     print()
     header = [
-        "iptables backend",
+        "backend",
         "programmed (all messages → DataplaneInSync)",
-        "floor (ipset + iptables/ip6tables-restore + ip -batch routes)",
+        "floor (ipset + iptables/ip6tables-restore, or nft -f; + ip -batch routes)",
         "programmed / floor",
         f"add one endpoint p50 / p99 ({len(results[0]['latencies_s'])} additions)",
         "peak RSS after load",
@@ -399,7 +449,7 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="100 endpoints, 20 policies, 50 sets, 10,000 members (unless given)",
     )
-    parser.add_argument("--backends", default="legacy,nft")
+    parser.add_argument("--backends", default="legacy,nft,nftables")
     parser.add_argument("--profile", action="store_true", help="cProfile the initial programming")
     parser.add_argument("--timeout", type=float, default=600, help="per step, seconds")
     parser.add_argument(

@@ -7,7 +7,8 @@ As root on Linux with ``ip netns``, iptables and ipset, it
    addresses as ``examples/demo_node.py``, and servers on the ports the
    policies talk about;
 2. replays ``examples/demo-node.log`` with the Linux platform inside the
-   node namespace, so the node's kernel gets real chains, IP sets and routes;
+   node namespace, so the node's kernel gets real chains, IP sets and routes
+   (iptables and ipset; with ``--nftables``, native nftables);
 3. sends real packets pod to pod (and to hosts beyond the node's uplink),
    all at once, and prints the measured matrix under the matrix expected
    from the policies; exits 1 if any cell differs.
@@ -18,6 +19,7 @@ it replays the log with the in-memory sim platform and prints that state.
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
 import shutil
@@ -152,26 +154,29 @@ def expected(src: str, col: Column, family: Family, dst_address: str) -> bool:
 # --- fallback: the in-memory platform --------------------------------------------------------
 
 
-def kernel_unavailable() -> str | None:
-    """Why this machine cannot run the kernel demo, or None if it can."""
+def kernel_unavailable(nftables: bool = False) -> str | None:
+    """Why this machine cannot run the kernel demo (on native nftables:
+    ``nftables``), or None if it can."""
     if sys.platform != "linux":
         return f"not Linux ({sys.platform})"
     # Root first, as before: on a user's machine that is the reason to give.
     why = netns_unavailable()
     if why is not None:
         return why
-    missing = [tool for tool in KERNEL_TOOLS if shutil.which(tool) is None]
+    tools = (*KERNEL_TOOLS, "nft") if nftables else KERNEL_TOOLS
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         return f"{', '.join(missing)} not installed"
     return None
 
 
-def replay_argv(platform: str) -> list[str]:
+def replay_argv(platform: str, nftables: bool = False) -> list[str]:
     return [
         sys.executable,
         str(REPO / "driver.py"),
         "--platform",
         platform,
+        *(["--nftables-mode", "enabled"] if nftables else []),
         "replay",
         str(LOG_PATH),
     ]
@@ -202,7 +207,9 @@ class Cell:
 def summarize_dump(dump: str, ipsets: int) -> list[str]:
     """A few lines about what the replay programmed (the dump itself is long)."""
     lines = dump.splitlines()
+    # iptables: "*filter (IPv4)" per table; nftables: "table ip cali" per family.
     tables = [line[1:] for line in lines if line.startswith("*")]
+    tables += [line.removeprefix("table ") for line in lines if line.startswith("table ")]
     chains = sum(1 for line in lines if line.startswith("  ") and not line.startswith("   "))
     rules = sum(1 for line in lines if line.startswith("    "))
     routes = 0
@@ -293,7 +300,7 @@ def render(
     return out
 
 
-def run_kernel() -> int:
+def run_kernel(nftables: bool) -> int:
     started = time.monotonic()
     with Topology() as topo:
         node = topo.add_node("node-1")
@@ -302,7 +309,7 @@ def run_kernel() -> int:
             f"node: namespace {node.netns}, {len(pods)} pods, uplink host"
             f" {node.external.netns}; built in {time.monotonic() - started:.1f} s"
         )
-        if not program(node):
+        if not program(node, nftables):
             return 1
         cells = plan(pods, node)
         flat = [cell for by_family in cells.values() for cell in by_family.values()]
@@ -344,16 +351,17 @@ def _word(allowed: bool) -> str:
     return "allow" if allowed else "deny"
 
 
-def program(node: Node) -> bool:
+def program(node: Node, nftables: bool) -> bool:
     """Replay the log with the Linux platform inside the node; print a summary."""
     shown = os.path.relpath(sys.executable) if sys.executable.startswith(str(REPO)) else "python"
+    flag = " --nftables-mode enabled" if nftables else ""
     print(
-        f"$ ip netns exec {node.netns} {shown} driver.py --platform linux"
+        f"$ ip netns exec {node.netns} {shown} driver.py --platform linux{flag}"
         f" replay {LOG_PATH.relative_to(REPO)}"
     )
     t0 = time.monotonic()
     replay = subprocess.run(
-        ["ip", "netns", "exec", node.netns, *replay_argv("linux")],
+        ["ip", "netns", "exec", node.netns, *replay_argv("linux", nftables)],
         capture_output=True,
         text=True,
         timeout=REPLAY_TIMEOUT,
@@ -364,7 +372,11 @@ def program(node: Node) -> bool:
         print(replay.stdout + replay.stderr, end="")
         print(f"replay failed (exit {replay.returncode})")
         return False
-    ipsets = len(node.run("ipset", "list", "-n").stdout.split())
+    if nftables:  # native sets, one per set and family, beside our rules
+        listed = [node.run("nft", "list", "table", f, "cali").stdout for f in ("ip", "ip6")]
+        ipsets = sum(line.startswith("\tset ") for text in listed for line in text.splitlines())
+    else:
+        ipsets = len(node.run("ipset", "list", "-n").stdout.split())
     for line in summarize_dump(replay.stdout, ipsets):
         print(f"  {line}")
     print(f"  programmed in {time.monotonic() - t0:.1f} s")
@@ -385,14 +397,25 @@ def plan(pods: Mapping[str, Namespace], node: Node) -> dict[tuple[str, int], dic
     return cells
 
 
-def main() -> int:
-    reason = kernel_unavailable()
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="program a throwaway node, then probe it")
+    parser.add_argument(
+        "--nftables",
+        action="store_true",
+        help="program native nftables instead of iptables and ipset (NFTablesMode=Enabled)",
+    )
+    args = parser.parse_args(argv)
+    reason = kernel_unavailable(args.nftables)
     if reason is not None:
         return run_sim(reason)
-    print(f"dataplane demo: a node programmed from {LOG_PATH.relative_to(REPO)}, then probed")
+    backend = "native nftables" if args.nftables else "iptables and ipset"
+    print(
+        f"dataplane demo: a node programmed from {LOG_PATH.relative_to(REPO)} ({backend}),"
+        " then probed"
+    )
     try:
         with sigterm_unwinds():
-            return run_kernel()
+            return run_kernel(args.nftables)
     except KeyboardInterrupt:
         print("\ninterrupted; the demo's namespaces were removed", file=sys.stderr)
         return 130

@@ -16,12 +16,13 @@ FALLBACK = "not root: showing the in-memory (sim) platform's state instead of pr
 
 
 @pytest.mark.slow
-def test_demo_programs_a_node_and_every_cell_is_as_expected() -> None:
-    reason = demo.kernel_unavailable()
+@pytest.mark.parametrize("flags", [[], ["--nftables"]], ids=["iptables", "nftables"])
+def test_demo_programs_a_node_and_every_cell_is_as_expected(flags: list[str]) -> None:
+    reason = demo.kernel_unavailable(nftables=bool(flags))
     if reason is not None:
         pytest.skip(f"the kernel demo needs root, ip netns, iptables and ipset: {reason}")
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "examples" / "demo.py")],
+        [sys.executable, str(REPO / "examples" / "demo.py"), *flags],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -31,6 +32,8 @@ def test_demo_programs_a_node_and_every_cell_is_as_expected() -> None:
     assert proc.returncode == 0, out + err
     lines = out.splitlines()
     assert any(line.strip().startswith("# replayed 41 messages (0 rejected)") for line in lines)
+    backend = "linux platform, nftables:" if flags else "linux platform, iptables backend"
+    assert any(line.strip().startswith(backend) for line in lines), out
     match = re.fullmatch(r"matrix: (\d+)/(\d+) cells as expected", lines[-1])
     assert match is not None and match[1] == match[2], out
     # Topology names its namespaces dpt<pid % 10000:04d>...: none of the demo's may remain.
@@ -48,7 +51,7 @@ def test_demo_falls_back_to_the_sim_platform_without_root(
     # (a venv made by root points into root's home). As root, pretend not to be.
     if os.geteuid() == 0:
         monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert demo.main() == 0
+    assert demo.main([]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == FALLBACK

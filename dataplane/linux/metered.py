@@ -35,10 +35,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import CommandResult, CommandRunner
 from dataplane.linux.netlink.batch import NetlinkWriter, Request
 
@@ -82,6 +81,15 @@ def restore_lines(script: bytes) -> dict[str, int]:
         name = header.group(1).decode(errors="replace")
         out[name] = out.get(name, 0) + count
     return out
+
+
+class Sized(Protocol):
+    """One table's size on either backend: an iptables ``Table`` or a view
+    of our nftables table."""
+
+    rule_count: int
+
+    def chain_count(self) -> int: ...
 
 
 class MeteredRunner:
@@ -174,7 +182,7 @@ class LinuxMeter:
 
     def observe(
         self,
-        tables: Mapping[tuple[str, int], Table],
+        tables: Mapping[tuple[str, int], Sized],
         ipsets: Mapping[int, int],
         sysctl_writes: int,
     ) -> None:

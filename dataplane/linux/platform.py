@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,20 +30,24 @@ from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.core.platform import EndpointKey, NoPolicyUsers, ObjectError, PolicyUsers
 from dataplane.linux.desired import Desired
 from dataplane.linux.iptables.backend import IptablesCommands, read_counters
+from dataplane.linux.iptables.chains import parse_counters
 from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
-from dataplane.linux.metered import LinuxMeter
+from dataplane.linux.metered import LinuxMeter, Sized
 from dataplane.linux.netlink.batch import NetlinkWriter
 from dataplane.linux.netlink.dump import FastReads
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.overlay_plan import OverlayPlan
 from dataplane.linux.netlink.routes import NetlinkHandle
+from dataplane.linux.nftables.counters import parse_counters as parse_nft_counters
+from dataplane.linux.nftables.counters import read_table
+from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_sets import PendingIPSets
 from dataplane.linux.programmers import HoldsBack, Programmers
 from dataplane.linux.refresh import RefreshTimers
 from dataplane.linux.render.chain_names import ChainNames
-from dataplane.linux.render.rule_labels import RuleLabels, RuleMap
+from dataplane.linux.render.rule_labels import Labelled, RuleLabels, RuleMap
 from dataplane.linux.reports import Reports
 from dataplane.linux.writers.shapes import SetProgrammer
 from dataplane.model import (
@@ -303,7 +307,7 @@ class LinuxPlatform:
         try:
             await kernel.ipsets.apply_updates()
             await kernel.apply_rules(self._desired.versions())
-            self._reports().log_refusals(kernel.iptables)
+            self._reports().log_refusals(kernel)
             # UDP/SCTP flows to removed backends: only now that the new rules
             # are in force, or the next packet would re-create them.
             await self._conntrack.apply()
@@ -323,7 +327,10 @@ class LinuxPlatform:
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
         if self._meter is not None:
-            self._meter.observe(kernel.iptables, kernel.ipsets.counts(), kernel.sysctls.writes)
+            sized: Mapping[tuple[str, int], Sized] = kernel.iptables or {
+                key: view for key, view in kernel.tables.items() if isinstance(view, NftTableView)
+            }
+            self._meter.observe(sized, kernel.ipsets.counts(), kernel.sysctls.writes)
         if self._labels is not None:
             self._publish_labels(kernel)
 
@@ -342,8 +349,7 @@ class LinuxPlatform:
 
     def quarantined(self) -> list[tuple[str, int, str, ChainOwner]]:
         """(table, version, chain, owner) of every chain in quarantine now."""
-        tables = self._kernel.iptables if self._kernel else {}
-        return self._reports().quarantined(tables)
+        return self._reports().quarantined(self._kernel) if self._kernel else []
 
     def object_errors(self) -> list[ObjectError]:
         """Everything held back now, named by object (see :meth:`Reports.object_errors`)."""
@@ -455,8 +461,17 @@ class LinuxPlatform:
             kernel = self._kernel  # set once, at the first apply
             if kernel is None:
                 return ""
+            nft = kernel.nft.get(version)
+            if nft is not None:
+                return read_table(nft.family, nft.name, netns, timeout=timeout)
             commands = IptablesCommands.for_backend(kernel.backend, version)
             return read_counters(commands, netns, timeout=timeout)
+
+        def parse(text: str) -> Iterable[tuple[str, str, int, int]]:
+            kernel = self._kernel
+            if kernel is not None and kernel.nftables:
+                return parse_nft_counters(text, "filter")
+            return parse_counters(text)
 
         return PolicyCounters(
             lambda: self._rule_map,
@@ -466,13 +481,18 @@ class LinuxPlatform:
             clock=clock,
             refresh_with=in_thread if background else lambda refresh: refresh(),
             busy=lambda: self.applying,
+            parse=parse,
         )
 
     def _publish_labels(self, kernel: Programmers) -> None:
         assert self._labels is not None
-        self._rule_map = self._labels.update(
-            {v: table for (name, v), table in kernel.iptables.items() if name == "filter"}
-        )
+        filters: dict[int, Labelled] = {
+            v: table for (name, v), table in kernel.iptables.items() if name == "filter"
+        }
+        for (name, v), view in kernel.tables.items():
+            if kernel.nftables and name == "filter" and isinstance(view, NftTableView):
+                filters[v] = view
+        self._rule_map = self._labels.update(filters)
 
     def table_writes(self) -> int:
         """iptables restores, or nft transactions of rules, run so far (observability,
@@ -506,10 +526,6 @@ def _log_refusals(kernel: Programmers) -> None:
         (kernel.routes, "route to %s refused by the kernel: %s; quarantined"),
         (kernel.sysctls, "interface %s: %s; retried at the next apply"),
         (kernel.vxlan, "VXLAN %s: %s; retried"),
-        *(
-            (nft, f"nft chain {nft.family} {nft.name} %s refused: %s; quarantined")
-            for nft in kernel.nft.values()
-        ),
         *(
             (services, f"service {services.layout.family} %s held back: %s")
             for services in kernel.services.values()

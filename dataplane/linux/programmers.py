@@ -261,9 +261,11 @@ class Programmers:
         destroy an IP set that a rule still references.
         """
         await _remove_iptables(runner, prefix, backends)
-        await self.ipsets.cleanup_all()
-        if self.nftables and shutil.which("ipset") is not None:
+        if not self.nftables:
+            await self.ipsets.cleanup_all()
+        elif shutil.which("ipset") is not None:
             await IPSetsProgrammer(runner, ipv6=True).cleanup_all()  # the other backend's
+        # Native sets go with their table (the rules in it reference them).
         await _remove_nftables(runner, prefix)
         await self.routes.cleanup_all()
         await self.vxlan.cleanup_all()

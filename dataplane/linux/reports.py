@@ -10,10 +10,8 @@ traffic meets a held-back chain, route, sysctl or IP set reports ``error``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
-from dataplane.linux.iptables.table import Table
 from dataplane.linux.owners import ChainOwner, find_owner
 from dataplane.linux.programmers import Programmers
 from dataplane.linux.render.chain_names import ChainNames
@@ -70,35 +68,62 @@ class Reports:
             service_of=lambda name: self._services.service_of(table, version, name),
         )
 
-    def log_refusals(self, tables: Mapping[tuple[str, int], Table]) -> None:
+    def log_refusals(self, kernel: Programmers) -> None:
         """One line per newly refused chain, naming the object behind it."""
-        for (table, version), programmer in tables.items():
+        for (table, version), programmer in kernel.iptables.items():
             for refusal in programmer.take_refusals():
                 origin = programmer.origin(refusal.chain, refusal.rule_index)
-                owner = self.owner(table, version, refusal.chain, origin)
-                kept = (
-                    "last good version kept"
-                    if programmer.keeps_last_good(refusal.chain)
-                    else "fail-closed"
+                kept = _kept(programmer.keeps_last_good(refusal.chain))
+                self._log_refusal(
+                    table, version, refusal.chain, origin, refusal.message, kept, "iptables"
                 )
-                log.error(
-                    "%s refused by the kernel (iptables v%d %s chain %s): %s; quarantined, %s",
-                    owner.describe(),
-                    version,
-                    table,
-                    refusal.chain,
-                    refusal.message,
-                    kept,
-                )
+        for version, nft in kernel.nft.items():
+            for name, why in nft.take_refusals():
+                table, chain = _in_view(name)
+                origin = nft.origin(name, nft.refused_rule(name))
+                kept = _kept(nft.keeps_last_good(name))
+                self._log_refusal(table, version, chain, origin, why, kept, "nft")
 
-    def quarantined(
-        self, tables: Mapping[tuple[str, int], Table]
-    ) -> list[tuple[str, int, str, ChainOwner]]:
+    def _log_refusal(  # noqa: PLR0917 - one log line's parts
+        self,
+        table: str,
+        version: int,
+        chain: str,
+        origin: Origin | None,
+        why: str,
+        kept: str,
+        tool: str,
+    ) -> None:
+        owner = self.owner(table, version, chain, origin)
+        log.error(
+            "%s refused by the kernel (%s v%d %s chain %s): %s; quarantined, %s",
+            owner.describe(),
+            tool,
+            version,
+            table,
+            chain,
+            why,
+            kept,
+        )
+
+    def _held_chains(self, kernel: Programmers) -> list[tuple[str, int, str, str]]:
+        """(table, version, chain, why) of every chain held back now, either backend."""
+        held = [
+            (table, version, chain, why)
+            for (table, version), programmer in sorted(kernel.iptables.items())
+            for chain, why in programmer.held_back().items()
+        ]
+        for version, nft in sorted(kernel.nft.items()):
+            for name, why in nft.held_back().items():
+                table, chain = _in_view(name)
+                held.append((table, version, chain, why))
+        return held
+
+    def quarantined(self, kernel: Programmers) -> list[tuple[str, int, str, ChainOwner]]:
         """(table, version, chain, owner) of every chain in quarantine now."""
         return [
             (table, version, chain, self.owner(table, version, chain, None))
-            for (table, version), programmer in sorted(tables.items())
-            for chain in programmer.quarantine
+            for table, version, chain, _ in self._held_chains(kernel)
         ]
 
     def object_errors(self, kernel: Programmers) -> list[ObjectError]:
@@ -110,10 +135,9 @@ class Reports:
         ``vxlan``. The reason is the kernel's message, as logged.
         """
         found: dict[tuple[str, str], str] = {}
-        for (table, version), programmer in sorted(kernel.iptables.items()):
-            for chain, why in programmer.held_back().items():
-                owner = self.owner(table, version, chain, None)
-                found.setdefault((_KINDS[owner.kind], owner.name), why)
+        for table, version, chain, why in self._held_chains(kernel):
+            owner = self.owner(table, version, chain, None)
+            found.setdefault((_KINDS[owner.kind], owner.name), why)
         for kind, held in (
             ("ipset", kernel.ipsets.held_back()),
             ("route", kernel.routes.held_back()),
@@ -143,9 +167,8 @@ class Reports:
         # An endpoint whose policy could not be programmed as asked says so
         # (its traffic meets the last good or a fail-closed version).
         failing: set[EndpointKey] = set()
-        if any(t.quarantine for t in kernel.iptables.values()):
-            for *_, owner in self.quarantined(kernel.iptables):
-                failing |= owner.endpoints
+        for *_, owner in self.quarantined(kernel):
+            failing |= owner.endpoints
         bad_routes = frozenset(kernel.routes.quarantine)
         bad_ifaces = kernel.sysctls.failed
         if bad_routes or bad_ifaces:
@@ -155,3 +178,13 @@ class Reports:
         for endpoint in failing & statuses.keys():
             statuses[endpoint] = EndpointStatus.ERROR
         return statuses
+
+
+def _in_view(name: str) -> tuple[str, str]:
+    """(iptables table, chain) of a chain of our nftables table (``filter-cali-x``)."""
+    table, _, chain = name.partition("-")
+    return table, chain
+
+
+def _kept(last_good: bool) -> str:
+    return "last good version kept" if last_good else "fail-closed"

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -69,12 +69,18 @@ class RuleCounts:
     bytes: int
 
 
-def count_rules(rules: RuleMap, saves: dict[int, str]) -> dict[Origin, RuleCounts]:
-    """Counters of each labelled rule in ``saves`` (``iptables-save -c`` text by
-    IP version), summed per label."""
+# Counted rules in a save: (chain, rule hash, packets, bytes).
+Parse = Callable[[str], Iterable[tuple[str, str, int, int]]]
+
+
+def count_rules(
+    rules: RuleMap, saves: dict[int, str], parse: Parse = parse_counters
+) -> dict[Origin, RuleCounts]:
+    """Counters of each labelled rule in ``saves`` (by IP version: ``iptables-save
+    -c`` text, or what ``parse`` reads), summed per label."""
     totals: dict[Origin, tuple[int, int]] = {}
     for version, text in saves.items():
-        for chain, rule_hash, packets, octets in parse_counters(text):
+        for chain, rule_hash, packets, octets in parse(text):
             labels = rules.get((version, chain))
             label = labels.get(rule_hash) if labels is not None else None
             if label is not None:
@@ -88,8 +94,10 @@ class PolicyCounters(Collector):
 
     Args:
         rules: the current label map (the main loop replaces it whole).
-        save: ``iptables-save -c -t filter`` output for an IP version;
-            raises :class:`ProgrammingError` when the save fails.
+        save: ``iptables-save -c -t filter`` output for an IP version (or
+            on nftables ``nft list table``); raises
+            :class:`ProgrammingError` when the save fails.
+        parse: reads counted rules out of a save (default: iptables').
         metrics: where save calls and failures are counted, if anywhere.
         min_interval: seconds a save's result is served for.
         clock: monotonic seconds.
@@ -111,9 +119,11 @@ class PolicyCounters(Collector):
         clock: Callable[[], float] = time.monotonic,
         refresh_with: Callable[[Callable[[], None]], None] = lambda refresh: refresh(),
         busy: Callable[[], bool] = lambda: False,
+        parse: Parse = parse_counters,
     ) -> None:
         self._rules = rules
         self._save = save
+        self._parse = parse
         self._metrics = metrics
         self._min_interval = min_interval
         self._clock = clock
@@ -156,7 +166,7 @@ class PolicyCounters(Collector):
                 if self._metrics is not None:
                     self._metrics.save_calls.inc()
                 saves[version] = self._save(version)
-            counts = count_rules(rules, saves)
+            counts = count_rules(rules, saves, self._parse)
             with self._lock:
                 self._counts = counts
         except ProgrammingError as exc:

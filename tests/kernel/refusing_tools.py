@@ -1,9 +1,10 @@
-"""A PATH whose iptables restore tools refuse one marker: "an object the kernel refuses".
+"""A PATH whose rule tools refuse one marker: "an object the kernel refuses".
 
 Each ``*tables-*-restore`` wrapper refuses any rule line that mentions the
-marker, in the kernel tool's own error format (so the driver's blame
-finds the line), and hands everything else to the real tool. Shared by
-the quarantine tests and the reliability benchmark.
+marker, and so does the ``nft`` wrapper for any ``add rule`` line of a
+script (``nft -f``), each in the real tool's own error format (so the
+driver's blame finds the line); everything else goes to the real tool.
+Shared by the quarantine tests and the reliability benchmark.
 """
 
 from __future__ import annotations
@@ -68,17 +69,33 @@ sys.exit(subprocess.run(["{real}", *sys.argv[1:]], input=data).returncode)
 """
 
 
+_NFT_WRAPPER = """#!{python}
+import subprocess, sys
+args = sys.argv[1:]
+data = sys.stdin.buffer.read() if "-f" in args else None
+for number, line in enumerate((data or b"").decode(errors="replace").splitlines(), start=1):
+    if line.startswith("add rule ") and "{marker}" in line:
+        sys.stderr.write("/dev/stdin:%d:1-8: Error: refused by the test hook\\n" % number)
+        sys.exit(1)
+sys.exit(subprocess.run(["{real}", *args], input=data).returncode)
+"""
+
+
+def _wrap(directory: Path, tool: str, template: str, marker: str) -> None:
+    real = shutil.which(tool)
+    if real is None:
+        raise FileNotFoundError(tool)
+    wrapper = directory / tool
+    wrapper.write_text(template.format(python=sys.executable, marker=marker, tool=tool, real=real))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+
+
 def refusing_env(directory: Path, marker: str) -> dict[str, str]:
     """Write the wrappers into ``directory``; an environment that finds them first."""
     for tool in _TOOLS:
-        real = shutil.which(tool)
-        if real is None:
-            raise FileNotFoundError(tool)
-        wrapper = directory / tool
-        wrapper.write_text(
-            _WRAPPER.format(python=sys.executable, marker=marker, tool=tool, real=real)
-        )
-        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+        _wrap(directory, tool, _WRAPPER, marker)
+    if shutil.which("nft") is not None:
+        _wrap(directory, "nft", _NFT_WRAPPER, marker)
     env = dict(os.environ)
     env["PATH"] = f"{directory}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
     return env

@@ -24,6 +24,7 @@ seed. Not shrunk: every example costs seconds of real packets.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ from tests.felix_harness import FelixHarness
 from tests.kernel import policy_gen as gen
 from tests.kernel import scenario
 from tests.kernel.marks import requires_root
+from tests.kernel.ruleset import our_rules
 from tests.reference_eval import Packet, PolicyState, endpoint_decision, forward_decision
 
 pytestmark = [requires_root, pytest.mark.slow]
@@ -198,17 +200,15 @@ class DiffNode:
             msgs += [pb.IPSetRemove(id=s) for s in old.ipsets if s not in rnd.ipsets]
         self.previous = rnd
         self.felix.send(*msgs)
-        self._wait_for_marker(f"--dports {BARRIER_PORT + self.round} ")
+        self._wait_for_marker(BARRIER_PORT + self.round)
         # Earlier rounds' flows must not be "established" in this one.
         self.node.run("conntrack", "-F", check=False)
 
-    def _wait_for_marker(self, marker: str, deadline: float = 30.0) -> None:
+    def _wait_for_marker(self, port: int, deadline: float = 30.0) -> None:
+        """Until a rule for ``port`` is in force (either backend's spelling)."""
+        marker = re.compile(rf"dports? (?:\{{ )?{port}\b")
         end = time.monotonic() + deadline
-        while True:
-            for tool in ("ip6tables-legacy-save", "ip6tables-nft-save"):
-                out = self.node.run(tool, "-t", "filter", check=False).stdout
-                if marker in out:
-                    return
+        while not marker.search(our_rules(self.node)):
             if time.monotonic() > end:
                 tail = self.felix.stderr_so_far()[-3000:]
                 raise AssertionError(f"round {self.round} not applied in time; driver:\n{tail}")

@@ -8,6 +8,7 @@ variables, in a fresh node namespace. What the kernel holds then (both
 iptables backends, IP sets, our routes) must equal what the same content
 in the driver's own (master) encoding programs, and real packets must get
 the verdicts the policy says, staged policies and Pass tiers included.
+On each backend (iptables, native nftables), against master's on the same.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.felix_releases.session import after_sync, master_session
 from tests.felix_releases.speak import Speaker
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe
+from tests.kernel.ruleset import nft_state
 from tests.kernel.services import VIP4, served_by
 from tests.kernel.test_linux_policy import matrix
 
@@ -56,6 +58,7 @@ def _kernel_state(node: Node) -> str:
         _INITVAL.sub("", line) for line in node.run("ipset", "save").stdout.splitlines()
     )
     parts.append("== ipset\n" + "\n".join(ipsets))
+    parts.append(nft_state(node))
     for family in ("-4", "-6"):
         routes = node.run("ip", family, "route", "show", "table", "all", "proto", _ROUTE_PROTOCOL)
         parts.append(f"== routes {family}\n{routes.stdout}")
@@ -99,21 +102,20 @@ def _run(topology: Topology, release: str | None) -> tuple[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def master_state() -> str:
-    from tests.kernel.marks import KERNEL_UNAVAILABLE  # noqa: PLC0415
-
-    if KERNEL_UNAVAILABLE is not None:
-        pytest.skip(KERNEL_UNAVAILABLE)
-    with Topology() as topology:
-        state, failures = _run(topology, None)
-    assert failures == []
-    return state
+def master_states() -> dict[str, str]:
+    """Master's kernel state per backend, programmed once each, when first asked."""
+    return {}
 
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_each_release_programs_the_masters_kernel_state_and_verdicts(
-    release: str, master_state: str, topology: Topology
+    release: str, master_states: dict[str, str], topology: Topology, kernel_backend: str
 ) -> None:
+    if kernel_backend not in master_states:
+        with Topology() as fresh:
+            master, failures = _run(fresh, None)
+        assert failures == []
+        master_states[kernel_backend] = master
     state, failures = _run(topology, release)
     assert failures == []
-    assert state == master_state
+    assert state == master_states[kernel_backend]

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
 
 import pytest
 
+from dataplane.linux.nftables.set_elements import set_name
+from dataplane.model import IPSetType
 from dataplane.wire._pb import felixbackend_pb2 as pb
-from testbed.topology import Topology
+from testbed.topology import Node, Topology
 from tests.conftest import REPO
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe
 from tests.kernel.marks import requires_root
+from tests.kernel.ruleset import our_rules
 
 pytestmark = [requires_root, pytest.mark.slow]
 
@@ -64,6 +68,7 @@ def matrix() -> list[Probe]:
     return probes
 
 
+@pytest.mark.own_backend
 @pytest.mark.parametrize("backend", ["nft", "legacy", "nftables"])
 def test_connectivity_matrix_v4_and_v6(topology: Topology, backend: str) -> None:
     cluster = Cluster(topology)
@@ -163,32 +168,86 @@ def test_in_place_updates_follow_and_keep_established_connections(topology: Topo
         felix.wait()
 
 
-def test_tampering_is_repaired_within_a_refresh_interval(topology: Topology) -> None:
+class _Tamper:
+    """Someone else's hands on our objects, on the backend the driver runs."""
+
+    def __init__(self, node: Node, backend: str) -> None:
+        self.node = node
+        self.nft = backend == "nftables"
+
+    def chain(self, name: str) -> str:
+        """A filter chain of ours, as listed."""
+        if self.nft:
+            return self.node.run("nft", "list", "chain", "ip", "cali", f"filter-{name}").stdout
+        return self.node.run("iptables", "-S", name).stdout
+
+    def flush_chain(self, name: str) -> None:
+        if self.nft:
+            self.node.run("nft", "flush", "chain", "ip", "cali", f"filter-{name}")
+        else:
+            self.node.run("iptables", "-F", name)
+
+    def _set(self, set_id: str) -> str:
+        if self.nft:
+            return set_name(set_id, 4, IPSetType.IP)
+        return f"cali40{set_id}"
+
+    def sets(self) -> list[str]:
+        if self.nft:
+            listed = self.node.run("nft", "list", "sets", "ip").stdout
+            return re.findall(r"^\s*set (\S+) \{", listed, re.MULTILINE)
+        return self.node.run("ipset", "list", "-n").stdout.split()
+
+    def members(self, set_id: str) -> str:
+        if self.nft:
+            return self.node.run("nft", "list", "set", "ip", "cali", self._set(set_id)).stdout
+        return self.node.run("ipset", "list", self._set(set_id)).stdout
+
+    def flush_set(self, set_id: str) -> None:
+        if self.nft:
+            self.node.run("nft", "flush", "set", "ip", "cali", self._set(set_id))
+        else:
+            self.node.run("ipset", "flush", self._set(set_id))
+
+    def delete_set(self, set_id: str) -> None:
+        if self.nft:
+            self.node.run("nft", "delete", "set", "ip", "cali", self._set(set_id))
+        else:
+            self.node.run("ipset", "destroy", self._set(set_id))
+
+    def has_set(self, set_id: str) -> bool:
+        return self._set(set_id) in self.sets()
+
+
+def test_tampering_is_repaired_within_a_refresh_interval(
+    topology: Topology, kernel_backend: str
+) -> None:
     cluster = Cluster(topology)
     felix = cluster.start_driver(
         IptablesRefreshInterval="1", IpsetsRefreshInterval="1", RouteRefreshInterval="1"
     )
     node = cluster.node
+    tamper = _Tamper(node, kernel_backend)
     api = cluster.pods["api-1"]
     try:
         # Someone flushes the api pod's ingress chain: prometheus would get in.
-        node.run("iptables", "-F", f"cali-tw-{api.iface}")
+        tamper.flush_chain(f"cali-tw-{api.iface}")
         cluster.wait_for(Probe("prom-1", "api-1", "tcp", 8080, 4, False), deadline=10)
-        assert "-j DROP" in node.run("iptables", "-S", f"cali-tw-{api.iface}").stdout
+        assert re.search(r"-j DROP|\bdrop\b", tamper.chain(f"cali-tw-{api.iface}"))
         # Someone empties the web selector set: web loses access until repaired.
-        node.run("ipset", "flush", "cali40s:web")
+        tamper.flush_set("s:web")
         cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True), deadline=10)
-        # Someone destroys one of our sets (the kernel only allows that for a
+        # Someone deletes one of our sets (the kernel only allows that for a
         # set no rule references yet).
         felix.send(pb.IPSetUpdate(id="s:spare", members=["10.65.9.9"]))
         end = time.monotonic() + 10
-        while "cali40s:spare" not in node.run("ipset", "list", "-n").stdout:
+        while not tamper.has_set("s:spare"):
             assert time.monotonic() < end, "spare set never created"
-        node.run("ipset", "destroy", "cali40s:spare")
+        tamper.delete_set("s:spare")
         end = time.monotonic() + 10
-        while "cali40s:spare" not in node.run("ipset", "list", "-n").stdout:
-            assert time.monotonic() < end, "destroyed set not repaired"
-        assert "10.65.9.9" in node.run("ipset", "list", "cali40s:spare").stdout
+        while not tamper.has_set("s:spare"):
+            assert time.monotonic() < end, "deleted set not repaired"
+        assert "10.65.9.9" in tamper.members("s:spare")
         # Someone deletes the route to a pod.
         node.ip("route", "del", f"{api.ipv4}/32")
         cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True), deadline=10)
@@ -227,12 +286,12 @@ def test_cleanup_removes_only_what_we_own(topology: Topology) -> None:
     felix = cluster.start_driver()
     felix.close_input()
     felix.wait()
-    assert "cali-" in node.run("iptables-save").stdout
+    assert "cali-" in our_rules(node)
     state = ("--sysctl-state", str(cluster.sysctl_state))
     result = topology.run(node, sys.executable, str(REPO / "driver.py"), *state, "cleanup")
     assert result.returncode == 0, result.stderr
+    assert "cali" not in our_rules(node)
     saved = node.run("iptables-save").stdout + node.run("ip6tables-save").stdout
-    assert "cali" not in saved
     assert "-A FORWARD -j FOREIGN" in saved
     sets = node.run("ipset", "list", "-n").stdout.split()
     assert sets == ["foreign"]
@@ -401,7 +460,7 @@ def test_pre_dnat_policy_drops_before_normal_policy(topology: Topology) -> None:
         )
         assert not external.can_connect("tcp", node.address(6), 8000, timeout=0.7)
         assert external.can_connect("tcp", node.address(4), 9000, timeout=3)
-        assert "cali-PREROUTING" in node.run("iptables", "-t", "mangle", "-S").stdout
+        assert "cali-PREROUTING" in our_rules(node)  # the mangle table's
     finally:
         felix.close_input()
         felix.wait()

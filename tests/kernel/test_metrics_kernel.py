@@ -39,7 +39,7 @@ from tests.kernel.refusing_tools import (
 )
 from tests.linux.metric_samples import parsed
 
-pytestmark = [requires_root, pytest.mark.slow]
+pytestmark = [requires_root, pytest.mark.slow, pytest.mark.own_backend]
 
 BIG_SET = "s:big"
 LABELS = ("tier", "policy", "direction", "rule", "action")
@@ -176,6 +176,37 @@ def _kernel_tables(netns: str) -> dict[tuple[str, str], tuple[int, int, int]]:
     return out
 
 
+def _nft_tables(
+    netns: str,
+) -> tuple[dict[tuple[str, str], tuple[int, int]], dict[tuple[str], float]]:
+    """On nftables: (version, iptables table) -> (our chains, their rules), and
+    our sets per version, from our table per family."""
+    tables: dict[tuple[str, str], tuple[int, int]] = {}
+    sets: dict[tuple[str], float] = {}
+    for version, family in (("4", "ip"), ("6", "ip6")):
+        listed = subprocess.run(
+            ["ip", "netns", "exec", netns, "nft", "list", "table", family, "cali"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        chain: tuple[str, str] | None = None
+        for line in listed.splitlines():
+            if line.startswith("\tset "):
+                sets[(version,)] = sets.get((version,), 0.0) + 1
+                chain = None
+            elif line.startswith("\tchain "):
+                table, _, name = line.split()[1].partition("-")
+                chain = (version, table) if name.startswith("cali-") else None
+                if chain is not None:
+                    chains, rules = tables.get(chain, (0, 0))
+                    tables[chain] = (chains + 1, rules)
+            elif chain is not None and line.startswith("\t\t") and "cali:" in line:
+                chains, rules = tables[chain]
+                tables[chain] = (chains, rules + 1)
+    return tables, sets
+
+
 def _kernel_sets(netns: str) -> dict[tuple[str], float]:
     saved = subprocess.run(
         ["ip", "netns", "exec", netns, "ipset", "save"], capture_output=True, text=True, check=True
@@ -187,15 +218,17 @@ def _kernel_sets(netns: str) -> dict[tuple[str], float]:
     return families
 
 
+@pytest.mark.parametrize("backend", ["iptables", "nftables"])
 def test_rule_counters_name_the_rules_that_dropped_and_allowed_real_packets(
-    topology: Topology,
+    topology: Topology, backend: str
 ) -> None:
     cluster = Cluster(topology)
+    mode = "Enabled" if backend == "nftables" else "Disabled"
     web1, web2, api1 = (cluster.pods[p] for p in ("web-1", "web-2", "api-1"))
     deny = ("security", "security.guard", "inbound", "0", "deny")
     allow_in = ("default", "NetworkPolicy:backend/allow-web-to-api", "inbound", "0", "allow")
     allow_out = ("default", "NetworkPolicy:frontend/web-egress", "outbound", "0", "allow")
-    with driver(cluster) as node:
+    with driver(cluster, NFTablesMode=mode) as node:
         before = parsed(node.scrape(), "dataplane_policy_packets_total", LABELS)
         # web-2 is on the blocklist: the security tier drops its SYN at
         # api-1's ingress (one SYN each: the first retransmission is at 1 s).
@@ -211,6 +244,21 @@ def test_rule_counters_name_the_rules_that_dropped_and_allowed_real_packets(
         allow_in: 2.0,
         allow_out: 5.0,  # both web pods' SYNs leave through web-egress
     }
+    if backend == "nftables":
+        # Felix's gauges hold what our table per family holds, by iptables table.
+        held, sets = _nft_tables(cluster.node.netns)
+        assert {
+            "chains": parsed(text, "felix_iptables_chains", ("ip_version", "table")),
+            "rules": parsed(text, "felix_iptables_rules", ("ip_version", "table")),
+            "sets": parsed(text, "felix_ipsets_calico", ("ip_version",)),
+            "routes": parsed(text, "dataplane_route_writes_total"),
+        } == {
+            "chains": {key: float(chains) for key, (chains, _) in held.items()},
+            "rules": {key: float(rules) for key, (_, rules) in held.items()},
+            "sets": sets,
+            "routes": {(): 2.0 * len(cluster.pods)},
+        }
+        return
     # Felix's gauges hold what the kernel holds; the first restore of each
     # table declared each chain and wrote each rule and hook once.
     kernel = _kernel_tables(cluster.node.netns)

@@ -31,6 +31,7 @@ pytestmark = [
     requires_root,
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("nft") is None, reason="needs nft (nftables)"),
+    pytest.mark.own_backend,
 ]
 
 VIP4, VIP6 = "10.96.0.10", "fd00:96::10"

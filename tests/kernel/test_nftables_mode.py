@@ -17,7 +17,7 @@ from tests.kernel.cluster import Cluster
 from tests.kernel.marks import requires_root
 from tests.kernel.test_linux_policy import matrix
 
-pytestmark = [requires_root, pytest.mark.slow]
+pytestmark = [requires_root, pytest.mark.slow, pytest.mark.own_backend]
 
 
 def _ours(node: Node) -> dict[str, bool]:

@@ -12,6 +12,7 @@ from testbed.topology import Node, Topology
 from tests.kernel import scenario
 from tests.kernel.marks import requires_root
 from tests.kernel.overlay_cluster import TCP_PORT, UDP_PORT, OverlayCluster
+from tests.kernel.ruleset import rule_packets
 from tests.waiting import eventually
 
 pytestmark = [requires_root, pytest.mark.slow]
@@ -93,16 +94,6 @@ def test_policy_still_decides_between_nodes(topology: Topology) -> None:
     assert a1.can_connect("tcp", cluster.pods["b2"].ipv4, TCP_PORT, timeout=3.0)
 
 
-def _rule_packets(node: Node, comment: str) -> int:
-    """Packets the rules carrying ``comment`` matched (both families)."""
-    saved = _kernel(node, "iptables-save", "-c") + _kernel(node, "ip6tables-save", "-c")
-    return sum(
-        int(line[1:].split(":")[0])
-        for line in saved.splitlines()
-        if comment in line and line.startswith("[")
-    )
-
-
 def test_pods_cannot_send_vxlan_and_strangers_cannot_inject_it(topology: Topology) -> None:
     cluster = OverlayCluster(topology)
     cluster.start_all()
@@ -110,12 +101,12 @@ def test_pods_cannot_send_vxlan_and_strangers_cannot_inject_it(topology: Topolog
     # (The kernel's own VXLAN socket listens on the port; what matters is
     # which rule judged the packet.)
     cluster.pods["a1"].connect("udp", b.address(4), 4789, timeout=0.3)
-    assert _rule_packets(a, "VXLAN encapsulated packets from workloads") >= 1
+    assert rule_packets(a, "VXLAN encapsulated packets from workloads") >= 1
     cluster.underlay.client.connect("udp", b.address(4), 4789, timeout=0.3)
-    assert _rule_packets(b, "VXLAN from anywhere else") >= 1
+    assert rule_packets(b, "VXLAN from anywhere else") >= 1
     # While the other node's VXLAN is accepted.
     assert _reach(cluster, "a1", "b1", 4) == []
-    assert _rule_packets(b, "VXLAN from other nodes") >= 1
+    assert rule_packets(b, "VXLAN from other nodes") >= 1
 
 
 def test_cross_subnet_on_one_subnet_goes_unencapsulated(topology: Topology) -> None:

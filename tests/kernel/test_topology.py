@@ -27,7 +27,7 @@ from testbed.topology import (
 )
 from tests.kernel.marks import requires_root
 
-pytestmark = [requires_root, pytest.mark.slow]
+pytestmark = [requires_root, pytest.mark.slow, pytest.mark.own_backend]
 
 PORT = 8080
 CLOSED_PORT = 9

@@ -17,7 +17,7 @@ from testbed.underlay import Subnet, Underlay, UnderlayCounters
 from tests.kernel.marks import requires_root
 from tests.kernel.overlay_messages import OverlayNode, overlay_node
 
-pytestmark = [requires_root, pytest.mark.slow]
+pytestmark = [requires_root, pytest.mark.slow, pytest.mark.own_backend]
 
 PORT = 8080
 VXLAN_DEVICE = {4: "vxlan.calico", 6: "vxlan-v6.calico"}

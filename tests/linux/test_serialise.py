@@ -125,13 +125,14 @@ ACTIONS = [
 @pytest.mark.parametrize(("term", "ipt", "nft"), TERMS)
 def test_each_term_in_both_syntaxes(term: Match, ipt: str, nft: str) -> None:
     assert IPT.rule(TableRule((term,), Drop()))[-1].match == ipt
-    assert NFT.rule(TableRule((term,), Drop()))[-1].text == f"{nft} drop"
+    # Every nft rule counts (as every iptables rule does): the counter last before the verdict.
+    assert NFT.rule(TableRule((term,), Drop()))[-1].text == f"{nft} counter drop"
 
 
 @pytest.mark.parametrize(("action", "ipt", "nft"), ACTIONS)
 def test_each_action_in_both_syntaxes(action: Accept, ipt: str, nft: str) -> None:
     assert IPT.rule(TableRule((), action))[-1].action == ipt
-    assert NFT.rule(TableRule((), action))[-1].text == nft
+    assert NFT.rule(TableRule((), action))[-1].text == f"counter {nft}".strip()
 
 
 def test_an_or_iptables_cannot_say_is_a_mark_block_ending_in_the_counted_rule() -> None:
@@ -199,7 +200,7 @@ def test_misuses_are_refused_not_spelled() -> None:
 def test_comments_are_labels_in_nft_too() -> None:
     rule = NFT.rule(TableRule((), Drop(), comment='tier x"; accept # \n' + "y" * 300))[-1]
     text = rule.written("cali:0123456789abcdef")
-    assert text.startswith('drop comment "cali:0123456789abcdef tier x__ accept _ _yyy')
+    assert text.startswith('counter drop comment "cali:0123456789abcdef tier x__ accept _ _yyy')
     assert text.count('"') == 2 and "\n" not in text and len(text) < 200
 
 

@@ -6,7 +6,7 @@ negated with ``!=``. One OR is left that one nft rule cannot say -- ports
 *or* named-port sets, a port match and a set lookup -- and it gets the
 same scratch-mark block as in iptables: clear the bit, set it for each
 alternative, require it. The final rule carries the model rule's action,
-comment, origin and (where it counts) a ``counter``.
+comment, origin and a ``counter``.
 
 Networks are written canonical and collapsed (``10.1.2.3/8`` is
 ``10.0.0.0/8``; overlapping ones merged): nft's parser refuses
@@ -275,9 +275,10 @@ class NftSerialiser:
         out = _Rendering(self.version, ScratchBits(self.marks), rule.origin)
         for term in rule.match:
             out.term(term)
-        statements = out.parts
-        if rule.counts:
-            statements = [*statements, "counter"]
+        # Every rule counts its packets, as every iptables rule does (nft
+        # counts only where told): what operators read to see which rule
+        # judged a packet, and where the policy counters come from.
+        statements = [*out.parts, "counter"]
         action = action_text(rule.action, self.chain_prefix)
         if action:
             statements = [*statements, action]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -39,6 +39,7 @@ from dataplane.linux.kernel.cmd import CommandRunner, output_lines
 from dataplane.linux.nftables.serialise import NftRule, nft_name
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
+from dataplane.linux.rules.rule import Origin
 
 __all__ = ["FAIL_CLOSED", "BaseChain", "NftTable", "listed_chains", "rule_hashes"]
 
@@ -98,6 +99,7 @@ class NftTable:
         # Which write last touched each chain (its number), so a refresh
         # never takes back what it read before a write that came after.
         self._written_by: dict[str, int] = {}
+        self._refused_rules: dict[str, int | None] = {}  # chain -> the rule nft named
         self.writes = 0  # nft -f transactions (observability, tests)
         self.reads = 0  # read-backs of the table
 
@@ -265,7 +267,7 @@ class NftTable:
             # nft names the line it refused: quarantine that chain and write
             # the rest; a refusal it cannot pin on one of our chains (a
             # base chain, no line) fails the apply as a whole.
-            message, chain = self._blame(result.stderr, script)
+            message, chain, rule = self._blame(result.stderr, script)
             set_aside = chain in self.quarantine and chain not in trial
             if chain is None or chain in self._base or set_aside:
                 self._actual = None  # read again before the next try
@@ -273,6 +275,7 @@ class NftTable:
                     f"nft refused the {self.family} {self.name} transaction: {message}"
                 )
             self.quarantine.reject(chain, message)
+            self._refused_rules[chain] = rule
             trial.discard(chain)
         for name in trial:
             self.quarantine.release(name)  # written as wanted: accepted
@@ -287,17 +290,48 @@ class NftTable:
         return True
 
     @staticmethod
-    def _blame(stderr: bytes, script: list[tuple[str, str | None]]) -> tuple[str, str | None]:
-        """nft's first complaint, and the chain whose line it names."""
+    def _blame(
+        stderr: bytes, script: list[tuple[str, str | None]]
+    ) -> tuple[str, str | None, int | None]:
+        """nft's first complaint, the chain whose line it names and which of
+        that chain's rules the line writes (None: not a rule)."""
         lines = stderr.decode(errors="replace").strip().splitlines()
         message = lines[0] if lines else "refused"
         for line in lines:
             found = _WHERE.match(line)
             if found and 0 < int(found.group(1)) <= len(script):
-                refused, chain = script[int(found.group(1)) - 1]
+                at = int(found.group(1)) - 1
+                refused, chain = script[at]
                 why = line[found.end() :].strip().removeprefix("Error: ")
-                return f"{why}: {refused[:200]}", chain
-        return message, None
+                rule = None
+                if refused.startswith("add rule "):
+                    rule = sum(
+                        1 for text, c in script[:at] if c == chain and text.startswith("add rule ")
+                    )
+                return f"{why}: {refused[:200]}", chain, rule
+        return message, None, None
+
+    def origin(self, name: str, index: int | None) -> Origin | None:
+        """Where rule ``index`` of desired chain ``name`` came from, if known."""
+        rules = self._desired.get(name, ())
+        if index is None or not 0 <= index < len(rules):
+            return None
+        return rules[index].origin
+
+    def desired(self, name: str) -> tuple[tuple[NftRule, ...], Sequence[str]] | None:
+        """Chain ``name``'s desired rules and their hash comments; None if not desired."""
+        rules = self._desired.get(name)
+        return None if rules is None else (rules, self._hashes[name])
+
+    def keeps_last_good(self, name: str) -> bool:
+        """Whether quarantined chain ``name`` runs its last good version
+        (else the fail-closed rules, or nothing yet)."""
+        held = (self._actual or {}).get(name)
+        return held is not None and held != rule_hashes(name, self._fail_closed)
+
+    def refused_rule(self, name: str) -> int | None:
+        """Which rule of chain ``name`` nft refused last (None: not known)."""
+        return self._refused_rules.get(name)
 
     def snapshot(self) -> dict[str, tuple[NftRule, ...]]:
         """Desired chains, base chains among them (for dumps and tests)."""

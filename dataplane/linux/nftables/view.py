@@ -56,14 +56,42 @@ class NftTableView:
         self.version = version
         self.prefix = f"{name}-"
         self._chains: set[str] = set()  # this view's chains, unprefixed
+        # Chains handed over since the last take_changed (None: not asked yet).
+        self._changed: set[str] | None = None
+        self._sizes: dict[str, int] = {}  # rules per chain (metrics)
+        self.rule_count = 0  # rules in this view's chains, kept as they change
 
     def update_chain(self, chain: Chain[NftRule]) -> None:
         self._chains.add(chain.name)
         self.table.update_chain(Chain(self.prefix + chain.name, chain.rules))
+        self.rule_count += len(chain.rules) - self._sizes.get(chain.name, 0)
+        self._sizes[chain.name] = len(chain.rules)
+        if self._changed is not None:
+            self._changed.add(chain.name)
 
     def remove_chain(self, name: str) -> None:
         self._chains.discard(name)
         self.table.remove_chain(self.prefix + name)
+        self.rule_count -= self._sizes.pop(name, 0)
+        if self._changed is not None:
+            self._changed.add(name)
+
+    def chain_count(self) -> int:
+        """How many chains this view holds (metrics)."""
+        return len(self._chains)
+
+    def take_changed(self) -> set[str]:
+        """Chains handed over or removed since the last call (every chain of
+        this view at the first call: tracking starts then)."""
+        if self._changed is None:
+            self._changed = set()
+            return set(self._chains)
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def desired(self, name: str) -> tuple[tuple[NftRule, ...], Sequence[str]] | None:
+        """Chain ``name``'s desired rules and their hash comments; None if not desired."""
+        return self.table.desired(self.prefix + name)
 
     def set_chains(self, chains: Iterable[Chain[NftRule]]) -> None:
         """Exactly ``chains`` in this view; the other tables' chains stay."""

@@ -1,9 +1,10 @@
-"""Which policy rule each iptables rule of the filter table was rendered from.
+"""Which policy rule each rule of the filter table was rendered from.
 
 The policy counters (:mod:`dataplane.ops.policy_counters`) read the
-kernel's own per-rule counters with ``iptables-save -c`` in the metrics
-server's thread; this is the map they name them by, computed on the main
-loop after each apply and published whole, never changed after:
+kernel's own per-rule counters with ``iptables-save -c`` (on nftables
+``nft list table``) in the metrics server's thread; this is the map they
+name them by, computed on the main loop after each apply and published
+whole, never changed after:
 ``(IP version, chain) -> rule hash -> Origin``. Keyed by the rule's hash
 comment (which covers the chain, the rule and every rule before it), a
 counter is only ever attributed to exactly the rule we wrote: a chain the
@@ -25,18 +26,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
+from typing import Protocol
 
-from dataplane.linux.iptables.chains import IptRule
-from dataplane.linux.iptables.table import Table
 from dataplane.linux.rules.rule import Origin
 
-__all__ = ["RuleLabels", "RuleMap", "chain_labels"]
+__all__ = ["Labelled", "RuleLabels", "RuleMap", "chain_labels"]
 
 # (IP version, chain) -> rule hash -> the policy rule it counts for.
 RuleMap = Mapping[tuple[int, str], Mapping[str, Origin]]
 
 
-def chain_labels(rules: Sequence[IptRule], hashes: Sequence[str]) -> dict[str, Origin]:
+class _Counted(Protocol):
+    """A backend's rule: where it came from, and whether it counts for it."""
+
+    @property
+    def counts(self) -> bool: ...
+
+    @property
+    def origin(self) -> Origin | None: ...
+
+
+class Labelled(Protocol):
+    """A filter table on either backend: an iptables ``Table``, or the
+    ``filter`` view of our nftables table."""
+
+    def take_changed(self) -> set[str]: ...
+
+    def desired(self, name: str) -> tuple[Sequence[_Counted], Sequence[str]] | None: ...
+
+
+def chain_labels(rules: Sequence[_Counted], hashes: Sequence[str]) -> dict[str, Origin]:
     """The origins of a chain's counting rules, by hash."""
     return {
         rule_hash: rule.origin
@@ -52,7 +71,7 @@ class RuleLabels:
         self._labels: dict[tuple[int, str], Mapping[str, Origin]] = {}
         self.published: RuleMap = MappingProxyType({})
 
-    def update(self, tables: Mapping[int, Table]) -> RuleMap:
+    def update(self, tables: Mapping[int, Labelled]) -> RuleMap:
         """Label what changed in the filter ``tables`` (by IP version); the new map."""
         dirty = False
         for version, table in tables.items():

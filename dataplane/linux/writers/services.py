@@ -15,6 +15,7 @@ I/O when the platform runs them.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Iterable
 from typing import cast
 
@@ -37,6 +38,8 @@ from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceWriter"]
 
+log = logging.getLogger(__name__)
+
 _PREFIX = "svc:"
 
 
@@ -50,6 +53,7 @@ class ServiceWriter:
         self._local_endpoints: dict[ServiceKey, int] = {}
         self._groups = ChainGroups()
         self._pools: frozenset[str] = frozenset()
+        self._affinity_said: set[ServiceKey] = set()  # warned once each
         self._pools_dirty = True
 
     def set_pools(self, cidrs: Iterable[str]) -> None:
@@ -149,6 +153,13 @@ class ServiceWriter:
                 table.remove_service(key)
                 continue
             table.set_service(service)
+            if service.session_affinity and key not in self._affinity_said:
+                self._affinity_said.add(key)
+                log.warning(
+                    "service %s: ClientIP affinity is not programmed on nftables yet;"
+                    " its connections are balanced one by one",
+                    key,
+                )
             local = service.usable(local_only=True)
             self._local_endpoints[key] = max(
                 local_endpoints(local, version), self._local_endpoints.get(key, 0)
