@@ -90,6 +90,9 @@ def listed_sets(listing: bytes) -> dict[str, list[str]]:
 class _Wanted:
     kind: IPSetType
     members: dict[int, set[str]]  # canonical members, by IP version
+    # Our name for it per IP version: computed once (a hash for most ids),
+    # as every rule that looks the set up asks for it.
+    names: dict[int, str]
 
 
 class NftSets:
@@ -116,6 +119,7 @@ class NftSets:
         self.quarantine: Quarantine[str] = Quarantine(clock)
         self._unsaid: Unsaid[str] = Unsaid()
         self._wanted: dict[str, _Wanted] = {}
+        self._wanted_names: set[tuple[int, str]] = set()  # (version, name) of every wanted set
         self._dirty: set[str] = set()
         # Our sets the kernel holds, by (version, name), and their elements
         # as read back or last written; None: read them (again) first.
@@ -131,7 +135,12 @@ class NftSets:
             if bucket is not None:  # None: an IPv6 member with IPv6 off
                 bucket.add(member)
         # (Another type is another name: the old set goes at apply_deletions.)
-        self._wanted[ipset.id] = _Wanted(ipset.type, members)
+        names = {v: set_name(ipset.id, v, ipset.type) for v in self._versions}
+        old = self._wanted.get(ipset.id)
+        if old is not None:
+            self._wanted_names -= set(old.names.items())
+        self._wanted_names |= set(names.items())
+        self._wanted[ipset.id] = _Wanted(ipset.type, members, names)
         self.quarantine.release(ipset.id)
         self._dirty.add(ipset.id)
 
@@ -151,13 +160,15 @@ class NftSets:
 
     def remove(self, set_id: str) -> None:
         """The set is no longer wanted; :meth:`apply_deletions` deletes it."""
-        self._wanted.pop(set_id, None)
+        old = self._wanted.pop(set_id, None)
+        if old is not None:
+            self._wanted_names -= set(old.names.items())
         self.quarantine.release(set_id)
         self._dirty.discard(set_id)
 
     def kernel_name(self, set_id: str, version: int) -> str:
         """The name rules use to look up ``set_id``'s IPv``version`` members."""
-        return set_name(set_id, version, self._wanted[set_id].kind)
+        return self._wanted[set_id].names[version]
 
     def wants(self, set_id: str) -> bool:
         return set_id in self._wanted
@@ -199,7 +210,7 @@ class NftSets:
         return self._held
 
     def _names(self, set_id: str) -> dict[int, str]:
-        return {v: self.kernel_name(set_id, v) for v in self._versions}
+        return self._wanted[set_id].names
 
     async def apply_updates(self) -> None:
         """Make new sets, then write every changed set's members in one transaction."""
@@ -323,8 +334,7 @@ class NftSets:
     async def apply_deletions(self) -> None:
         """Delete our sets no longer wanted. Call once no rule references them."""
         held = await self._listed()
-        wanted = {(v, n) for set_id in self._wanted for v, n in self._names(set_id).items()}
-        stale = sorted(key for key in held if key not in wanted)
+        stale = sorted(held.keys() - self._wanted_names)
         if stale:
             await self._delete(stale)
             for key in stale:
