@@ -101,7 +101,8 @@ def nft_name(name: str) -> str:
     Raises:
         ValueError: it would not (a space, a quote, a brace...).
     """
-    if not _NAME.fullmatch(name):
+    # A lone "." is the concatenation operator to nft's scanner, not a name.
+    if not _NAME.fullmatch(name) or name == ".":
         raise ValueError(f"not an nft name: {name!r}")
     return name
 
