@@ -28,11 +28,13 @@ import trio
 from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.core.platform import EndpointKey, NoPolicyUsers, ObjectError, PolicyUsers
+from dataplane.errors import ProgrammingError
 from dataplane.linux.desired import Desired
 from dataplane.linux.iptables.backend import IptablesCommands, read_counters
 from dataplane.linux.iptables.chains import parse_counters
 from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
+from dataplane.linux.kernel.errors import KERNEL_ERRORS
 from dataplane.linux.metered import LinuxMeter, Sized
 from dataplane.linux.netlink.batch import NetlinkWriter
 from dataplane.linux.netlink.dump import FastReads
@@ -82,6 +84,8 @@ log = logging.getLogger(__name__)
 # after Felix announces the endpoint).
 _PENDING_RETRY_SECONDS = 2.0
 _ROUTE_PROTOCOL_DEFAULT = 80
+# What a read beside the applies may meet (a bug is not among them).
+_REFRESH_ERRORS: tuple[type[Exception], ...] = (ProgrammingError, *KERNEL_ERRORS)
 
 
 def _default_netlink() -> NetlinkHandle:
@@ -136,6 +140,12 @@ class LinuxPlatform:
         self._timers = RefreshTimers(clock)
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
+        # The refresher (nftables): timers it has yet to read for, its wake-up,
+        # and whether it runs (serve); a difference it found wants an apply.
+        self._refresh_due: set[str] = set()
+        self._refresh_wanted = trio.Event()
+        self._refresher_running = False
+        self._repair_wanted = False
         # True while apply() runs: the policy counters' save waits for the end.
         self.applying = False
         # Metrics, when bound; the policy counters' labels, when asked for.
@@ -290,7 +300,11 @@ class LinuxPlatform:
         try:
             kernel = self._kernel or await self._start()
             fired = self._timers.due()
-            kernel.mark_for_resync(fired)
+            if kernel.nftables and self._refresher_running:
+                # Read beside the applies by the refresher (serve): never here.
+                self._refresh_due.update(fired)
+                self._refresh_wanted.set()
+            kernel.mark_for_resync(fired, read_beside=self._refresher_running)
             try:
                 await self._program(kernel)
             finally:
@@ -324,6 +338,7 @@ class LinuxPlatform:
             # Said even when a later step failed: a refusal is news either way.
             _log_refusals(kernel)
         self._links_changed = False
+        self._repair_wanted = False
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
         if self._meter is not None:
@@ -371,8 +386,9 @@ class LinuxPlatform:
             kernel.ipsets.quarantine.next_retry(),
             kernel.routes.quarantine.next_retry(),
         )
-        if self._links_changed:
-            return -math.inf  # a link came, went or changed state: now
+        if self._links_changed or self._repair_wanted:
+            # A link came, went or changed state, or a refresh found drift: now.
+            return -math.inf
         if kernel.routes.pending or kernel.vxlan.held_back():
             # Routes wait for interfaces the CNI plugin has not created yet;
             # the link monitor normally wakes us first, this is the backstop.
@@ -390,10 +406,40 @@ class LinuxPlatform:
         self._wakeup()
 
     async def serve(self) -> None:
-        """Health-check node ports, and following the node's links."""
+        """Health-check node ports, following the node's links, and (on
+        nftables) reading our table and sets back beside the applies."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._health.serve)
             nursery.start_soon(self._links.watch, self._on_link_change)
+            nursery.start_soon(self._refresher)
+
+    async def _refresher(self) -> None:
+        """Tamper detection that never holds an apply: when the iptables or
+        IP sets refresh timer fires on nftables, read back here and let the
+        next apply write only what differs."""
+        self._refresher_running = True
+        try:
+            while True:
+                await self._refresh_wanted.wait()
+                self._refresh_wanted = trio.Event()
+                fired, self._refresh_due = self._refresh_due, set()
+                kernel = self._kernel
+                if kernel is None:
+                    continue
+                try:
+                    differs = await kernel.refresh(fired)
+                except _REFRESH_ERRORS as exc:
+                    # Not read: the next apply reads instead, as on iptables.
+                    log.warning(
+                        "refresh beside the applies failed (%s); read at the next apply", exc
+                    )
+                    kernel.mark_for_resync(fired)
+                    differs = True
+                if differs:
+                    self._repair_wanted = True
+                    self._wakeup()
+        finally:
+            self._refresher_running = False
 
     # --- cleanup and dumps ---------------------------------------------------------------
 

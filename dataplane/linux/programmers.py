@@ -197,6 +197,21 @@ class Programmers:
             prefix=prefix,
         )
 
+    async def refresh(self, timers: Iterable[str]) -> bool:
+        """On nftables: read our table and native sets back beside the
+        applies, for the refresh timers that fired; True if something
+        differs (the next apply repairs it). Reads run in child processes,
+        their parsing in worker threads: the loop is never held."""
+        fired = set(timers)
+        differs = False
+        if "iptables" in fired:
+            for nft in self.nft.values():
+                differs |= await nft.refresh()
+        # Drift in the table may be the table deleted, and its sets with it.
+        if ("ipsets" in fired or differs) and isinstance(self.ipsets, NftSets):
+            differs |= await self.ipsets.refresh()
+        return differs
+
     async def apply_rules(self, versions: Sequence[int]) -> None:
         """Every table of rules, in the order that never leaves a gap.
 
@@ -230,17 +245,22 @@ class Programmers:
             await _remove_nftables(runner, self._prefix)
         self.other_retired = True
 
-    def mark_for_resync(self, timers: Iterable[str]) -> None:
-        """Re-read the kernel at the next apply, for the refresh timers that fired."""
+    def mark_for_resync(self, timers: Iterable[str], *, read_beside: bool = False) -> None:
+        """Re-read the kernel at the next apply, for the refresh timers that fired.
+
+        ``read_beside``: our nftables table and native sets are read by
+        :meth:`refresh` beside the applies instead (the platform's refresher).
+        """
         fired = set(timers)
         if "iptables" in fired:
             for table in self.iptables.values():
                 table.mark_for_resync()
-            for nft in self.nft.values():
+            for nft in () if read_beside else self.nft.values():
                 nft.mark_for_resync()
+            # Written whole, not read: its elements are data we know.
             for services in self.services.values():
                 services.mark_for_resync()
-        if "ipsets" in fired:
+        if "ipsets" in fired and not (read_beside and self.nftables):
             self.ipsets.mark_for_resync()
         if "routes" in fired:
             self.routes.mark_for_resync()

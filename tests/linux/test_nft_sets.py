@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
 from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.nftables.elements import (
     ElementChange,
@@ -237,6 +237,70 @@ def test_native_sets_hold_what_is_wanted_and_resync_repairs_them(netns: str) -> 
     assert ports not in _sets(netns) and nets in _sets(netns)
     trio.run(sets.cleanup_all)
     assert "cali4" not in _sets(netns) and "cali6" not in _sets(netns)
+
+
+@kernel
+def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_write(
+    netns: str,
+) -> None:
+    writer = ElementWriter(lambda: socket_in(netns, netfilter_socket))
+    runner = _HeldListing(ProcessRunner(netns))
+    sets = NftSets(runner, writer, {4: "calico"})
+    sets.replace(IPSet("s:web", IPSetType.IP, frozenset({"10.0.0.1", "10.0.0.2"})))
+    sets.replace(IPSet("nets", IPSetType.NET, frozenset({"10.1.0.0/16"})))
+    web, nets = (sets.kernel_name(i, 4) for i in ("s:web", "nets"))
+
+    def nft(*args: str) -> None:
+        subprocess.run(["ip", "netns", "exec", netns, "nft", *args], check=True)
+
+    async def scenario() -> None:
+        await sets.apply_updates()
+        # As the kernel was left: nothing differs, the next apply writes nothing.
+        assert not await sets.refresh()
+        writes = sets.writes
+        await sets.apply_updates()
+        assert sets.writes == writes
+        # Someone deletes an element and flushes a set.
+        nft("delete", "element", "ip", "calico", web, "{ 10.0.0.2 }")
+        nft("flush", "set", "ip", "calico", nets)
+        assert await sets.refresh()
+        await sets.apply_updates()
+        assert _has(netns, "ip", web, "10.0.0.2") and _has(netns, "ip", nets, "10.1.2.3")
+        assert not await sets.refresh()
+        # A read that was taken before a write keeps its hands off that set:
+        # the listing is held back until the write has landed.
+        runner.hold = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sets.refresh)
+            await runner.read.wait()  # listed: 10.0.0.3 is not in it
+            sets.update_members("s:web", frozenset({"10.0.0.3"}), frozenset())
+            await sets.apply_updates()
+            runner.hold.set()
+        writes = sets.writes
+        await sets.apply_updates()
+        assert sets.writes == writes  # nothing taken back, nothing to write again
+        assert _has(netns, "ip", web, "10.0.0.3")
+        assert not await sets.refresh()
+
+    trio.run(scenario)
+
+
+class _HeldListing:
+    """A runner whose ``nft list`` results wait for ``hold`` once it is set."""
+
+    def __init__(self, runner: ProcessRunner) -> None:
+        self._runner = runner
+        self.hold: trio.Event | None = None
+        self.read = trio.Event()
+
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        result = await self._runner.run(argv, stdin=stdin, check=check)
+        if self.hold is not None and "list" in argv:
+            self.read.set()
+            await self.hold.wait()
+        return result
 
 
 prefixes = st.builds(

@@ -15,7 +15,8 @@ of ours in our tables are read back (parsed off the loop) and every
 wanted set is compared with what the kernel holds: the difference is
 written, which repairs any member deleted or added behind our back
 (never a flush and a refill: an interval set flushed and refilled in one
-transaction can be refused). A transaction the kernel refuses is written
+transaction can be refused). :meth:`NftSets.refresh` does the same reading
+beside the applies and marks only the sets that differ. A transaction the kernel refuses is written
 again set by set; a set refused alone is quarantined (its old members
 stay) and the others land -- unless every one of several fails, which is
 the tool's or the kernel's fault, not a set's.
@@ -24,7 +25,7 @@ the tool's or the kernel's fault, not a set's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import trio
@@ -119,11 +120,16 @@ class NftSets:
         self.quarantine: Quarantine[str] = Quarantine(clock)
         self._unsaid: Unsaid[str] = Unsaid()
         self._wanted: dict[str, _Wanted] = {}
-        self._wanted_names: set[tuple[int, str]] = set()  # (version, name) of every wanted set
+        # (version, name) -> the id of the wanted set so named.
+        self._owners: dict[tuple[int, str], str] = {}
         self._dirty: set[str] = set()
         # Our sets the kernel holds, by (version, name), and their elements
         # as read back or last written; None: read them (again) first.
         self._held: dict[tuple[int, str], frozenset[bytes]] | None = None
+        # Which write last touched each set (its number), so a refresh
+        # never takes back what it read before a write that came after.
+        self.writes = 0  # element and set transactions (observability, tests)
+        self._written_by: dict[tuple[int, str], int] = {}
 
     # -- desired state (no I/O) ---------------------------------------------
 
@@ -136,10 +142,8 @@ class NftSets:
                 bucket.add(member)
         # (Another type is another name: the old set goes at apply_deletions.)
         names = {v: set_name(ipset.id, v, ipset.type) for v in self._versions}
-        old = self._wanted.get(ipset.id)
-        if old is not None:
-            self._wanted_names -= set(old.names.items())
-        self._wanted_names |= set(names.items())
+        self._forget(ipset.id)
+        self._owners |= {(v, name): ipset.id for v, name in names.items()}
         self._wanted[ipset.id] = _Wanted(ipset.type, members, names)
         self.quarantine.release(ipset.id)
         self._dirty.add(ipset.id)
@@ -160,11 +164,17 @@ class NftSets:
 
     def remove(self, set_id: str) -> None:
         """The set is no longer wanted; :meth:`apply_deletions` deletes it."""
-        old = self._wanted.pop(set_id, None)
-        if old is not None:
-            self._wanted_names -= set(old.names.items())
+        self._forget(set_id)
+        self._wanted.pop(set_id, None)
         self.quarantine.release(set_id)
         self._dirty.discard(set_id)
+
+    def _forget(self, set_id: str) -> None:
+        """Drop ``set_id``'s names (another type is another name)."""
+        old = self._wanted.get(set_id)
+        if old is not None:
+            for key in old.names.items():
+                self._owners.pop(key, None)
 
     def kernel_name(self, set_id: str, version: int) -> str:
         """The name rules use to look up ``set_id``'s IPv``version`` members."""
@@ -190,24 +200,57 @@ class NftSets:
         """Our sets the kernel holds and their elements: read (our tables
         only) at the first apply and after a resync, then kept up to date."""
         if self._held is None:
-            held: dict[tuple[int, str], frozenset[bytes]] = {}
-            for v in self._versions:
-                family = _FAMILY[v][0]
-                argv = ["nft", "list", "sets", "table", family, self._tables[v]]
-                result = await self._runner.run(argv, check=False)
-                if result.returncode == 0:  # else: no table yet, no sets
-                    # Large sets are megabytes of text: parsed off the loop.
-                    listed = await trio.to_thread.run_sync(listed_sets, result.stdout)
-                    for name, tokens in listed.items():
-                        held[(v, name)] = elements_of(
-                            _KINDS[name[5]], v, listed_members(_KINDS[name[5]], v, tokens)
-                        )
-            self._held = held
+            self._held = await self._read()
             # Every wanted set is compared with what was read. (Never a
             # flush and a refill: an interval set refilled in the
             # transaction that flushes it can be refused with EEXIST.)
             self._dirty |= set(self._wanted)
         return self._held
+
+    async def _read(self) -> dict[tuple[int, str], frozenset[bytes]]:
+        held: dict[tuple[int, str], frozenset[bytes]] = {}
+        for v in self._versions:
+            family = _FAMILY[v][0]
+            argv = ["nft", "list", "sets", "table", family, self._tables[v]]
+            result = await self._runner.run(argv, check=False)
+            if result.returncode == 0:  # else: no table yet, no sets
+                # Large sets are megabytes of text: parsed off the loop.
+                listed = await trio.to_thread.run_sync(_elements_listed, v, result.stdout)
+                held |= {(v, name): elements for name, elements in listed.items()}
+        return held
+
+    async def refresh(self) -> bool:
+        """Read our sets back beside the applies; True if some differ.
+
+        What differs is written by the next apply (the sets it belongs to
+        are marked); applies may run while this reads. A set written after
+        the read began keeps what that write left: the read may predate it.
+        """
+        if self._held is None:
+            return False  # the next apply reads them all anyway
+        began = self.writes
+        read = await self._read()
+        held = self._held
+        if held is None:
+            return False  # a refusal made the next apply read them again
+        differs = False
+        for key in held.keys() | read.keys():
+            if self._written_by.get(key, 0) > began or held.get(key) == read.get(key):
+                continue
+            differs = True
+            if key in read:
+                held[key] = read[key]
+            else:
+                del held[key]
+            owner = self._owners.get(key)
+            if owner is not None:
+                self._dirty.add(owner)
+        return differs
+
+    def _wrote(self, keys: Iterable[tuple[int, str]]) -> None:
+        self.writes += 1
+        for key in keys:
+            self._written_by[key] = self.writes
 
     def _names(self, set_id: str) -> dict[int, str]:
         return self._wanted[set_id].names
@@ -232,6 +275,7 @@ class NftSets:
             else:
                 for set_id, (_, written) in plans.items():
                     held.update(written)
+                    self._wrote(written)
                     self.quarantine.release(set_id)
         self._dirty -= set(ids)
 
@@ -261,9 +305,10 @@ class NftSets:
             raise ProgrammingError(
                 "nft refused new IP sets: " + (message[0] if message else "no reason given")
             )
-        for v in self._versions:
-            for set_id in ids:
-                held.setdefault((v, self.kernel_name(set_id, v)), frozenset())
+        made = [(v, self.kernel_name(set_id, v)) for v in self._versions for set_id in ids]
+        for key in made:
+            held.setdefault(key, frozenset())
+        self._wrote(made)
 
     def _plan(
         self, held: Mapping[tuple[int, str], frozenset[bytes]], set_id: str
@@ -313,6 +358,7 @@ class NftSets:
                 failed.append((set_id, exc))
             else:
                 held.update(written)
+                self._wrote(written)
                 self.quarantine.release(set_id)
         if failed:
             # What a refused set holds is read back before the next write
@@ -334,11 +380,12 @@ class NftSets:
     async def apply_deletions(self) -> None:
         """Delete our sets no longer wanted. Call once no rule references them."""
         held = await self._listed()
-        stale = sorted(held.keys() - self._wanted_names)
+        stale = sorted(held.keys() - self._owners.keys())
         if stale:
             await self._delete(stale)
             for key in stale:
                 del held[key]
+            self._wrote(stale)
 
     async def _delete(self, keys: list[tuple[int, str]]) -> None:
         lines = [f"delete set {_FAMILY[v][0]} {self._tables[v]} {name}\n" for v, name in keys]
@@ -359,3 +406,13 @@ class NftSets:
             await self._delete(sorted(held))
         self._held = {}
         self._dirty = set(self._wanted)
+
+
+def _elements_listed(version: int, listing: bytes) -> dict[str, frozenset[bytes]]:
+    """Our sets in ``nft list sets`` output and their elements (in a worker thread)."""
+    return {
+        name: elements_of(
+            _KINDS[name[5]], version, listed_members(_KINDS[name[5]], version, tokens)
+        )
+        for name, tokens in listed_sets(listing).items()
+    }
