@@ -317,6 +317,9 @@ class LinuxPlatform:
         return self._desired.write(kernel.tables, kernel.ipsets, kernel.services)
 
     async def _program(self, kernel: Programmers) -> None:
+        # Cleared before writing: drift the refresher finds while this apply
+        # runs may come after the part it concerns, and wants another apply.
+        self._repair_wanted = False
         plan = self._write(kernel)
         try:
             await kernel.ipsets.apply_updates()
@@ -338,7 +341,6 @@ class LinuxPlatform:
             # Said even when a later step failed: a refusal is news either way.
             _log_refusals(kernel)
         self._links_changed = False
-        self._repair_wanted = False
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
         if self._meter is not None:
