@@ -239,8 +239,7 @@ class Programmers:
             return
         if self.nftables:
             await _remove_iptables(runner, self._prefix, ("legacy", "nft"))
-            if shutil.which("ipset") is not None:
-                await IPSetsProgrammer(runner, ipv6=True).cleanup_all()
+            await _remove_ipsets(runner)
         else:
             await _remove_nftables(runner, self._prefix)
         self.other_retired = True
@@ -281,10 +280,10 @@ class Programmers:
         destroy an IP set that a rule still references.
         """
         await _remove_iptables(runner, prefix, backends)
-        if not self.nftables:
+        if self.nftables:
+            await _remove_ipsets(runner)  # the other backend's
+        else:
             await self.ipsets.cleanup_all()
-        elif shutil.which("ipset") is not None:
-            await IPSetsProgrammer(runner, ipv6=True).cleanup_all()  # the other backend's
         # Native sets go with their table (the rules in it reference them).
         await _remove_nftables(runner, prefix)
         await self.routes.cleanup_all()
@@ -347,6 +346,12 @@ async def _remove_iptables(runner: CommandRunner, prefix: str, backends: Sequenc
             for name in TABLES:
                 table = Table(name, version, runner, commands, prefix=prefix)
                 await table.cleanup_all()
+
+
+async def _remove_ipsets(runner: CommandRunner) -> None:
+    """Our ipset sets, where ipset is installed (on nftables, the other backend's)."""
+    if shutil.which("ipset") is not None:
+        await IPSetsProgrammer(runner, ipv6=True).cleanup_all()
 
 
 async def _remove_nftables(runner: CommandRunner, prefix: str) -> None:
