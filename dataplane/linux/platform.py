@@ -43,7 +43,6 @@ from dataplane.linux.netlink.overlay_plan import OverlayPlan
 from dataplane.linux.netlink.routes import NetlinkHandle
 from dataplane.linux.nftables.counters import parse_counters as parse_nft_counters
 from dataplane.linux.nftables.counters import read_table
-from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_sets import PendingIPSets
 from dataplane.linux.programmers import HoldsBack, Programmers
@@ -344,9 +343,7 @@ class LinuxPlatform:
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
         if self._meter is not None:
-            sized: Mapping[tuple[str, int], Sized] = kernel.iptables or {
-                key: view for key, view in kernel.tables.items() if isinstance(view, NftTableView)
-            }
+            sized: Mapping[tuple[str, int], Sized] = kernel.iptables or kernel.views
             self._meter.observe(sized, kernel.ipsets.counts(), kernel.sysctls.writes)
         if self._labels is not None:
             self._publish_labels(kernel)
@@ -534,12 +531,8 @@ class LinuxPlatform:
 
     def _publish_labels(self, kernel: Programmers) -> None:
         assert self._labels is not None
-        filters: dict[int, Labelled] = {
-            v: table for (name, v), table in kernel.iptables.items() if name == "filter"
-        }
-        for (name, v), view in kernel.tables.items():
-            if kernel.nftables and name == "filter" and isinstance(view, NftTableView):
-                filters[v] = view
+        tables: Mapping[tuple[str, int], Labelled] = kernel.iptables or kernel.views
+        filters = {v: table for (name, v), table in tables.items() if name == "filter"}
         self._rule_map = self._labels.update(filters)
 
     def table_writes(self) -> int:

@@ -86,8 +86,9 @@ class Programmers:
     an iptables :class:`Table`, or on nftables as a share of the family's
     one :class:`NftTable` (:class:`NftTableView`). ``iptables`` holds the
     iptables tables (empty on nftables), ``nft`` the nftables table per
-    version and ``services`` the services table per version (both empty on
-    iptables). ``backend`` is "legacy" or "nft" (iptables) or "nftables".
+    version, ``views`` the writers' shares of them and ``services`` the
+    services table per version (all three empty on iptables). ``backend``
+    is "legacy" or "nft" (iptables) or "nftables".
     """
 
     def __init__(  # noqa: PLR0917 - one argument per programmer
@@ -101,6 +102,7 @@ class Programmers:
         *,
         iptables: Mapping[tuple[str, int], Table] | None = None,
         nft: Mapping[int, NftTable] | None = None,
+        views: Mapping[tuple[str, int], NftTableView] | None = None,
         services: Mapping[int, ServiceTable] | None = None,
         prefix: str = "cali-",
     ) -> None:
@@ -112,6 +114,7 @@ class Programmers:
         self.vxlan = vxlan
         self.iptables: Mapping[tuple[str, int], Table] = iptables or {}
         self.nft: Mapping[int, NftTable] = nft or {}
+        self.views: Mapping[tuple[str, int], NftTableView] = views or {}
         self.services: Mapping[int, ServiceTable] = services or {}
         self._prefix = prefix
         # The other backend's objects of ours are removed once, after the
@@ -152,9 +155,8 @@ class Programmers:
             ipsets: SetProgrammer = NftSets(
                 runner, sink, dict.fromkeys(versions, names.main), clock=clock
             )
-            tables: dict[tuple[str, int], RuleTable[Any]] = {
-                (t, v): NftTableView(nft[v], t, v) for v in versions for t in TABLES
-            }
+            views = {(t, v): NftTableView(nft[v], t, v) for v in versions for t in TABLES}
+            tables: dict[tuple[str, int], RuleTable[Any]] = dict(views)
             services = {
                 v: ServiceTable(ServiceLayout(v, names.services, marks.masq), runner, sink)
                 for v in versions
@@ -168,7 +170,7 @@ class Programmers:
             )
             iptables = _iptables(config, runner, backend, prefix, clock, versions)
             tables = dict(iptables)
-            nft, services = {}, {}
+            nft, views, services = {}, {}, {}
         # Netlink writes are counted through these (the runner counts the tools).
         writer: NetlinkWriter = netlink_writer or NetlinkBatch()
         if meter:
@@ -193,6 +195,7 @@ class Programmers:
             vxlan,
             iptables=iptables,
             nft=nft,
+            views=views,
             services=services,
             prefix=prefix,
         )
