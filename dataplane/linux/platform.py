@@ -299,7 +299,7 @@ class LinuxPlatform:
         try:
             kernel = self._kernel or await self._start()
             fired = self._timers.due()
-            if kernel.nftables and self._refresher_running:
+            if fired and kernel.nftables and self._refresher_running:
                 # Read beside the applies by the refresher (serve): never here.
                 self._refresh_due.update(fired)
                 self._refresh_wanted.set()

@@ -16,12 +16,11 @@ from collections.abc import Iterator
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import run_sync
-from dataplane.linux.rules.identity import HASH_TAG
+from dataplane.linux.nftables.table import RULE_HASH
 
 __all__ = ["parse_counters", "read_table"]
 
 _COUNTER = re.compile(r"\bcounter packets (\d+) bytes (\d+)")
-_HASH = re.compile(r'comment "' + re.escape(HASH_TAG) + r"([A-Za-z0-9_-]{16})")
 
 
 def read_table(family: str, table: str, netns: str | None, *, timeout: float) -> str:
@@ -56,6 +55,6 @@ def parse_counters(text: str, view: str = "filter") -> Iterator[tuple[str, str, 
             chain = None
         elif chain is not None:
             counted = _COUNTER.search(line)
-            found = _HASH.search(line)
+            found = RULE_HASH.search(line)
             if counted and found:
                 yield chain, found.group(1), int(counted.group(1)), int(counted.group(2))

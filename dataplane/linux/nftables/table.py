@@ -41,9 +41,10 @@ from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 from dataplane.linux.rules.rule import Origin
 
-__all__ = ["FAIL_CLOSED", "BaseChain", "NftTable", "listed_chains", "rule_hashes"]
+__all__ = ["FAIL_CLOSED", "RULE_HASH", "BaseChain", "NftTable", "listed_chains", "rule_hashes"]
 
-_HASH = re.compile(r'comment "' + re.escape(HASH_TAG) + r"([A-Za-z0-9_-]{16})")
+# Our identity tag in a listed rule's comment (its hash: group 1).
+RULE_HASH = re.compile(r'comment "' + re.escape(HASH_TAG) + r"([A-Za-z0-9_-]{16})")
 _HANDLE = re.compile(r" # handle \d+$")
 # Where nft says it refused a line of a script read from stdin.
 _WHERE = re.compile(r"^(?:/dev/stdin|-):(\d+):[\d-]+: ")
@@ -369,7 +370,7 @@ def listed_chains(listing: bytes) -> dict[str, list[str | None]]:
         line = raw.rstrip("\n")
         if line.startswith("\t\t"):
             if current is not None and _HANDLE.search(line):
-                found = _HASH.search(line)
+                found = RULE_HASH.search(line)
                 current.append(found.group(1) if found else None)
         elif line.startswith("\tchain "):
             current = chains.setdefault(line.split()[1], [])
