@@ -139,7 +139,7 @@ class LinuxPlatform:
         self._timers = RefreshTimers(clock)
         self._statuses: dict[EndpointKey, EndpointStatus] = {}
         self._last_apply = -math.inf
-        # The refresher (nftables): timers it has yet to read for, its wake-up,
+        # The refresher: timers it has yet to read for, its wake-up,
         # and whether it runs (serve); a difference it found wants an apply.
         self._refresh_due: set[str] = set()
         self._refresh_wanted = trio.Event()
@@ -299,7 +299,7 @@ class LinuxPlatform:
         try:
             kernel = self._kernel or await self._start()
             fired = self._timers.due()
-            if fired and kernel.nftables and self._refresher_running:
+            if fired and self._refresher_running:
                 # Read beside the applies by the refresher (serve): never here.
                 self._refresh_due.update(fired)
                 self._refresh_wanted.set()
@@ -405,17 +405,18 @@ class LinuxPlatform:
         self._wakeup()
 
     async def serve(self) -> None:
-        """Health-check node ports, following the node's links, and (on
-        nftables) reading our table and sets back beside the applies."""
+        """Health-check node ports, following the node's links, and reading
+        our tables of rules (and native sets) back beside the applies."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._health.serve)
             nursery.start_soon(self._links.watch, self._on_link_change)
             nursery.start_soon(self._refresher)
 
     async def _refresher(self) -> None:
-        """Tamper detection that never holds an apply: when the iptables or
-        IP sets refresh timer fires on nftables, read back here and let the
-        next apply write only what differs."""
+        """Tamper detection that never holds an apply: when the iptables
+        refresh timer fires (on nftables also the IP sets one), read back
+        here and let the next apply write only what differs. ipsets of the
+        iptables backend are still read by the apply that follows the timer."""
         self._refresher_running = True
         try:
             while True:

@@ -201,13 +201,15 @@ class Programmers:
         )
 
     async def refresh(self, timers: Iterable[str]) -> bool:
-        """On nftables: read our table and native sets back beside the
-        applies, for the refresh timers that fired; True if something
-        differs (the next apply repairs it). Reads run in child processes,
-        their parsing in worker threads: the loop is never held."""
+        """Read our tables of rules (and on nftables our native sets) back
+        beside the applies, for the refresh timers that fired; True if
+        something differs (the next apply repairs it). Reads run in child
+        processes, their parsing in worker threads: the loop is never held."""
         fired = set(timers)
         differs = False
         if "iptables" in fired:
+            for table in self.iptables.values():
+                differs |= await table.refresh()
             for nft in self.nft.values():
                 differs |= await nft.refresh()
         # Drift in the table may be the table deleted, and its sets with it.
@@ -250,15 +252,17 @@ class Programmers:
     def mark_for_resync(self, timers: Iterable[str], *, read_beside: bool = False) -> None:
         """Re-read the kernel at the next apply, for the refresh timers that fired.
 
-        ``read_beside``: our nftables table and native sets are read by
-        :meth:`refresh` beside the applies instead (the platform's refresher).
+        ``read_beside``: our tables of rules, and on nftables our native
+        sets, are read by :meth:`refresh` beside the applies instead (the
+        platform's refresher); ipsets are still read by the apply.
         """
         fired = set(timers)
         if "iptables" in fired:
-            for table in self.iptables.values():
-                table.mark_for_resync()
-            for nft in () if read_beside else self.nft.values():
-                nft.mark_for_resync()
+            if not read_beside:
+                for table in self.iptables.values():
+                    table.mark_for_resync()
+                for nft in self.nft.values():
+                    nft.mark_for_resync()
             # Written whole, not read: its elements are data we know.
             for services in self.services.values():
                 services.mark_for_resync()

@@ -7,7 +7,7 @@ root, which the contract suite holds to the real tools.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -16,7 +16,7 @@ import trio
 from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.chains import IptChain, IptRule, parse_save
 from dataplane.linux.iptables.table import Table
-from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
+from dataplane.linux.kernel.cmd import CommandResult, CommandRunner, ProcessRunner
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.rule import Origin
 from tests.linux.fake_iptables import FakeIptables
@@ -128,3 +128,69 @@ def test_writes_only_differences_and_preloads_large_loads(tools: Tools) -> None:
         assert "cali-" not in tools.saved()
 
     trio.run(main)
+
+
+def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_write(
+    tools: Tools,
+) -> None:
+    runner = _HeldSave(tools.runner)
+    table = Table("filter", 4, runner, IptablesCommands.for_backend(tools.backend, 4))
+    table.set_chains(_tree(3))
+    table.set_hooks("FORWARD", [IptRule("", "-j cali-root")])
+
+    def chains() -> dict[str, list[str | None]]:
+        return {n: list(c.hashes) for n, c in parse_save(tools.saved())["filter"].chains.items()}
+
+    async def scenario() -> None:
+        await table.apply()
+        # As the kernel was left: nothing differs, the next apply writes nothing.
+        assert not await table.refresh()
+        assert not await table.apply()
+        # Someone flushes a chain of ours, deletes our hook rule and leaves a
+        # chain with our prefix behind; found beside the applies, repaired by
+        # the next one alone (no read of its own).
+        hook = next(line for line in tools.saved().splitlines() if "-j cali-root" in line)
+        tools.restore(f"*filter\n-F cali-mid-1\n{'-D' + hook[2:]}\n:cali-stray - [0:0]\nCOMMIT\n")
+        assert await table.refresh()
+        saves = runner.saves
+        assert await table.apply()
+        assert runner.saves == saves
+        assert chains()["cali-mid-1"] and "cali-stray" not in chains()
+        assert "-j cali-root" in tools.saved()
+        assert not await table.refresh()
+        # A read taken before a write keeps its hands off what that write
+        # wrote: the save is held back until the write has landed.
+        runner.hold = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(table.refresh)
+            await runner.read.wait()  # saved: cali-leaf-2's new rule is not in it
+            table.update_chain(Chain("cali-leaf-2", (IptRule("-s 10.7.0.0/16", "-j DROP"),)))
+            assert await table.apply()
+            runner.hold.set()
+        runner.hold = None
+        assert not await table.apply()  # nothing taken back, nothing to write again
+        assert "10.7.0.0/16" in tools.saved()
+        assert not await table.refresh()
+
+    trio.run(scenario)
+
+
+class _HeldSave:
+    """A runner whose ``*-save`` results wait for ``hold`` once it is set."""
+
+    def __init__(self, runner: CommandRunner) -> None:
+        self._runner = runner
+        self.hold: trio.Event | None = None
+        self.read = trio.Event()
+        self.saves = 0
+
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        result = await self._runner.run(argv, stdin=stdin, check=check)
+        if argv[0].endswith("-save"):
+            self.saves += 1
+            if self.hold is not None:
+                self.read.set()
+                await self.hold.wait()
+        return result

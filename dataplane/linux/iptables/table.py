@@ -4,9 +4,12 @@ After Felix's ``table.go``: the table caches what it believes the kernel
 holds (per chain, the list of our rule hashes), so an apply writes only the
 chains whose hashes differ, in one atomic ``iptables-restore --noflush``.
 The cache is rebuilt from ``iptables-save`` at start (adopting what a
-previous run left), after any failed write, and whenever the platform's
-refresh timer calls :meth:`Table.mark_for_resync` -- that is how someone
-flushing one of our chains is repaired.
+previous run left) and after any failed write. Tampering (someone flushing
+one of our chains) is found by :meth:`Table.refresh`, which the platform
+runs beside the applies when its refresh timer fires: it reads the table
+back, marks what differs and the next apply rewrites only that. Without
+the platform's refresher, :meth:`Table.mark_for_resync` makes the next
+apply read instead.
 
 Ownership: every chain whose name starts with our prefix, and every rule in
 a kernel (built-in) chain that carries our hash comment. Nothing else is
@@ -113,6 +116,12 @@ class Table:
         self._actual_chains: dict[str, list[str | None]] | None = None
         self._actual_hooks: dict[str, list[tuple[str | None, str]]] = {}
         self.writes = 0  # restores run (observability, tests)
+        # Which restore last wrote each chain, and the hooks; which read of
+        # the whole table the cache last came from: a refresh never takes
+        # back what was written or read after it began.
+        self._written_by: dict[str, int] = {}
+        self._hooks_written_by = 0
+        self._resyncs = 0
         self.fail_closed = fail_closed
         self._fail_closed_hashes: dict[str, list[str]] = {}
         # Chains the kernel refused, held back; and the refusals not yet
@@ -202,15 +211,59 @@ class Table:
     def mark_for_resync(self) -> None:
         self._actual_chains = None
 
+    async def refresh(self) -> bool:
+        """Read the table back beside the applies; True if something differs.
+
+        What differs is repaired by the next apply; applies may run while
+        this reads (it holds no lock and never writes). A chain written
+        after the read began keeps what that write left: the read may
+        predate it.
+        """
+        began, resyncs = self.writes, self._resyncs
+        chains, hooks = await self._saved()
+        actual = self._actual_chains
+        if actual is None or self._resyncs != resyncs:
+            return False  # the apply reads (or has read, later than this) itself
+        for name in set(chains) | set(actual):
+            if self._written_by.get(name, 0) > began:
+                continue
+            if name in chains:
+                actual[name] = chains[name]
+            else:
+                actual.pop(name, None)
+        if self._hooks_written_by <= began:
+            self._actual_hooks = hooks
+        # Only a later refresh reads these numbers, and it begins after now
+        # (chain names come and go with pods: the map must not grow).
+        self._written_by = {n: w for n, w in self._written_by.items() if w > began}
+        differs = {n for n in set(self._desired) | set(actual) if self._differs(n)}
+        self._dirty |= differs
+        return bool(differs) or any(
+            [h for h, _ in self._actual_hooks.get(b, [])] != rule_hashes(b, self._hooks.get(b, ()))
+            for b in set(self._hooks) | set(self._actual_hooks)
+        )
+
+    def _differs(self, name: str) -> bool:
+        """Whether the kernel's ``name`` is not what an apply would leave there."""
+        assert self._actual_chains is not None
+        if name not in self._desired:
+            return name in self._actual_chains  # stale
+        wanted = self._writable(name)
+        return wanted is not None and self._actual_chains.get(name) != wanted[1]
+
     # --- programming --------------------------------------------------------------
 
-    async def _read(self) -> None:
+    async def _saved(
+        self,
+    ) -> tuple[dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]:
         result = await self._runner.run([*self._commands.save, "-t", self.name])
         # Tens of thousands of lines at scale: parsed in a worker thread, so
-        # a refresh never holds the loop (it only waits for the answer).
-        self._actual_chains, self._actual_hooks = await trio.to_thread.run_sync(
-            saved_chains, self.name, self.prefix, result.stdout
-        )
+        # a read never holds the loop (it only waits for the answer).
+        return await trio.to_thread.run_sync(saved_chains, self.name, self.prefix, result.stdout)
+
+    async def _read(self) -> None:
+        self._actual_chains, self._actual_hooks = await self._saved()
+        self._resyncs += 1
 
     def _restore_input(self) -> list[str]:
         assert self._actual_chains is not None
@@ -309,6 +362,7 @@ class Table:
             await self._restore([*lines, "COMMIT", ""])
             for name in batch:
                 actual[name] = list(self._hashes[name])
+                self._written_by[name] = self.writes
 
     async def apply(self) -> bool:
         """Bring the kernel to the desired state; True if anything was written.
@@ -424,6 +478,7 @@ class Table:
                 actual[name] = list(wanted[1])
             elif name not in self._desired:
                 actual.pop(name, None)
+            self._written_by[name] = self.writes
         # Quarantined chains stay dirty: the apply after their release
         # writes them.
         self._dirty = {n for n in self._dirty if n in self.quarantine}
@@ -435,6 +490,7 @@ class Table:
                     (h, render_rule(builtin, r, h)) for r, h in zip(rules, hashes, strict=True)
                 ]
         self._actual_hooks = hooks
+        self._hooks_written_by = self.writes
 
     async def cleanup_all(self) -> None:
         """Remove every chain and hook rule we own from this table."""

@@ -245,6 +245,8 @@ class NftSets:
             owner = self._owners.get(key)
             if owner is not None:
                 self._dirty.add(owner)
+        # Only a later refresh reads these numbers, and it begins after now.
+        self._written_by = {k: w for k, w in self._written_by.items() if w > began}
         return differs
 
     def _wrote(self, keys: Iterable[tuple[int, str]]) -> None:

@@ -160,6 +160,8 @@ class NftTable:
                 else:
                     actual.pop(name, None)
             self._actual = actual
+        # Only a later refresh reads these numbers, and it begins after now.
+        self._written_by = {n: w for n, w in self._written_by.items() if w > began}
         wanted = {
             **{n: self._hashes[n] for n in self._desired},
             **{n: self._hashes[n] for n in self._base},
