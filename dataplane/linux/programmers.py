@@ -201,10 +201,10 @@ class Programmers:
         )
 
     async def refresh(self, timers: Iterable[str]) -> bool:
-        """Read our tables of rules (and on nftables our native sets) back
-        beside the applies, for the refresh timers that fired; True if
-        something differs (the next apply repairs it). Reads run in child
-        processes, their parsing in worker threads: the loop is never held."""
+        """Read our tables of rules and our IP sets back beside the applies,
+        for the refresh timers that fired; True if something differs (the
+        next apply repairs it). Reads run in child processes, their parsing
+        in worker threads: the loop is never held."""
         fired = set(timers)
         differs = False
         if "iptables" in fired:
@@ -212,8 +212,9 @@ class Programmers:
                 differs |= await table.refresh()
             for nft in self.nft.values():
                 differs |= await nft.refresh()
-        # Drift in the table may be the table deleted, and its sets with it.
-        if ("ipsets" in fired or differs) and isinstance(self.ipsets, NftSets):
+        # On nftables drift in the table may be the table deleted, and its
+        # sets with it.
+        if "ipsets" in fired or (differs and self.nftables):
             differs |= await self.ipsets.refresh()
         return differs
 
@@ -252,9 +253,8 @@ class Programmers:
     def mark_for_resync(self, timers: Iterable[str], *, read_beside: bool = False) -> None:
         """Re-read the kernel at the next apply, for the refresh timers that fired.
 
-        ``read_beside``: our tables of rules, and on nftables our native
-        sets, are read by :meth:`refresh` beside the applies instead (the
-        platform's refresher); ipsets are still read by the apply.
+        ``read_beside``: our tables of rules and IP sets are read by
+        :meth:`refresh` beside the applies instead (the platform's refresher).
         """
         fired = set(timers)
         if "iptables" in fired:
@@ -266,7 +266,7 @@ class Programmers:
             # Written whole, not read: its elements are data we know.
             for services in self.services.values():
                 services.mark_for_resync()
-        if "ipsets" in fired and not (read_beside and self.nftables):
+        if "ipsets" in fired and not read_beside:
             self.ipsets.mark_for_resync()
         if "routes" in fired:
             self.routes.mark_for_resync()

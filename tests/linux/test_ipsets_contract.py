@@ -31,6 +31,7 @@ from dataplane.linux.kernel.cmd import CommandResult, CommandRunner, ProcessRunn
 from dataplane.model import IPSet, IPSetType
 from tests.conftest import run_trio
 from tests.linux.fake_ipset import FakeIPSet
+from tests.linux.held_reads import HeldReads
 
 IP, NET, PORT = IPSetType.IP, IPSetType.NET, IPSetType.IP_AND_PORT
 MAX = 1048576
@@ -434,6 +435,53 @@ def test_drift_is_repaired_after_mark_for_resync(backend: Backend) -> None:
         assert set(state) - set(expected) == {v4("stale"), temp_name("ip", 6)}
         await programmer.apply_deletions()
         assert await backend.ours() == expected
+
+    run(body)
+
+
+def test_a_refresh_beside_the_applies_finds_drift_and_never_takes_back_a_write(
+    backend: Backend,
+) -> None:
+    async def body() -> None:
+        runner = HeldReads(backend.runner, lambda argv: "save" in argv)
+        programmer = IPSetsProgrammer(runner, ipv6=True, max_size=MAX)
+        for ipset_ in THREE:
+            programmer.replace(ipset_)
+        await programmer.apply_updates()
+        # As the kernel was left: nothing differs, nothing to write.
+        assert not await programmer.refresh()
+        backend.runner.clear()
+        await programmer.apply_updates()
+        assert backend.runner.calls == []
+        # Someone flushes a set, deletes a member, destroys a set and leaves
+        # one of our names behind: found beside, repaired by the next apply
+        # without a read of its own.
+        await backend.ipset("flush", v4("ip"))
+        await backend.ipset("del", v4("net"), "10.1.2.3")
+        await backend.ipset("destroy", v6("port"))
+        await backend.ipset("create", v4("stale"), "hash:ip", "family", "inet")
+        assert await programmer.refresh()
+        backend.runner.clear()
+        await programmer.apply_updates()
+        await programmer.apply_deletions()
+        assert backend.runner.reads() == 0
+        assert await backend.ours() == THREE_STATE
+        assert not await programmer.refresh()
+        # A read taken before a write keeps its hands off what that write
+        # wrote: the save is held back until the write has landed.
+        runner.hold = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(programmer.refresh)
+            await runner.read.wait()  # saved: 10.0.0.7 is not in it
+            programmer.update_members("ip", frozenset({"10.0.0.7"}), frozenset())
+            await programmer.apply_updates()
+            runner.hold.set()
+        runner.hold = None
+        backend.runner.clear()
+        await programmer.apply_updates()
+        assert backend.runner.calls == []  # nothing taken back, nothing to write again
+        assert "10.0.0.7" in (await backend.ours())[v4("ip")][3]
+        assert not await programmer.refresh()
 
     run(body)
 

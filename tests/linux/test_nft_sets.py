@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
+from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.nftables.elements import (
     ElementChange,
@@ -34,6 +34,7 @@ from dataplane.linux.nftables.set_elements import elements_of, expand, listed_me
 from dataplane.linux.nftables.sets import NftSets, listed_sets
 from dataplane.model import IPSet, IPSetType
 from testbed.topology import kernel_unavailable
+from tests.linux.held_reads import HeldReads
 from tests.linux.test_service_layout import FakeSets, Nft
 
 
@@ -244,7 +245,7 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
     netns: str,
 ) -> None:
     writer = ElementWriter(lambda: socket_in(netns, netfilter_socket))
-    runner = _HeldListing(ProcessRunner(netns))
+    runner = HeldReads(ProcessRunner(netns), lambda argv: "list" in argv)
     sets = NftSets(runner, writer, {4: "calico"})
     sets.replace(IPSet("s:web", IPSetType.IP, frozenset({"10.0.0.1", "10.0.0.2"})))
     sets.replace(IPSet("nets", IPSetType.NET, frozenset({"10.1.0.0/16"})))
@@ -283,24 +284,6 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
         assert not await sets.refresh()
 
     trio.run(scenario)
-
-
-class _HeldListing:
-    """A runner whose ``nft list`` results wait for ``hold`` once it is set."""
-
-    def __init__(self, runner: ProcessRunner) -> None:
-        self._runner = runner
-        self.hold: trio.Event | None = None
-        self.read = trio.Event()
-
-    async def run(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
-    ) -> CommandResult:
-        result = await self._runner.run(argv, stdin=stdin, check=check)
-        if self.hold is not None and "list" in argv:
-            self.read.set()
-            await self.hold.wait()
-        return result
 
 
 prefixes = st.builds(

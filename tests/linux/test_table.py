@@ -7,7 +7,7 @@ root, which the contract suite holds to the real tools.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -16,10 +16,11 @@ import trio
 from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.chains import IptChain, IptRule, parse_save
 from dataplane.linux.iptables.table import Table
-from dataplane.linux.kernel.cmd import CommandResult, CommandRunner, ProcessRunner
+from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.rule import Origin
 from tests.linux.fake_iptables import FakeIptables
+from tests.linux.held_reads import HeldReads
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def test_writes_only_differences_and_preloads_large_loads(tools: Tools) -> None:
 def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_write(
     tools: Tools,
 ) -> None:
-    runner = _HeldSave(tools.runner)
+    runner = HeldReads(tools.runner, lambda argv: argv[0].endswith("-save"))
     table = Table("filter", 4, runner, IptablesCommands.for_backend(tools.backend, 4))
     table.set_chains(_tree(3))
     table.set_hooks("FORWARD", [IptRule("", "-j cali-root")])
@@ -152,9 +153,9 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
         hook = next(line for line in tools.saved().splitlines() if "-j cali-root" in line)
         tools.restore(f"*filter\n-F cali-mid-1\n{'-D' + hook[2:]}\n:cali-stray - [0:0]\nCOMMIT\n")
         assert await table.refresh()
-        saves = runner.saves
+        reads = runner.reads
         assert await table.apply()
-        assert runner.saves == saves
+        assert runner.reads == reads
         assert chains()["cali-mid-1"] and "cali-stray" not in chains()
         assert "-j cali-root" in tools.saved()
         assert not await table.refresh()
@@ -173,24 +174,3 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
         assert not await table.refresh()
 
     trio.run(scenario)
-
-
-class _HeldSave:
-    """A runner whose ``*-save`` results wait for ``hold`` once it is set."""
-
-    def __init__(self, runner: CommandRunner) -> None:
-        self._runner = runner
-        self.hold: trio.Event | None = None
-        self.read = trio.Event()
-        self.saves = 0
-
-    async def run(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
-    ) -> CommandResult:
-        result = await self._runner.run(argv, stdin=stdin, check=check)
-        if argv[0].endswith("-save"):
-            self.saves += 1
-            if self.hold is not None:
-                self.read.set()
-                await self.hold.wait()
-        return result

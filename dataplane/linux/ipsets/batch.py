@@ -18,6 +18,7 @@ class RestoreBatch:
         self.written: list[tuple[str, SetMeta, set[str]]] = []
         self.patched: list[tuple[KernelSet, set[str], set[str]]] = []
         self.destroyed: list[str] = []
+        self.touched: set[str] = set()  # every kernel set name the script writes
 
     def __bool__(self) -> bool:
         return bool(self.written or self.patched or self.destroyed)
@@ -26,6 +27,7 @@ class RestoreBatch:
         self.creates.append(meta.create_line(name))
         self.creates.extend([f"add {name} {m}" for m in members])
         self.written.append((name, meta, members))
+        self.touched.add(name)
 
     def swap(
         self, name: str, temp: str, meta: SetMeta, members: set[str], *, temp_exists: bool
@@ -39,18 +41,21 @@ class RestoreBatch:
         lines.append(f"destroy {temp}")
         self.written.append((name, meta, members))
         self.destroyed.append(temp)
+        self.touched.update((name, temp))
 
     def patch(self, name: str, have: KernelSet, gone: set[str], new: set[str]) -> None:
         # Deletions first, so a set near maxelem has room for the additions.
         self.deltas.extend([f"del {name} {m}" for m in gone])
         self.deltas.extend([f"add {name} {m}" for m in new])
         self.patched.append((have, gone, new))
+        self.touched.add(name)
 
     def recreate(self, name: str, meta: SetMeta, members: set[str]) -> None:
         self.recreates.append(f"destroy {name}")
         self.recreates.append(meta.create_line(name))
         self.recreates.extend([f"add {name} {m}" for m in members])
         self.written.append((name, meta, members))
+        self.touched.add(name)
 
     def script(self) -> str:
         lines = [*self.creates, *self.swaps, *self.deltas, *self.recreates]

@@ -31,9 +31,12 @@ Goals and invariants:
       and then that set alone is quarantined).
     - We trust a cache of what the kernel holds and write only deltas,
       reading the kernel (one ``ipset save``) only at start-up, when the
-      platform asks (``mark_for_resync``, its refresh timer) and after any
-      failed write: ``ipset restore`` sends adds in batches, so a failed
-      restore leaves an unknown part of the script applied.
+      platform asks (``mark_for_resync``) and after any failed write:
+      ``ipset restore`` sends adds in batches, so a failed restore leaves
+      an unknown part of the script applied. At its refresh timer the
+      platform reads beside the applies instead (``refresh``): what
+      differs is merged into the cache, except sets written after the
+      read began, and the next apply repairs it without reading.
     - After a read every desired set is compared with what is there, so a
       restart adopts correct sets untouched and drift (a flushed set, a
       deleted member, a destroyed set) is repaired with the smallest change.
@@ -49,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import trio
 
@@ -110,6 +113,10 @@ class IPSetsProgrammer:
         # read it before the next write.
         self._kernel: dict[str, KernelSet] | None = None
         self._check_all = True  # the cache was read but not yet compared with everything
+        # Restores that succeeded, and which one last wrote each kernel set:
+        # a refresh never takes back what was written after its read began.
+        self.writes = 0
+        self._written_by: dict[str, int] = {}
 
     # -- desired state (no I/O) ---------------------------------------------
 
@@ -160,6 +167,34 @@ class IPSetsProgrammer:
         """Distrust the cache: the next apply re-reads the kernel and repairs drift."""
         self._kernel = None
 
+    async def refresh(self) -> bool:
+        """Read our sets back beside the applies; True if something differs.
+
+        The cache takes what was read (but for sets written after the read
+        began: it may predate them) and the next apply compares every set
+        with it, writing only what differs; applies may run meanwhile.
+        """
+        if self._kernel is None:
+            return False  # the next apply reads anyway
+        began = self.writes
+        read = await self._saved()
+        kernel = self._kernel
+        if kernel is None:
+            return False  # a write is under way or failed: the apply reads
+        differs = False
+        for name in kernel.keys() | read.keys():
+            if self._written_by.get(name, 0) > began or kernel.get(name) == read.get(name):
+                continue
+            differs = True
+            if name in read:
+                kernel[name] = read[name]
+            else:
+                del kernel[name]
+        # Only a later refresh reads these numbers, and it begins after now.
+        self._written_by = {n: w for n, w in self._written_by.items() if w > began}
+        self._check_all |= differs
+        return differs
+
     # -- programming ----------------------------------------------------------
 
     async def apply_updates(self) -> None:
@@ -177,7 +212,7 @@ class IPSetsProgrammer:
             self._plan(batch, kernel, set_id)
         if batch:
             try:
-                await self._restore(batch.script(), "update")
+                await self._restore(batch.script(), "update", batch.touched)
             except ProgrammingError:
                 await self._isolate(sorted(ids))
             else:
@@ -212,7 +247,7 @@ class IPSetsProgrammer:
                 continue
             tried += 1
             try:
-                await self._restore(batch.script(), f"update of set {set_id!r}")
+                await self._restore(batch.script(), f"update of set {set_id!r}", batch.touched)
             except ProgrammingError as exc:
                 failed.append((set_id, exc))
             else:
@@ -244,7 +279,7 @@ class IPSetsProgrammer:
         stale = sorted(name for name in kernel if name not in wanted)
         if not stale:
             return
-        await self._restore("".join(f"destroy {name}\n" for name in stale), "delete")
+        await self._restore("".join(f"destroy {name}\n" for name in stale), "delete", stale)
         for name in stale:
             del kernel[name]
 
@@ -254,7 +289,7 @@ class IPSetsProgrammer:
         names = result.stdout.decode(errors="replace").splitlines()
         owned = sorted({name.strip() for name in names if is_owned(name.strip())})
         if owned:
-            await self._restore("".join(f"destroy {name}\n" for name in owned), "cleanup")
+            await self._restore("".join(f"destroy {name}\n" for name in owned), "cleanup", owned)
         self._kernel = {}
         self._check_all = True  # desired sets, if any, are all missing now
 
@@ -281,14 +316,17 @@ class IPSetsProgrammer:
 
     async def _known_kernel(self) -> dict[str, KernelSet]:
         if self._kernel is None:
-            result = await self._runner.run(["ipset", "save"])
-            # Hundreds of thousands of members at scale: parsed off the loop.
-            self._kernel = await trio.to_thread.run_sync(_owned_sets, result.stdout)
+            self._kernel = await self._saved()
             self._check_all = True
             log.debug("ipsets: read %d sets of ours from the kernel", len(self._kernel))
         return self._kernel
 
-    async def _restore(self, script: str, what: str) -> None:
+    async def _saved(self) -> dict[str, KernelSet]:
+        result = await self._runner.run(["ipset", "save"])
+        # Hundreds of thousands of members at scale: parsed off the loop.
+        return await trio.to_thread.run_sync(_owned_sets, result.stdout)
+
+    async def _restore(self, script: str, what: str, touched: Iterable[str]) -> None:
         # Until the tool reports success, an unknown part of the script may
         # have gone through (it also commits adds in batches, so even the
         # failing line number does not say how much): forget the cache, so
@@ -300,6 +338,9 @@ class IPSetsProgrammer:
         )
         if result.returncode == 0:
             self._kernel = kernel
+            self.writes += 1
+            for name in touched:
+                self._written_by[name] = self.writes
             return
         stderr = result.stderr.decode(errors="replace").strip().replace("\n", " | ")
         where = ""

@@ -1,0 +1,37 @@
+"""A runner that holds a read back until a test lets it go.
+
+For the refreshes that read the kernel beside the applies: a test starts a
+refresh, waits until its read has been taken (``read``), writes something
+the read cannot have seen, then lets the read's answer through (``hold``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import trio
+
+from dataplane.linux.kernel.cmd import CommandResult, CommandRunner
+
+
+class HeldReads:
+    """Passes commands through; once ``hold`` is set, the answers of reads
+    (commands ``is_read`` says are) wait for it. ``reads`` counts them."""
+
+    def __init__(self, runner: CommandRunner, is_read: Callable[[Sequence[str]], bool]) -> None:
+        self._runner = runner
+        self._is_read = is_read
+        self.hold: trio.Event | None = None
+        self.read = trio.Event()
+        self.reads = 0
+
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        result = await self._runner.run(argv, stdin=stdin, check=check)
+        if self._is_read(argv):
+            self.reads += 1
+            if self.hold is not None:
+                self.read.set()
+                await self.hold.wait()
+        return result
