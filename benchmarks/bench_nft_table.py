@@ -95,7 +95,8 @@ HEADER = ["backend", "load", "add p50 ms", "add p99 ms", "remove p50 ms", "remov
 
 
 class Programmer(Protocol):
-    writes: int
+    @property
+    def writes(self) -> int: ...
 
     async def apply(self) -> bool: ...
 

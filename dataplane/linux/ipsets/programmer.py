@@ -63,6 +63,7 @@ from dataplane.linux.ipsets.members import WantedSet
 from dataplane.linux.ipsets.names import is_owned, temp_name
 from dataplane.linux.ipsets.save import KernelSet, SetMeta, parse_save
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
+from dataplane.linux.kernel.written import Writes
 from dataplane.model import IPSet, IPSetType
 
 __all__ = ["IPSetsProgrammer"]
@@ -115,8 +116,7 @@ class IPSetsProgrammer:
         self._check_all = True  # the cache was read but not yet compared with everything
         # Restores that succeeded, and which one last wrote each kernel set:
         # a refresh never takes back what was written after its read began.
-        self.writes = 0
-        self._written_by: dict[str, int] = {}
+        self._writes: Writes[str] = Writes()
 
     # -- desired state (no I/O) ---------------------------------------------
 
@@ -176,22 +176,13 @@ class IPSetsProgrammer:
         """
         if self._kernel is None:
             return False  # the next apply reads anyway
-        began = self.writes
+        began = self._writes.count
         read = await self._saved()
         kernel = self._kernel
         if kernel is None:
             return False  # a write is under way or failed: the apply reads
-        differs = False
-        for name in kernel.keys() | read.keys():
-            if self._written_by.get(name, 0) > began or kernel.get(name) == read.get(name):
-                continue
-            differs = True
-            if name in read:
-                kernel[name] = read[name]
-            else:
-                del kernel[name]
-        # Only a later refresh reads these numbers, and it begins after now.
-        self._written_by = {n: w for n, w in self._written_by.items() if w > began}
+        differs = bool(self._writes.merge(kernel, read, began))
+        self._writes.settled(began)
         self._check_all |= differs
         return differs
 
@@ -338,9 +329,7 @@ class IPSetsProgrammer:
         )
         if result.returncode == 0:
             self._kernel = kernel
-            self.writes += 1
-            for name in touched:
-                self._written_by[name] = self.writes
+            self._writes.wrote(touched)
             return
         stderr = result.stderr.decode(errors="replace").strip().replace("\n", " | ")
         where = ""

@@ -58,6 +58,7 @@ from dataplane.linux.iptables.chains import (
     rule_hashes,
 )
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
+from dataplane.linux.kernel.written import Writes
 from dataplane.linux.rules.rule import Origin
 
 __all__ = ["FAIL_CLOSED", "Table"]
@@ -115,12 +116,10 @@ class Table:
         # lines in built-in chains (kept verbatim for -D). None: unknown.
         self._actual_chains: dict[str, list[str | None]] | None = None
         self._actual_hooks: dict[str, list[tuple[str | None, str]]] = {}
-        self.writes = 0  # restores run (observability, tests)
-        # Which restore last wrote each chain, and the hooks; which read of
-        # the whole table the cache last came from: a refresh never takes
+        # Restores run, and which wrote each chain and built-in chain's hooks
+        # last; reads of the whole table by an apply: a refresh never takes
         # back what was written or read after it began.
-        self._written_by: dict[str, int] = {}
-        self._hooks_written_by = 0
+        self._writes: Writes[str] = Writes()
         self._resyncs = 0
         self.fail_closed = fail_closed
         self._fail_closed_hashes: dict[str, list[str]] = {}
@@ -133,6 +132,11 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self.name}, v{self.version})"
+
+    @property
+    def writes(self) -> int:
+        """Restores run (observability, tests)."""
+        return self._writes.count
 
     # --- desired state --------------------------------------------------------
 
@@ -224,18 +228,9 @@ class Table:
         actual = self._actual_chains
         if actual is None or self._resyncs != resyncs:
             return False  # the apply reads (or has read, later than this) itself
-        for name in set(chains) | set(actual):
-            if self._written_by.get(name, 0) > began:
-                continue
-            if name in chains:
-                actual[name] = chains[name]
-            else:
-                actual.pop(name, None)
-        if self._hooks_written_by <= began:
-            self._actual_hooks = hooks
-        # Only a later refresh reads these numbers, and it begins after now
-        # (chain names come and go with pods: the map must not grow).
-        self._written_by = {n: w for n, w in self._written_by.items() if w > began}
+        self._writes.merge(actual, chains, began)
+        self._writes.merge(self._actual_hooks, hooks, began)
+        self._writes.settled(began)
         differs = {n for n in set(self._desired) | set(actual) if self._differs(n)}
         self._dirty |= differs
         return bool(differs) or any(
@@ -347,7 +342,7 @@ class Table:
         except ProgrammingError as exc:
             self.mark_for_resync()
             raise ProgrammingError(f"iptables v{self.version} table {self.name}: {exc}") from exc
-        self.writes += 1
+        self._writes.wrote()
 
     async def _preload(self) -> None:
         actual = self._actual_chains
@@ -362,7 +357,7 @@ class Table:
             await self._restore([*lines, "COMMIT", ""])
             for name in batch:
                 actual[name] = list(self._hashes[name])
-                self._written_by[name] = self.writes
+            self._writes.touched(batch)
 
     async def apply(self) -> bool:
         """Bring the kernel to the desired state; True if anything was written.
@@ -478,7 +473,7 @@ class Table:
                 actual[name] = list(wanted[1])
             elif name not in self._desired:
                 actual.pop(name, None)
-            self._written_by[name] = self.writes
+        self._writes.touched(self._dirty)
         # Quarantined chains stay dirty: the apply after their release
         # writes them.
         self._dirty = {n for n in self._dirty if n in self.quarantine}
@@ -489,8 +484,8 @@ class Table:
                 hooks[builtin] = [
                     (h, render_rule(builtin, r, h)) for r, h in zip(rules, hashes, strict=True)
                 ]
+        self._writes.touched(self._actual_hooks.keys() | hooks.keys())
         self._actual_hooks = hooks
-        self._hooks_written_by = self.writes
 
     async def cleanup_all(self) -> None:
         """Remove every chain and hook rule we own from this table."""

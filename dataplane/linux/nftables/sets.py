@@ -25,7 +25,7 @@ the tool's or the kernel's fault, not a set's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import trio
@@ -34,6 +34,7 @@ from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
+from dataplane.linux.kernel.written import Writes
 from dataplane.linux.nftables.elements import (
     NFPROTO_IPV4,
     NFPROTO_IPV6,
@@ -126,10 +127,9 @@ class NftSets:
         # Our sets the kernel holds, by (version, name), and their elements
         # as read back or last written; None: read them (again) first.
         self._held: dict[tuple[int, str], frozenset[bytes]] | None = None
-        # Which write last touched each set (its number), so a refresh
-        # never takes back what it read before a write that came after.
-        self.writes = 0  # element and set transactions (observability, tests)
-        self._written_by: dict[tuple[int, str], int] = {}
+        # Element and set transactions, and which touched each set last: a
+        # refresh never takes back what it read before a write after it.
+        self._writes: Writes[tuple[int, str]] = Writes()
 
     # -- desired state (no I/O) ---------------------------------------------
 
@@ -233,26 +233,18 @@ class NftSets:
         held = self._held
         if held is None:
             return False  # a refusal made the next apply read them again
-        differs = False
-        for key in held.keys() | read.keys():
-            if self._written_by.get(key, 0) > began or held.get(key) == read.get(key):
-                continue
-            differs = True
-            if key in read:
-                held[key] = read[key]
-            else:
-                del held[key]
+        changed = self._writes.merge(held, read, began)
+        self._writes.settled(began)
+        for key in changed:
             owner = self._owners.get(key)
             if owner is not None:
                 self._dirty.add(owner)
-        # Only a later refresh reads these numbers, and it begins after now.
-        self._written_by = {k: w for k, w in self._written_by.items() if w > began}
-        return differs
+        return bool(changed)
 
-    def _wrote(self, keys: Iterable[tuple[int, str]]) -> None:
-        self.writes += 1
-        for key in keys:
-            self._written_by[key] = self.writes
+    @property
+    def writes(self) -> int:
+        """Element and set transactions (observability, tests)."""
+        return self._writes.count
 
     def _names(self, set_id: str) -> dict[int, str]:
         return self._wanted[set_id].names
@@ -277,7 +269,7 @@ class NftSets:
             else:
                 for set_id, (_, written) in plans.items():
                     held.update(written)
-                    self._wrote(written)
+                    self._writes.wrote(written)
                     self.quarantine.release(set_id)
         self._dirty -= set(ids)
 
@@ -310,7 +302,7 @@ class NftSets:
         made = [(v, self.kernel_name(set_id, v)) for v in self._versions for set_id in ids]
         for key in made:
             held.setdefault(key, frozenset())
-        self._wrote(made)
+        self._writes.wrote(made)
 
     def _plan(
         self, held: Mapping[tuple[int, str], frozenset[bytes]], set_id: str
@@ -360,7 +352,7 @@ class NftSets:
                 failed.append((set_id, exc))
             else:
                 held.update(written)
-                self._wrote(written)
+                self._writes.wrote(written)
                 self.quarantine.release(set_id)
         if failed:
             # What a refused set holds is read back before the next write
@@ -387,7 +379,7 @@ class NftSets:
             await self._delete(stale)
             for key in stale:
                 del held[key]
-            self._wrote(stale)
+            self._writes.wrote(stale)
 
     async def _delete(self, keys: list[tuple[int, str]]) -> None:
         lines = [f"delete set {_FAMILY[v][0]} {self._tables[v]} {name}\n" for v, name in keys]

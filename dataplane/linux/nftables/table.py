@@ -36,6 +36,7 @@ import trio
 from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
+from dataplane.linux.kernel.written import Writes
 from dataplane.linux.nftables.serialise import NftRule, nft_name
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
@@ -97,12 +98,16 @@ class NftTable:
         # without our tag); None until read.
         self._actual: dict[str, list[str | None]] | None = None
         self._dirty: set[str] = set()
-        # Which write last touched each chain (its number), so a refresh
+        # nft -f transactions, and which touched each chain last: a refresh
         # never takes back what it read before a write that came after.
-        self._written_by: dict[str, int] = {}
+        self._writes: Writes[str] = Writes()
         self._refused_rules: dict[str, int | None] = {}  # chain -> the rule nft named
-        self.writes = 0  # nft -f transactions (observability, tests)
         self.reads = 0  # read-backs of the table
+
+    @property
+    def writes(self) -> int:
+        """nft -f transactions (observability, tests)."""
+        return self._writes.count
 
     # --- desired state ---------------------------------------------------------
 
@@ -152,16 +157,9 @@ class NftTable:
             self._actual = read
         else:
             actual = dict(self._actual)
-            for name in set(read) | set(actual):
-                if self._written_by.get(name, 0) > began:
-                    continue
-                if name in read:
-                    actual[name] = read[name]
-                else:
-                    actual.pop(name, None)
+            self._writes.merge(actual, read, began)
             self._actual = actual
-        # Only a later refresh reads these numbers, and it begins after now.
-        self._written_by = {n: w for n, w in self._written_by.items() if w > began}
+        self._writes.settled(began)
         wanted = {
             **{n: self._hashes[n] for n in self._desired},
             **{n: self._hashes[n] for n in self._base},
@@ -282,9 +280,8 @@ class NftTable:
             trial.discard(chain)
         for name in trial:
             self.quarantine.release(name)  # written as wanted: accepted
-        self.writes += 1
+        self._writes.wrote(written)
         for name, hashes in written.items():
-            self._written_by[name] = self.writes
             if hashes is None:
                 self._actual.pop(name, None)
             else:
