@@ -7,7 +7,7 @@ the read cannot have seen, then lets the read's answer through (``hold``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -35,3 +35,19 @@ class HeldReads:
                 self.read.set()
                 await self.hold.wait()
         return result
+
+
+async def write_during_a_read(
+    runner: HeldReads,
+    refresh: Callable[[], Awaitable[object]],
+    write: Callable[[], Awaitable[object]],
+) -> None:
+    """Run ``refresh``; once its read is taken, ``write``, and only then let
+    the read's answer through: the read cannot have seen the write."""
+    runner.hold, runner.read = trio.Event(), trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(refresh)
+        await runner.read.wait()
+        await write()
+        runner.hold.set()
+    runner.hold = None

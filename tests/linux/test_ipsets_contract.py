@@ -31,7 +31,7 @@ from dataplane.linux.kernel.cmd import CommandResult, CommandRunner, ProcessRunn
 from dataplane.model import IPSet, IPSetType
 from tests.conftest import run_trio
 from tests.linux.fake_ipset import FakeIPSet
-from tests.linux.held_reads import HeldReads
+from tests.linux.held_reads import HeldReads, write_during_a_read
 
 IP, NET, PORT = IPSetType.IP, IPSetType.NET, IPSetType.IP_AND_PORT
 MAX = 1048576
@@ -467,16 +467,14 @@ def test_a_refresh_beside_the_applies_finds_drift_and_never_takes_back_a_write(
         assert backend.runner.reads() == 0
         assert await backend.ours() == THREE_STATE
         assert not await programmer.refresh()
+
         # A read taken before a write keeps its hands off what that write
         # wrote: the save is held back until the write has landed.
-        runner.hold = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(programmer.refresh)
-            await runner.read.wait()  # saved: 10.0.0.7 is not in it
+        async def write() -> None:  # 10.0.0.7: not in the save
             programmer.update_members("ip", frozenset({"10.0.0.7"}), frozenset())
             await programmer.apply_updates()
-            runner.hold.set()
-        runner.hold = None
+
+        await write_during_a_read(runner, programmer.refresh, write)
         backend.runner.clear()
         await programmer.apply_updates()
         assert backend.runner.calls == []  # nothing taken back, nothing to write again

@@ -34,7 +34,7 @@ from dataplane.linux.nftables.set_elements import elements_of, expand, listed_me
 from dataplane.linux.nftables.sets import NftSets, listed_sets
 from dataplane.model import IPSet, IPSetType
 from testbed.topology import kernel_unavailable
-from tests.linux.held_reads import HeldReads
+from tests.linux.held_reads import HeldReads, write_during_a_read
 from tests.linux.test_service_layout import FakeSets, Nft
 
 
@@ -268,15 +268,14 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
         await sets.apply_updates()
         assert _has(netns, "ip", web, "10.0.0.2") and _has(netns, "ip", nets, "10.1.2.3")
         assert not await sets.refresh()
+
         # A read that was taken before a write keeps its hands off that set:
         # the listing is held back until the write has landed.
-        runner.hold = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(sets.refresh)
-            await runner.read.wait()  # listed: 10.0.0.3 is not in it
+        async def write() -> None:  # 10.0.0.3: not in the listing
             sets.update_members("s:web", frozenset({"10.0.0.3"}), frozenset())
             await sets.apply_updates()
-            runner.hold.set()
+
+        await write_during_a_read(runner, sets.refresh, write)
         writes = sets.writes
         await sets.apply_updates()
         assert sets.writes == writes  # nothing taken back, nothing to write again

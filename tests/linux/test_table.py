@@ -20,7 +20,7 @@ from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.rule import Origin
 from tests.linux.fake_iptables import FakeIptables
-from tests.linux.held_reads import HeldReads
+from tests.linux.held_reads import HeldReads, write_during_a_read
 
 
 @dataclass(frozen=True)
@@ -159,16 +159,14 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
         assert chains()["cali-mid-1"] and "cali-stray" not in chains()
         assert "-j cali-root" in tools.saved()
         assert not await table.refresh()
+
         # A read taken before a write keeps its hands off what that write
         # wrote: the save is held back until the write has landed.
-        runner.hold = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(table.refresh)
-            await runner.read.wait()  # saved: cali-leaf-2's new rule is not in it
+        async def write() -> None:  # cali-leaf-2's new rule: not in the save
             table.update_chain(Chain("cali-leaf-2", (IptRule("-s 10.7.0.0/16", "-j DROP"),)))
             assert await table.apply()
-            runner.hold.set()
-        runner.hold = None
+
+        await write_during_a_read(runner, table.refresh, write)
         assert not await table.apply()  # nothing taken back, nothing to write again
         assert "10.7.0.0/16" in tools.saved()
         assert not await table.refresh()
