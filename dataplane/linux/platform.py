@@ -429,7 +429,7 @@ class LinuxPlatform:
                 try:
                     differs = await kernel.refresh(fired)
                 except _REFRESH_ERRORS as exc:
-                    # Not read: the next apply reads instead, as on iptables.
+                    # Not read: the next apply reads instead.
                     log.warning(
                         "refresh beside the applies failed (%s); read at the next apply", exc
                     )
