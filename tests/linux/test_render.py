@@ -219,6 +219,20 @@ def test_dispatch_tree_reaches_every_interface_in_few_rules(suffixes: list[str])
         assert visited <= 60
 
 
+ifaces = st.sets(st.sampled_from([f"cali{i:011x}" for i in range(60)] + ["eth0", "cali"]))
+
+
+@given(st.lists(ifaces, min_size=1, max_size=8))
+def test_dispatch_trees_rendered_again_equal_a_fresh_rendering(history: list[set[str]]) -> None:
+    # One renderer follows interfaces coming and going (reusing subtrees
+    # it rendered before); a fresh one renders each set from nothing.
+    ongoing = _renderer(4)
+    for members in history:
+        assert ongoing.workload_dispatch(members) == _renderer(4).workload_dispatch(members)
+        for hosts in (members | {""}, members):  # with and without an all-interfaces one
+            assert ongoing.host_dispatch(hosts) == _renderer(4).host_dispatch(hosts)
+
+
 def test_multiport_splits_past_fifteen_entries() -> None:
     marks = Marks.from_mask(0xFFFF0000)
     r = RuleRenderer(4, marks, _set_name)
