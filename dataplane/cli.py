@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 import trio
 
+from dataplane.core.heap import HeapFreezer
 from dataplane.core.loop import Dataplane
 from dataplane.core.platform import Platform
 from dataplane.errors import PlatformUnavailableError, ProtocolError
@@ -579,8 +580,10 @@ def _observed_dataplane(
         OSError: the address cannot be bound.
     """
     follow = args.log_level is None
+    # A long-running process: keep full collections off its loop.
+    heap = HeapFreezer(trio.current_time)
     if args.listen is None:
-        return Dataplane(platform, follow_log_severity=follow)
+        return Dataplane(platform, follow_log_severity=follow, heap=heap)
     from dataplane.ops.explain_cmd import explain_handler  # noqa: PLC0415
     from dataplane.ops.health import Health  # noqa: PLC0415
     from dataplane.ops.observer import Observer  # noqa: PLC0415
@@ -600,7 +603,7 @@ def _observed_dataplane(
         args.listen.host,
         server.port,
     )
-    return Dataplane(observer.platform, follow_log_severity=follow, observer=observer)
+    return Dataplane(observer.platform, follow_log_severity=follow, observer=observer, heap=heap)
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -34,6 +34,7 @@ from google.protobuf.message import Message
 
 from dataplane.config import LOG_LEVELS, Config, parse_config
 from dataplane.core.backoff import ApplyRetries, Backoff
+from dataplane.core.heap import HeapFreezer
 from dataplane.core.observer import LoopObserver, NullObserver
 from dataplane.core.platform import Platform
 from dataplane.core.status import StatusReporter
@@ -96,6 +97,9 @@ class Dataplane:
         follow_log_severity: let ``LogSeverityScreen`` set our log level.
         observer: told of every batch, rejection and apply (metrics, health,
             ``show``); see :mod:`dataplane.ops.observer`.
+        heap: collects and freezes the heap after applies (the driver
+            process; see :mod:`dataplane.core.heap`). An embedder's process
+            is its own to tune: off by default.
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class Dataplane:
         wall_clock: Callable[[], datetime] = _utc_now,
         follow_log_severity: bool = False,
         observer: LoopObserver | None = None,
+        heap: HeapFreezer | None = None,
     ) -> None:
         self.platform = platform
         self.observer: LoopObserver = observer or NullObserver()
@@ -117,6 +122,7 @@ class Dataplane:
         self.stats = LoopStats()
         self._wall_clock = wall_clock
         self._follow_log_severity = follow_log_severity
+        self._heap = heap
         self.services = ServicesManager(platform)
         # Shared by the policy-side managers; the platform looks users up in
         # it. Order matters: IP sets complete first (a set's change of shape
@@ -435,6 +441,8 @@ class Dataplane:
         if ended := self._retries.succeeded():
             log.info("apply succeeded after %d failed attempt(s)", ended)
         self.stats.applies += 1
+        if self._heap is not None:
+            self._heap.after_apply()
         for payload in self._status.changes(self.platform.endpoint_statuses()):
             self._send(payload)
         if not self._sent_in_sync:
