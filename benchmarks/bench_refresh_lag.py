@@ -12,10 +12,11 @@ also timed run directly on the loop (what a refresh held it for when the
 parse ran there). The issue's goal: the loop never blocked > 50 ms by a
 refresh.
 
-Measured 2026-11-24 (2 cores, kernel 6.18, nft 1.0.6), longest hold /
-parse on the loop: 1,000 endpoints 7.7 / 31 ms nft, 35.6 / 57 ms
-iptables-nft, 34.4 / 56 ms iptables-legacy; 5,000 endpoints 100 / 163 ms
-nft, 121 / 405 ms iptables-nft.
+Measured 2026-11-25 (2 cores, kernel 6.18, nft 1.0.6), longest hold /
+parse on the loop: 1,000 endpoints 5.4 / 18 ms nft, 8.9 / 28 ms
+iptables-nft, 8.7 / 28 ms iptables-legacy; 5,000 endpoints 22.9 / 83 ms
+nft, 28.9 / 156 ms iptables-nft. (Before the heap was frozen after the
+load, 100 and 108-121 ms at 5,000: full collections.)
 
 Usage (root, nft and iptables installed): python benchmarks/bench_refresh_lag.py
     [--endpoints N] [--refreshes N] [--backends nft,iptables-nft,iptables-legacy]
