@@ -48,7 +48,7 @@ Needs root, ``ip``, ``ipset``, ``iptables-legacy*`` and ``iptables-nft*``.
 
 Usage: python benchmarks/bench_linux.py [--quick] [--endpoints N] [--policies N]
        [--sets N] [--members N] [--additions N] [--backends legacy,nft,nftables]
-       [--peers-in-node] [--profile] [--gc-freeze]
+       [--peers-in-node] [--profile]
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ from benchmarks._runs import (
     run_child,
     stage_rows,
 )
+from dataplane.core.heap import HeapFreezer
 from dataplane.core.loop import Dataplane
 from dataplane.linux.platform import LinuxPlatform
 from dataplane.wire._pb import felixbackend_pb2 as pb
@@ -178,7 +179,8 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     if args.profile:
         threads.install()
     main_profile = cProfile.Profile()
-    dp = Dataplane(LinuxPlatform())
+    # As the driver runs it: the heap collected and frozen after applies.
+    dp = Dataplane(LinuxPlatform(), heap=HeapFreezer(trio.current_time))
     result: dict[str, Any] = {"backend": args.backend, "log_bytes": len(data)}
     statuses: dict[tuple[str, str, str], str] = {}
     async with trio.open_nursery() as nursery:
@@ -200,8 +202,6 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     break
         done = time.perf_counter()
         result["gc_first"] = GC.take()
-        if args.gc_freeze:
-            gc.freeze()  # what an embedder can do: the loaded state is never collected again
         if args.profile:
             main_profile.disable()
             threads.active = False
@@ -329,7 +329,6 @@ def run_backend(
             )
             child = ["--child", "measure", "--backend", backend, "--workdir", tmp]
             child += ["--timeout", str(args.timeout)] + (["--profile"] if args.profile else [])
-            child += ["--gc-freeze"] if args.gc_freeze else []
             run_child(node, SCRIPT, child, timeout=args.timeout * 3)
         result: dict[str, Any] = json.loads((workdir / "result.json").read_text())
         result["link_setup_s"] = setup_s
@@ -452,11 +451,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--backends", default="legacy,nft,nftables")
     parser.add_argument("--profile", action="store_true", help="cProfile the initial programming")
     parser.add_argument("--timeout", type=float, default=600, help="per step, seconds")
-    parser.add_argument(
-        "--gc-freeze",
-        action="store_true",
-        help="experiment: gc.freeze() in the driver process once it is loaded",
-    )
     parser.add_argument("--child", choices=["measure", "floor"], help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)

@@ -172,3 +172,29 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
         assert not await table.refresh()
 
     trio.run(scenario)
+
+
+def test_a_refresh_that_comes_back_during_a_write_is_taken_in_after_it(tools: Tools) -> None:
+    runner = HeldReads(tools.runner, lambda argv: argv[0].endswith("-restore"))
+    table = Table("filter", 4, runner, IptablesCommands.for_backend(tools.backend, 4))
+    table.set_chains(_tree(3))
+
+    async def scenario() -> None:
+        await table.apply()
+        tools.restore("*filter\n-F cali-mid-1\nCOMMIT\n")  # tampering
+        # An apply of another chain is writing (its restore has not
+        # answered yet) when the refresh's read of the tampering comes back.
+        table.update_chain(Chain("cali-leaf-2", (IptRule("-s 10.7.0.0/16", "-j DROP"),)))
+        runner.hold, runner.read = trio.Event(), trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(table.apply)
+            await runner.read.wait()
+            assert await table.refresh()
+            runner.hold.set()
+        runner.hold = None
+        # What the refresh found is not lost to that apply: the next repairs it.
+        assert await table.apply()
+        assert parse_save(tools.saved())["filter"].chains["cali-mid-1"].hashes
+        assert not await table.refresh()
+
+    trio.run(scenario)

@@ -121,6 +121,12 @@ class Table:
         # back what was written or read after it began.
         self._writes: Writes[str] = Writes()
         self._resyncs = 0
+        # An apply under way, and a refresh's read that came back during it.
+        self._applying = False
+        self._stashed: (
+            tuple[int, int, dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]
+            | None
+        ) = None
         self.fail_closed = fail_closed
         self._fail_closed_hashes: dict[str, list[str]] = {}
         # Chains the kernel refused, held back; and the refusals not yet
@@ -225,6 +231,20 @@ class Table:
         """
         began, resyncs = self.writes, self._resyncs
         chains, hooks = await self._saved()
+        if self._applying:
+            # Taken in when that apply ends, never between its reckoning of
+            # what to write and its recording of what it wrote.
+            self._stashed = (began, resyncs, chains, hooks)
+            return True
+        return self._take_read(began, resyncs, chains, hooks)
+
+    def _take_read(
+        self,
+        began: int,
+        resyncs: int,
+        chains: dict[str, list[str | None]],
+        hooks: dict[str, list[tuple[str | None, str]]],
+    ) -> bool:
         actual = self._actual_chains
         if actual is None or self._resyncs != resyncs:
             return False  # the apply reads (or has read, later than this) itself
@@ -366,6 +386,16 @@ class Table:
         and everything else is written in the same call; only a failure no
         chain explains raises :class:`ProgrammingError`.
         """
+        self._applying = True
+        try:
+            return await self._apply()
+        finally:
+            self._applying = False
+            stashed, self._stashed = self._stashed, None
+            if stashed is not None:
+                self._take_read(*stashed)
+
+    async def _apply(self) -> bool:
         if self._actual_chains is None:
             await self._resync()
         writes = self.writes

@@ -101,6 +101,9 @@ class NftTable:
         # nft -f transactions, and which touched each chain last: a refresh
         # never takes back what it read before a write that came after.
         self._writes: Writes[str] = Writes()
+        # An apply under way, and a refresh's read that came back during it.
+        self._applying = False
+        self._stashed: tuple[int, dict[str, list[str | None]]] | None = None
         self._refused_rules: dict[str, int | None] = {}  # chain -> the rule nft named
         self.reads = 0  # read-backs of the table
 
@@ -153,6 +156,14 @@ class NftTable:
         """
         began = self.writes
         read = await self._read()
+        if self._applying:
+            # Taken in when that apply ends, never between its reckoning of
+            # what to write and its recording of what it wrote.
+            self._stashed = (began, read)
+            return True
+        return self._take_read(began, read)
+
+    def _take_read(self, began: int, read: dict[str, list[str | None]]) -> bool:
         if self._actual is None:
             self._actual = read
         else:
@@ -247,6 +258,16 @@ class NftTable:
             ProgrammingError: nft refused the transaction (nothing of it
                 was applied: a transaction is all or nothing).
         """
+        self._applying = True
+        try:
+            return await self._apply()
+        finally:
+            self._applying = False
+            stashed, self._stashed = self._stashed, None
+            if stashed is not None:
+                self._take_read(*stashed)
+
+    async def _apply(self) -> bool:
         if self._actual is None:
             self._actual = await self._read()
             # Fresh knowledge of the kernel: compare every chain to it, and
