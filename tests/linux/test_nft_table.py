@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
 
 import pytest
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
+from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
 from dataplane.linux.nftables.table import BaseChain, NftTable, listed_chains
 from dataplane.linux.rules.action import Accept, Drop, Jump
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.match import Addresses, Port, Protocol, Side
 from dataplane.linux.rules.rule import TableRule
+from tests.linux.held_reads import HeldReads, write_during_a_read
 
 NFT = NftSerialiser(4)
 TABLE = "dp-test"
@@ -269,30 +269,11 @@ def test_the_listing_is_read_as_our_rule_hashes_per_chain() -> None:
     }
 
 
-class HeldRead:
-    """A runner whose table listings wait until released: a read in flight."""
-
-    def __init__(self, netns: str) -> None:
-        self.inner = ProcessRunner(netns)
-        self.release = trio.Event()
-        self.listing = trio.Event()
-
-    async def run(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
-    ) -> CommandResult:
-        result = await self.inner.run(argv, stdin=stdin, check=check)
-        if "list" in argv:
-            self.listing.set()
-            await self.release.wait()
-        return result
-
-
 def test_a_refresh_beside_the_applies_repairs_tampering_and_never_undoes_a_write(
     netns: str,
 ) -> None:
     async def main() -> None:
-        runner = HeldRead(netns)
-        runner.release.set()
+        runner = HeldReads(ProcessRunner(netns), lambda argv: "list" in argv)
         table = NftTable("ip", TABLE, runner)
         _desired(table)
         await table.apply()
@@ -307,21 +288,45 @@ def test_a_refresh_beside_the_applies_repairs_tampering_and_never_undoes_a_write
         assert {name: len(rules) for name, rules in held(netns).items()} == wanted
         # A write lands while a refresh's read is in flight (it read the
         # old leaf-1): the refresh must not take that write back.
-        runner.release = trio.Event()
-        runner.listing = trio.Event()
-        async with trio.open_nursery() as nursery:
-            found: list[bool] = []
+        found: list[bool] = []
 
-            async def refresh() -> None:
-                found.append(await table.refresh())
+        async def refresh() -> None:
+            found.append(await table.refresh())
 
-            nursery.start_soon(refresh)
-            await runner.listing.wait()
+        async def write() -> None:  # lands while the read is held
             table.update_chain(Chain("cali-leaf-1", _rules(TableRule((), Drop()))))
-            assert await table.apply()  # lands while the read is held
-            runner.release.set()
+            assert await table.apply()
+
+        await write_during_a_read(runner, refresh, write)
         assert found == [False]  # what it read of leaf-1 is older than the write
         assert not await table.apply()  # nothing left that differs
         assert len(held(netns)["cali-leaf-1"]) == 1
+
+    trio.run(main)
+
+
+def test_a_refresh_that_comes_back_during_a_write_is_taken_in_after_it(netns: str) -> None:
+    async def main() -> None:
+        runner = HeldReads(ProcessRunner(netns), lambda argv: "-f" in argv)
+        table = NftTable("ip", TABLE, runner)
+        _desired(table)
+        await table.apply()
+        wanted = {name: len(rules) for name, rules in held(netns).items()}
+        nft(netns, "flush", "chain", "ip", TABLE, "cali-leaf-0")  # tampering
+        # An apply of another chain is writing (nft -f has not answered
+        # yet) when the refresh's read of the tampering comes back.
+        table.update_chain(Chain("cali-leaf-1", _rules(TableRule((), Drop()))))
+        wanted["cali-leaf-1"] = 1
+        runner.hold, runner.read = trio.Event(), trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(table.apply)
+            await runner.read.wait()
+            assert await table.refresh()
+            runner.hold.set()
+        runner.hold = None
+        # What the refresh found is not lost to that apply: the next repairs it.
+        assert await table.apply()
+        assert {name: len(rules) for name, rules in held(netns).items()} == wanted
+        assert not await table.refresh()
 
     trio.run(main)
