@@ -51,3 +51,21 @@ async def write_during_a_read(
         await write()
         runner.hold.set()
     runner.hold = None
+
+
+async def refresh_during_a_write(
+    runner: HeldReads,
+    apply: Callable[[], Awaitable[object]],
+    refresh: Callable[[], Awaitable[bool]],
+) -> bool:
+    """Run ``apply`` with ``runner`` holding its writes' answers (its
+    ``is_read`` picks the writing command); meanwhile ``refresh``, whose
+    answer this returns. The write has landed, the apply not yet seen it."""
+    runner.hold, runner.read = trio.Event(), trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(apply)
+        await runner.read.wait()
+        found = await refresh()
+        runner.hold.set()
+    runner.hold = None
+    return found

@@ -22,7 +22,7 @@ from dataplane.linux.rules.action import Accept, Drop, Jump
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.match import Addresses, Port, Protocol, Side
 from dataplane.linux.rules.rule import TableRule
-from tests.linux.held_reads import HeldReads, write_during_a_read
+from tests.linux.held_reads import HeldReads, refresh_during_a_write, write_during_a_read
 
 NFT = NftSerialiser(4)
 TABLE = "dp-test"
@@ -317,13 +317,7 @@ def test_a_refresh_that_comes_back_during_a_write_is_taken_in_after_it(netns: st
         # yet) when the refresh's read of the tampering comes back.
         table.update_chain(Chain("cali-leaf-1", _rules(TableRule((), Drop()))))
         wanted["cali-leaf-1"] = 1
-        runner.hold, runner.read = trio.Event(), trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(table.apply)
-            await runner.read.wait()
-            assert await table.refresh()
-            runner.hold.set()
-        runner.hold = None
+        assert await refresh_during_a_write(runner, table.apply, table.refresh)
         # What the refresh found is not lost to that apply: the next repairs it.
         assert await table.apply()
         assert {name: len(rules) for name, rules in held(netns).items()} == wanted

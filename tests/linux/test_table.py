@@ -20,7 +20,7 @@ from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.rule import Origin
 from tests.linux.fake_iptables import FakeIptables
-from tests.linux.held_reads import HeldReads, write_during_a_read
+from tests.linux.held_reads import HeldReads, refresh_during_a_write, write_during_a_read
 
 
 @dataclass(frozen=True)
@@ -185,13 +185,7 @@ def test_a_refresh_that_comes_back_during_a_write_is_taken_in_after_it(tools: To
         # An apply of another chain is writing (its restore has not
         # answered yet) when the refresh's read of the tampering comes back.
         table.update_chain(Chain("cali-leaf-2", (IptRule("-s 10.7.0.0/16", "-j DROP"),)))
-        runner.hold, runner.read = trio.Event(), trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(table.apply)
-            await runner.read.wait()
-            assert await table.refresh()
-            runner.hold.set()
-        runner.hold = None
+        assert await refresh_during_a_write(runner, table.apply, table.refresh)
         # What the refresh found is not lost to that apply: the next repairs it.
         assert await table.apply()
         assert parse_save(tools.saved())["filter"].chains["cali-mid-1"].hashes

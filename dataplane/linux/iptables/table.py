@@ -58,7 +58,7 @@ from dataplane.linux.iptables.chains import (
     rule_hashes,
 )
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
-from dataplane.linux.kernel.written import Writes
+from dataplane.linux.kernel.written import ReadsBesideApplies, Writes
 from dataplane.linux.rules.rule import Origin
 
 __all__ = ["FAIL_CLOSED", "Table"]
@@ -72,6 +72,10 @@ _MAX_BLAMES = 8
 log = logging.getLogger(__name__)
 
 FAIL_CLOSED = (IptRule("", "-j DROP"),)
+
+# A refresh's read: the write count and resync count when it began, our
+# chains' rule hashes and our hook rules (see saved_chains).
+_Read = tuple[int, int, dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]
 
 BUILTIN_CHAINS = {
     "filter": ("INPUT", "FORWARD", "OUTPUT"),
@@ -121,12 +125,7 @@ class Table:
         # back what was written or read after it began.
         self._writes: Writes[str] = Writes()
         self._resyncs = 0
-        # An apply under way, and a refresh's read that came back during it.
-        self._applying = False
-        self._stashed: (
-            tuple[int, int, dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]
-            | None
-        ) = None
+        self._reads: ReadsBesideApplies[_Read] = ReadsBesideApplies(self._take_read)
         self.fail_closed = fail_closed
         self._fail_closed_hashes: dict[str, list[str]] = {}
         # Chains the kernel refused, held back; and the refusals not yet
@@ -231,20 +230,10 @@ class Table:
         """
         began, resyncs = self.writes, self._resyncs
         chains, hooks = await self._saved()
-        if self._applying:
-            # Taken in when that apply ends, never between its reckoning of
-            # what to write and its recording of what it wrote.
-            self._stashed = (began, resyncs, chains, hooks)
-            return True
-        return self._take_read(began, resyncs, chains, hooks)
+        return self._reads.offer((began, resyncs, chains, hooks))
 
-    def _take_read(
-        self,
-        began: int,
-        resyncs: int,
-        chains: dict[str, list[str | None]],
-        hooks: dict[str, list[tuple[str | None, str]]],
-    ) -> bool:
+    def _take_read(self, read: _Read) -> bool:
+        began, resyncs, chains, hooks = read
         actual = self._actual_chains
         if actual is None or self._resyncs != resyncs:
             return False  # the apply reads (or has read, later than this) itself
@@ -386,14 +375,7 @@ class Table:
         and everything else is written in the same call; only a failure no
         chain explains raises :class:`ProgrammingError`.
         """
-        self._applying = True
-        try:
-            return await self._apply()
-        finally:
-            self._applying = False
-            stashed, self._stashed = self._stashed, None
-            if stashed is not None:
-                self._take_read(*stashed)
+        return await self._reads.apply(self._apply)
 
     async def _apply(self) -> bool:
         if self._actual_chains is None:

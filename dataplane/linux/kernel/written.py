@@ -8,13 +8,14 @@ what that write left there (the read may predate it).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from typing import Generic, TypeVar
 
-__all__ = ["Writes"]
+__all__ = ["ReadsBesideApplies", "Writes"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 class Writes(Generic[K]):
@@ -55,3 +56,37 @@ class Writes(Generic[K]):
         now ask about them (keys such as chain names come and go with
         pods, so what is remembered must not grow)."""
         self._by = {k: w for k, w in self._by.items() if w > began}
+
+
+class ReadsBesideApplies(Generic[T]):
+    """A refresh's read is taken in between applies, never during one.
+
+    An apply reckons what to write, awaits the kernel, then records what it
+    wrote; a read taken in between those would be overwritten by that
+    record, and what it found lost. So a read that comes back while an
+    apply is under way waits for the apply's end.
+    """
+
+    def __init__(self, take: Callable[[T], bool]) -> None:
+        self._take = take  # takes a read in; True if something differs
+        self._applying = False
+        self._waiting: T | None = None
+
+    def offer(self, read: T) -> bool:
+        """Take ``read`` in now, or after the apply under way (then True:
+        what it holds is not known yet, so another apply is wanted)."""
+        if self._applying:
+            self._waiting = read
+            return True
+        return self._take(read)
+
+    async def apply(self, apply: Callable[[], Awaitable[bool]]) -> bool:
+        """Run ``apply``; a read offered meanwhile is taken in at its end."""
+        self._applying = True
+        try:
+            return await apply()
+        finally:
+            self._applying = False
+            waiting, self._waiting = self._waiting, None
+            if waiting is not None:
+                self._take(waiting)

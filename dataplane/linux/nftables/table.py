@@ -36,7 +36,7 @@ import trio
 from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
-from dataplane.linux.kernel.written import Writes
+from dataplane.linux.kernel.written import ReadsBesideApplies, Writes
 from dataplane.linux.nftables.serialise import NftRule, nft_name
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
@@ -101,9 +101,9 @@ class NftTable:
         # nft -f transactions, and which touched each chain last: a refresh
         # never takes back what it read before a write that came after.
         self._writes: Writes[str] = Writes()
-        # An apply under way, and a refresh's read that came back during it.
-        self._applying = False
-        self._stashed: tuple[int, dict[str, list[str | None]]] | None = None
+        self._reads: ReadsBesideApplies[tuple[int, dict[str, list[str | None]]]] = (
+            ReadsBesideApplies(self._take_read)
+        )
         self._refused_rules: dict[str, int | None] = {}  # chain -> the rule nft named
         self.reads = 0  # read-backs of the table
 
@@ -155,15 +155,10 @@ class NftTable:
         predate it.
         """
         began = self.writes
-        read = await self._read()
-        if self._applying:
-            # Taken in when that apply ends, never between its reckoning of
-            # what to write and its recording of what it wrote.
-            self._stashed = (began, read)
-            return True
-        return self._take_read(began, read)
+        return self._reads.offer((began, await self._read()))
 
-    def _take_read(self, began: int, read: dict[str, list[str | None]]) -> bool:
+    def _take_read(self, began_read: tuple[int, dict[str, list[str | None]]]) -> bool:
+        began, read = began_read
         if self._actual is None:
             self._actual = read
         else:
@@ -258,14 +253,7 @@ class NftTable:
             ProgrammingError: nft refused the transaction (nothing of it
                 was applied: a transaction is all or nothing).
         """
-        self._applying = True
-        try:
-            return await self._apply()
-        finally:
-            self._applying = False
-            stashed, self._stashed = self._stashed, None
-            if stashed is not None:
-                self._take_read(*stashed)
+        return await self._reads.apply(self._apply)
 
     async def _apply(self) -> bool:
         if self._actual is None:
