@@ -413,10 +413,9 @@ class LinuxPlatform:
             nursery.start_soon(self._refresher)
 
     async def _refresher(self) -> None:
-        """Tamper detection that never holds an apply: when the iptables
-        refresh timer fires (on nftables also the IP sets one), read back
-        here and let the next apply write only what differs. ipsets of the
-        iptables backend are still read by the apply that follows the timer."""
+        """Tamper detection that never holds an apply: when the iptables or
+        IP sets refresh timer fires, read our tables or sets back here and
+        let the next apply write only what differs."""
         self._refresher_running = True
         try:
             while True:
