@@ -15,6 +15,10 @@ network byte order, protocol numbers as one byte, integers (``numgen``
 slots, marks) in host byte order; in a concatenation every field is padded
 to four bytes, as ``nft`` lays out a concatenated key.
 
+The same socket reads a set's or map's elements back
+(:class:`ElementReader`, a netlink dump): for maps the packet path writes,
+which the driver only ever sweeps.
+
 Only element writes go this way (structure — tables, chains, rules, sets —
 stays with ``nft -f``). The socket belongs to the network namespace of the
 calling process.
@@ -38,12 +42,15 @@ __all__ = [
     "NFPROTO_IPV6",
     "Element",
     "ElementChange",
+    "ElementReader",
     "ElementSink",
+    "ElementSource",
     "ElementWriter",
     "Field",
     "Verdict",
     "addr",
     "concat",
+    "data_of",
     "encode_batch",
     "encoded",
     "ifname",
@@ -61,7 +68,9 @@ __all__ = [
 NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6 = 1, 2, 10
 
 _NETLINK_NETFILTER = 12  # not in every Python build's socket module
-_NLMSG_ERROR = 2
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
+_GETSETELEM = 13
 _SO_SNDBUFFORCE = 32  # needs CAP_NET_ADMIN, which writing nf_tables needs anyway
 _F_REQUEST, _F_ACK, _F_CREATE = 0x1, 0x4, 0x400
 _BATCH_BEGIN, _BATCH_END = 0x10, 0x11
@@ -145,6 +154,17 @@ def key_of(element: bytes) -> bytes:
     """The key of an :func:`encoded` element."""
     key_attr = _ENCODED_HEAD.unpack_from(element)[4]
     return element[_ENCODED_HEAD.size : _ENCODED_HEAD.size + key_attr - _ATTR.size]
+
+
+def data_of(element: bytes) -> bytes:
+    """The data of an :func:`encoded` map element (b"" for a set's)."""
+    start = _ENCODED_HEAD.size + len(key_of(element))
+    start += -start % 4
+    if start + _ENCODED_DATA.size > len(element):
+        return b""
+    value_attr = _ENCODED_DATA.unpack_from(element, start)[2]
+    start += _ENCODED_DATA.size
+    return element[start : start + value_attr - _ATTR.size]
 
 
 def with_key(element: bytes, key: bytes) -> bytes:
@@ -401,3 +421,82 @@ class ElementWriter:
                     out[seq] = -code
                 offset += (length + 3) & ~3
         return out
+
+
+# Who reads a set's elements back: an ElementReader, or a fake in tests.
+# (family, table, set) -> [(key, data)]; data is b"" for a plain set.
+ElementSource = Callable[[int, str, str], list[tuple[bytes, bytes]]]
+
+
+def _attrs(data: bytes, start: int, end: int) -> dict[int, bytes]:
+    """The attributes in ``data[start:end]`` by kind (the last of a kind)."""
+    out: dict[int, bytes] = {}
+    while start + _ATTR.size <= end:
+        size, kind = _ATTR.unpack_from(data, start)
+        if size < _ATTR.size:
+            raise OSError(errno.EPROTO, "malformed netlink attribute")
+        out[kind & ~_NESTED] = data[start + _ATTR.size : start + size]
+        start += (size + 3) & ~3
+    return out
+
+
+def _listed(data: bytes, start: int, end: int) -> list[tuple[bytes, bytes]]:
+    """The (key, data) of each element in a dump answer's element list."""
+    out = []
+    while start + _ATTR.size <= end:
+        size, _kind = _ATTR.unpack_from(data, start)
+        if size < _ATTR.size:
+            raise OSError(errno.EPROTO, "malformed netlink attribute")
+        element = _attrs(data, start + _ATTR.size, start + size)
+        key = _attrs(element.get(_ELEM_KEY, b""), 0, len(element.get(_ELEM_KEY, b"")))
+        value = element.get(_ELEM_DATA, b"")
+        held = _attrs(value, 0, len(value)).get(_DATA_VALUE, b"")
+        out.append((key.get(_DATA_VALUE, b""), held))
+        start += (size + 3) & ~3
+    return out
+
+
+class ElementReader:
+    """Reads every element of one set or map (a netlink dump).
+
+    Raises:
+        OSError: the kernel refused the dump (ENOENT: no such set), or the
+            socket failed.
+    """
+
+    def __init__(self, sock: Callable[[], socket.socket] = netfilter_socket) -> None:
+        self._socket = sock
+
+    def __call__(self, family: int, table: str, name: str) -> list[tuple[bytes, bytes]]:
+        ask = (_SUBSYS_NFTABLES << 8) | _GETSETELEM
+        body = _attr(_LIST_TABLE, _name(table)) + _attr(_LIST_SET, _name(name))
+        sock = self._socket()
+        try:
+            sock.send(_message(ask, _F_REQUEST | _F_DUMP, 1, family, body))
+            # The answers are NEWSETELEM messages, as if adding them.
+            return self._answers(sock, (_SUBSYS_NFTABLES << 8) | _NEWSETELEM)
+        finally:
+            sock.close()
+
+    @staticmethod
+    def _answers(sock: socket.socket, kind: int) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        while True:
+            data = sock.recv(1 << 20)
+            offset = 0
+            while offset + _NLMSG.size <= len(data):
+                length, got, _flags, _seq, _pid = _NLMSG.unpack_from(data, offset)
+                if length < _NLMSG.size:
+                    raise OSError(errno.EPROTO, "malformed netlink reply")
+                if got == _NLMSG_DONE:
+                    return out
+                if got == _NLMSG_ERROR:
+                    (code,) = _ERR.unpack_from(data, offset + _NLMSG.size)
+                    if code:
+                        raise OSError(-code, os.strerror(-code))
+                    return out
+                if got == kind:
+                    head = offset + _NLMSG.size + _NFGEN.size
+                    listed = _attrs(data, head, offset + length).get(_LIST_ELEMENTS, b"")
+                    out += _listed(listed, 0, len(listed))
+                offset += (length + 3) & ~3
