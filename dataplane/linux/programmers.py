@@ -32,7 +32,7 @@ from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
-from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.elements import ElementReader, ElementWriter, netfilter_socket
 from dataplane.linux.nftables.mode import nftables_chosen
 from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.service_layout import ServiceLayout
@@ -150,6 +150,7 @@ class Programmers:
         marks = Marks.from_mask(config.iptables_mark_mask)
         if await nftables_chosen(runner, mode, prefix):
             sink = ElementWriter(lambda: socket_in(netns, netfilter_socket))
+            reader = ElementReader(lambda: socket_in(netns, netfilter_socket))
             names = nft_tables(prefix)
             nft = {v: NftTable(_FAMILY[v], names.main, runner, clock=clock) for v in versions}
             ipsets: SetProgrammer = NftSets(
@@ -158,7 +159,7 @@ class Programmers:
             views = {(t, v): NftTableView(nft[v], t, v) for v in versions for t in TABLES}
             tables: dict[tuple[str, int], RuleTable[Any]] = dict(views)
             services = {
-                v: ServiceTable(ServiceLayout(v, names.services, marks.masq), runner, sink)
+                v: ServiceTable(ServiceLayout(v, names.services, marks.masq), runner, sink, reader)
                 for v in versions
             }
             backend = NFTABLES

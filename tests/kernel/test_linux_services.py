@@ -152,15 +152,11 @@ def test_cluster_ip_spreads_evenly_and_affinity_pins(
         # backend answers (one never seen in 60 draws: p = 3 * (2/3)**60 < 1e-10).
         counts6 = served_by(web, VIP6, 80, 60)
         assert set(counts6) == set(names), counts6
-        if kernel_backend != "nftables":
-            pinned = served_by(web, "10.96.0.11", 80, 20)
-            assert len(pinned) == 1 and next(iter(pinned)) in names, pinned
+        pinned = served_by(web, "10.96.0.11", 80, 20)
+        assert len(pinned) == 1 and next(iter(pinned)) in names, pinned
     finally:
         felix.close_input()
-        _, err = felix.wait()
-    if kernel_backend == "nftables":
-        # Not in the services table yet (docs/nftables.md): said, not hidden.
-        assert "ClientIP affinity is not programmed" in err
+        felix.wait()
 
 
 def test_host_network_reaches_a_cluster_ip_under_felix_defaults(topology: Topology) -> None:

@@ -20,7 +20,7 @@ import trio
 
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.kernel.netns import socket_in
-from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.elements import ElementReader, ElementWriter, netfilter_socket
 from dataplane.linux.nftables.service_layout import BANK, ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.model.services import Backend, BackendPort, Service, ServiceKey, ServicePort
@@ -56,8 +56,9 @@ class Programmed:
     def __init__(self, node: Node) -> None:
         runner = ProcessRunner(node.netns)
         writer = ElementWriter(lambda: socket_in(node.netns, netfilter_socket))
+        reader = ElementReader(lambda: socket_in(node.netns, netfilter_socket))
         self.tables = [
-            ServiceTable(ServiceLayout(v, "cali-svc", MASQ), runner, writer) for v in (4, 6)
+            ServiceTable(ServiceLayout(v, "cali-svc", MASQ), runner, writer, reader) for v in (4, 6)
         ]
         self.tables[0].set_pools([POD_CIDR_V4])
         self.tables[1].set_pools([POD_CIDR_V6])
@@ -246,3 +247,46 @@ def test_load_balancer_source_ranges_admit_only_their_sources(node: Node) -> Non
     table.apply()
     assert served(outside, lb, 80, 3) == {"a"}
     assert elements(node, "ip", "fw") == elements(node, "ip", "fw_allowed") == []
+
+
+def test_client_ip_affinity_pins_and_lets_go_of_a_removed_backend(node: Node) -> None:
+    """kube-proxy's ClientIP affinity (IPv4): a client keeps its backend,
+    through a cluster IP and a node port; a backend removed takes its
+    clients' entries along (swept), so they are pinned afresh to one that
+    is left; affinity off lets every entry go. All of it elements: the
+    timeout in use is part of the structure written first."""
+    pods, outside = node.pods, node.external
+    node_ip = node.address(4)
+    table = Programmed(node)
+    port = (ServicePort("http", "tcp", 80, node_port=30080),)
+    sticky: dict[str, object] = {"ports": port, "type": "NodePort"}
+    sticky |= {"session_affinity": True, "affinity_timeout": 600}
+    table.set(web(backend("a"), backend("b"), **sticky))
+    table.apply()
+    # Unpinned, 20 connections reach one of two backends with p = 2**-19.
+    pinned = served(pods["c"], VIP4, 80, 20)
+    assert len(pinned) == 1 and pinned <= {"a", "b"}, pinned
+    from_outside = served(outside, node_ip, 30080, 20)
+    assert len(from_outside) == 1 and from_outside <= {"a", "b"}, from_outside
+    assert len(elements(node, "ip", "aff_addr")) == len(elements(node, "ip", "np_aff_port")) == 1
+
+    (gone,) = pinned
+    left = "b" if gone == "a" else "a"
+    table.set(web(backend(left), **sticky))
+    table.apply()
+    assert served(pods["c"], VIP4, 80, 5) == {left}
+    assert served(outside, node_ip, 30080, 5) == {left}
+    # The one gone back: every client stays where it was pinned since.
+    table.set(web(backend("a"), backend("b"), **sticky))
+    table.apply()
+    assert served(pods["c"], VIP4, 80, 20) == {left}
+    assert served(outside, node_ip, 30080, 20) == {left}
+    assert table.tables[0].swept >= 2  # the entries to the removed backend, at least c's
+
+    fresh = {"ports": port, "type": "NodePort"}
+    table.set(web(backend("a"), backend("b"), **fresh))
+    table.apply()
+    for name in ("aff_addr", "aff_port", "np_aff_addr", "np_aff_port"):
+        assert elements(node, "ip", name) == []
+    assert served(pods["c"], VIP4, 80, 20) == {"a", "b"}
+    assert table.structure_writes() == 2

@@ -25,6 +25,7 @@ from dataplane.linux.nftables.elements import (
     ElementChange,
     addr,
     concat,
+    data_of,
     encoded,
     integer,
     key_of,
@@ -209,6 +210,10 @@ class FakeSets:
     def contents(self) -> dict[str, set[bytes]]:
         return {name: set(held.values()) for name, held in self.sets.items() if held}
 
+    def read(self, family: int, table: str, name: str) -> list[tuple[bytes, bytes]]:
+        """A set's or map's (key, data), as a netlink dump answers."""
+        return [(key_of(e), data_of(e)) for e in self.sets.get(name, {}).values()]
+
 
 class Nft:
     """Accepts every ``nft -f``, counting them."""
@@ -243,15 +248,19 @@ def wanted(services: dict[str, Service], layout: ServiceLayout = LAYOUT) -> dict
 ADDRESSES = [f"10.65.{i // 4}.{i % 4 + 1}" for i in range(8)]
 ADDRESSES += [f"fd00:65::{i + 1:x}" for i in range(6)]
 services_drawn = st.builds(
-    lambda name, members, vips, balancers, ranges, local_policy, internal, node_port: Service(
-        ServiceKey("prod", name),
-        cluster_ips=tuple(vips),
-        load_balancer_ips=balancers,
-        source_ranges=ranges,
-        ports=(ServicePort("http", "tcp", 80, node_port=node_port),),
-        external_local=local_policy,
-        internal_local=internal,
-        backends=tuple(b(a, local=local, state=state) for a, local, state in members),
+    lambda name, members, vips, balancers, ranges, local_policy, internal, node_port, sticky: (
+        Service(
+            ServiceKey("prod", name),
+            session_affinity=sticky is not None,
+            affinity_timeout=sticky or 10800,
+            cluster_ips=tuple(vips),
+            load_balancer_ips=balancers,
+            source_ranges=ranges,
+            ports=(ServicePort("http", "tcp", 80, node_port=node_port),),
+            external_local=local_policy,
+            internal_local=internal,
+            backends=tuple(b(a, local=local, state=state) for a, local, state in members),
+        )
     ),
     st.sampled_from(["a", "b", "c"]),
     st.lists(
@@ -270,6 +279,7 @@ services_drawn = st.builds(
     st.booleans(),
     st.booleans(),
     st.sampled_from([0, 30080, 30081]),
+    st.sampled_from([None, None, 10800, 60]),  # ClientIP affinity's timeout
 )
 steps = st.lists(
     st.one_of(
@@ -288,7 +298,7 @@ def test_after_any_changes_the_kernel_holds_what_the_services_add_up_to(
     frontend) stay while anyone wants them; a refused transaction is
     repaired whole by the next apply."""
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(layout, nft, kernel)
+    table = ServiceTable(layout, nft, kernel, kernel.read)
     services: dict[str, Service] = {}
 
     async def apply() -> None:
@@ -297,24 +307,34 @@ def test_after_any_changes_the_kernel_holds_what_the_services_add_up_to(
         except ProgrammingError:
             await table.apply()
 
+    timeouts: set[int] = set()
+    structures = 0
+    new_timeout = False
     for step in [*script, "apply"]:
         if isinstance(step, Service):
             services[step.key.name] = step
             table.set_service(step)
+            for f in layout.contribution(step).frontends.values():
+                if f.affinity and f.affinity.timeout not in timeouts:
+                    timeouts.add(f.affinity.timeout)
+                    new_timeout = True
         elif step == "refuse":
             kernel.refuse_next = True
         elif step == "apply":
             trio.run(apply)
+            structures += not structures or new_timeout
+            new_timeout = False
             assert kernel.contents() == {n: e for n, e in wanted(services, layout).items() if e}
         else:
             services.pop(step, None)
             table.remove_service(ServiceKey("prod", step))
-    assert len(nft.scripts) == 1  # the table's structure, once
+    # The table's structure, once, and again for each affinity timeout not in use before.
+    assert len(nft.scripts) == structures
 
 
 def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure() -> None:
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(LAYOUT, nft, kernel)
+    table = ServiceTable(LAYOUT, nft, kernel, kernel.read)
     table.set_pools(["10.65.0.0/16"])
     table.set_service(svc(b("10.65.1.1"), b("10.65.1.2")))
     trio.run(table.apply)
@@ -361,7 +381,7 @@ def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure
 
 def test_a_frontend_two_services_claim_is_one_services_and_the_other_is_held_back() -> None:
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(LAYOUT, nft, kernel)
+    table = ServiceTable(LAYOUT, nft, kernel, kernel.read)
 
     def claiming(name: str, backend: str) -> Service:
         return Service(
@@ -400,3 +420,117 @@ def test_source_ranges_guard_load_balancer_ips_merged_per_family() -> None:
     assert got["fw_allowed"] == {ranged(k + low, k + high)}  # one range: 10.1/16 is inside
     v6 = ServiceLayout(6, "cali-svc", 0x4000000)
     assert "fw" not in contribution(service, v6)  # no IPv6 load-balancer IP
+
+
+# --- ClientIP affinity: what the packet path remembers, swept -------------------------
+
+
+def remembered(kernel: FakeSets, client: str, backend: str, *, node_port: int = 0) -> bytes:
+    """An entry as the packet path records it: client . frontend -> backend."""
+    frontend = np_key(node_port) if node_port else key("10.96.0.10")
+    entry = addr(client).value + frontend
+    prefix = "np_" if node_port else ""
+    kernel.sets.setdefault(f"{prefix}aff_addr", {})[entry] = encoded(entry, addr(backend).value)
+    kernel.sets.setdefault(f"{prefix}aff_port", {})[entry] = encoded(entry, port(8080).value)
+    return entry
+
+
+def held(kernel: FakeSets, name: str = "aff_addr") -> set[bytes]:
+    return set(kernel.sets.get(name, {}))
+
+
+def test_affinity_elements_name_each_frontend_and_its_live_backends() -> None:
+    made = LAYOUT.contribution(svc(b("10.65.1.1"), b("10.65.1.2"), session_affinity=True))
+    (front,) = made.frontends.values()
+    assert front.elements["aff"] == {encoded(key("10.96.0.10"))}
+    live = {
+        encoded(key("10.96.0.10") + addr(a).value + port(8080).value + b"\0\0")
+        for a in ("10.65.1.1", "10.65.1.2")
+    }
+    assert front.elements["aff_live_10800"] == live
+    # No IPv6 affinity (nft cannot write it), none without the field.
+    v6 = ServiceLayout(6, "cali-svc", 0x4000000)
+    dual = svc(b("fd00:65::1"), cluster_ips=("fd00:96::10",), session_affinity=True)
+    assert not any(f.affinity for f in v6.contribution(dual).frontends.values())
+    assert "aff" not in contribution(svc(b("10.65.1.1")))
+
+
+def test_a_removed_backend_takes_its_clients_entries_along() -> None:
+    kernel, nft = FakeSets(), Nft()
+    table = ServiceTable(LAYOUT, nft, kernel, kernel.read)
+    table.set_pools(["10.65.0.0/16"])
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.2"), session_affinity=True))
+    trio.run(table.apply)
+    to_one = remembered(kernel, "10.65.9.1", "10.65.1.1")
+    remembered(kernel, "10.65.9.2", "10.65.1.2")
+    unknown = remembered(kernel, "10.65.9.3", "10.65.1.2", node_port=30099)
+
+    table.set_service(svc(b("10.65.1.1"), session_affinity=True))
+    trio.run(table.apply)
+    assert held(kernel) == held(kernel, "aff_port") == {to_one}
+    assert held(kernel, "np_aff_addr") == {unknown}  # another frontend: not this sweep's
+    assert table.swept == 2
+
+    # A backend added narrows nothing: nothing read, nothing deleted.
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.3"), session_affinity=True))
+    trio.run(table.apply)
+    assert table.swept == 2
+    # A resync checks every entry: one of a frontend without affinity goes.
+    table.mark_for_resync()
+    trio.run(table.apply)
+    assert held(kernel, "np_aff_addr") == set() and held(kernel) == {to_one}
+    # Affinity off: its entries go.
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.3")))
+    trio.run(table.apply)
+    assert held(kernel) == held(kernel, "aff_port") == set()
+
+
+def test_local_policy_sweeps_outside_clients_off_remote_backends_only() -> None:
+    kernel, nft = FakeSets(), Nft()
+    table = ServiceTable(LAYOUT, nft, kernel, kernel.read)
+    table.set_pools(["10.65.0.0/16"])
+    both = (b("10.65.1.1", local=True), b("10.65.1.2"))
+    fields: dict[str, object] = {"session_affinity": True, "external_ips": ("198.51.100.1",)}
+    fields["cluster_ips"] = ()
+    table.set_service(svc(*both, **fields))
+    trio.run(table.apply)
+    frontend = key("198.51.100.1")
+
+    def entry(client: str, backend: str) -> bytes:
+        k = addr(client).value + frontend
+        kernel.sets.setdefault("aff_addr", {})[k] = encoded(k, addr(backend).value)
+        kernel.sets.setdefault("aff_port", {})[k] = encoded(k, port(8080).value)
+        return k
+
+    pod = entry("10.65.9.1", "10.65.1.2")  # a pod on the remote backend: still allowed
+    outside = entry("203.0.113.7", "10.65.1.2")  # from outside: Local allows the local one only
+    local = entry("203.0.113.8", "10.65.1.1")
+    table.set_service(svc(*both, external_local=True, **fields))
+    trio.run(table.apply)
+    assert held(kernel) == {pod, local}
+    assert outside not in held(kernel, "aff_port")
+
+
+def test_an_entry_that_expires_during_the_sweep_is_read_again() -> None:
+    kernel, nft = FakeSets(), Nft()
+    reads: list[str] = []
+
+    def read(family: int, table: str, name: str) -> list[tuple[bytes, bytes]]:
+        reads.append(name)
+        found = kernel.read(family, table, name)
+        if 4 < len(reads) <= 6:  # the sweep's first read: an entry that expires before the delete
+            gone = addr("10.65.9.9").value + key("10.96.0.10")
+            found.append(
+                (gone, addr("10.65.1.2").value if name == "aff_addr" else port(8080).value)
+            )
+        return found
+
+    table = ServiceTable(LAYOUT, nft, kernel, read)
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.2"), session_affinity=True))
+    trio.run(table.apply)
+    stays = remembered(kernel, "10.65.9.1", "10.65.1.1")
+    leaves = remembered(kernel, "10.65.9.2", "10.65.1.2")
+    table.set_service(svc(b("10.65.1.1"), session_affinity=True))
+    trio.run(table.apply)  # ENOENT for the expired one, then read again
+    assert held(kernel) == {stays} and leaves not in held(kernel, "aff_port")
+    assert len(reads) == 4 + 4 + 4  # the first apply's full check, two tries of four maps

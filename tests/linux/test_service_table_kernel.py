@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.kernel.netns import socket_in
-from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.elements import ElementReader, ElementWriter, netfilter_socket
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.model.services import Backend, BackendPort, Service, ServiceKey, ServicePort
@@ -50,9 +50,10 @@ def _check(netns: str, script: str) -> subprocess.CompletedProcess[str]:
     table=st.one_of(names, st.text(max_size=12)),
     bit=st.integers(min_value=0, max_value=31),
     pools=st.lists(st.integers(min_value=0, max_value=255), max_size=4),
+    timeouts=st.lists(st.integers(min_value=1, max_value=86400), max_size=3),
 )
-def test_every_table_the_layout_makes_passes_nft_check(
-    module_netns: str, version: int, table: str, bit: int, pools: list[int]
+def test_every_table_the_layout_makes_passes_nft_check(  # noqa: PLR0917 (hypothesis)
+    module_netns: str, version: int, table: str, bit: int, pools: list[int], timeouts: list[int]
 ) -> None:
     """A name nft cannot read (a space, a quote, a brace, a newline...) is
     refused before a script exists; every other table is valid nft."""
@@ -61,7 +62,7 @@ def test_every_table_the_layout_makes_passes_nft_check(
     except ValueError:
         return
     prefixes = [f"10.{p}.0.0/16" if version == 4 else f"fd00:{p:x}::/64" for p in pools]
-    done = _check(module_netns, layout.structure(prefixes))
+    done = _check(module_netns, layout.structure(prefixes, timeouts))
     assert done.returncode == 0, done.stderr
 
 
@@ -90,9 +91,10 @@ def test_the_kernel_holds_what_the_fake_holds_after_any_changes(
     table = f"svc-{next(_NAMES)}"
     layout = ServiceLayout(version, table, LAYOUT.masq_mark)
     writer = ElementWriter(lambda: socket_in(module_netns, netfilter_socket))
-    real = ServiceTable(layout, ProcessRunner(module_netns), writer)
+    reader = ElementReader(lambda: socket_in(module_netns, netfilter_socket))
+    real = ServiceTable(layout, ProcessRunner(module_netns), writer, reader)
     fake_sets = FakeSets()
-    fake = ServiceTable(layout, Nft(), fake_sets)
+    fake = ServiceTable(layout, Nft(), fake_sets, fake_sets.read)
     services: dict[str, Service] = {}
 
     async def apply() -> None:
@@ -130,7 +132,8 @@ def test_a_table_of_another_layout_is_replaced_whole(netns: str) -> None:
         check=True,
     )
     writer = ElementWriter(lambda: socket_in(netns, netfilter_socket))
-    table = ServiceTable(ServiceLayout(4, "cali-svc", 1), ProcessRunner(netns), writer)
+    reader = ElementReader(lambda: socket_in(netns, netfilter_socket))
+    table = ServiceTable(ServiceLayout(4, "cali-svc", 1), ProcessRunner(netns), writer, reader)
     web = Service(
         ServiceKey("prod", "web"),
         cluster_ips=("10.96.0.10",),

@@ -56,8 +56,14 @@ A load-balancer IP with ``loadBalancerSourceRanges`` is in set ``fw``,
 its allowed sources (the frontend and a source range) in interval set
 ``fw_allowed``; a new connection from elsewhere is dropped.
 
-Health-check node ports are the platform's HTTP server; what is not here
-yet: ClientIP affinity (docs/nftables.md).
+ClientIP affinity (IPv4; nft 1.0.6 cannot write it for IPv6): a frontend
+in set ``aff`` sends a client the packet path remembered (maps
+``aff_addr``/``aff_port``) to the same backend; set ``aff_live_T`` (T its
+timeout) holds the frontend's usable ``frontend . backend`` pairs, the
+only ones remembered. What a frontend's clients may still be sent to is
+:class:`Affinity`: the programmer sweeps the maps of entries that left it.
+
+Health-check node ports are the platform's HTTP server.
 """
 
 from __future__ import annotations
@@ -84,10 +90,12 @@ from dataplane.linux.nftables.elements import (
 )
 from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.service_rules import (
+    AFFINITY_MAPS,
     BANK,
     EXACT,
     MAX_SLOTS,
     element_sets,
+    live_set,
     slot_count,
     slot_counts,
     structure,
@@ -95,9 +103,11 @@ from dataplane.linux.nftables.service_rules import (
 from dataplane.model.services import Backend, Service, ServicePort
 
 __all__ = [
+    "AFFINITY_MAPS",
     "BANK",
     "EXACT",
     "NOTHING",
+    "Affinity",
     "Contribution",
     "FrontendElements",
     "ServiceLayout",
@@ -115,6 +125,35 @@ _MAP_PARTS = {"addr": "all", "port": "all", "local_addr": "local", "local_port":
 _SLOT_AT = struct.Struct("=I")
 
 
+Target = tuple[bytes, bytes]  # a backend's address and port, as the maps hold them
+
+
+@dataclass(frozen=True, slots=True)
+class Affinity:
+    """Where a ClientIP-affinity frontend may send a remembered client: an
+    entry of the affinity maps pointing elsewhere is stale."""
+
+    node_port: bool
+    key: bytes  # the frontend's part of an entry's key (after the client address)
+    timeout: int  # seconds
+    everyone: frozenset[Target]
+    outside: frozenset[Target] | None  # Local policy: for clients outside the pools
+
+    def allows(self, target: Target, *, from_pools: bool) -> bool:
+        if target not in self.everyone:
+            return False
+        return from_pools or self.outside is None or target in self.outside
+
+    def narrowed(self, new: Affinity | None) -> bool:
+        """Whether some client may be sent somewhere under this that it may
+        not under ``new`` (None: the frontend has no affinity any more)."""
+        if new is None or not self.everyone <= new.everyone:
+            return True
+        old_outside = self.everyone if self.outside is None else self.outside
+        new_outside = new.everyone if new.outside is None else new.outside
+        return not old_outside <= new_outside
+
+
 @dataclass(frozen=True, slots=True)
 class FrontendElements:
     """What one frontend adds to each set and map: elements as the kernel
@@ -122,6 +161,7 @@ class FrontendElements:
 
     label: str  # "10.96.0.10 tcp/80", "node port tcp/30080": for reports
     elements: Mapping[str, frozenset[bytes]]
+    affinity: Affinity | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +241,18 @@ class _Frontend:
     refuse: str  # with nowhere to go: "refused" (no backends at all) or "dropped"
     # loadBalancerSourceRanges of a load-balancer IP (None: open to all).
     ranges: tuple[IPv4Network | IPv6Network, ...] | None = None
+    affinity: int | None = None  # ClientIP affinity's timeout, seconds
+
+
+def _encoded(targets: Sequence[tuple[str, int]]) -> frozenset[Target]:
+    return frozenset((_addr(a), _port(n)) for a, n in targets)
+
+
+def _affinity(f: _Frontend) -> Affinity | None:
+    if f.affinity is None or not f.everyone:
+        return None
+    outside = None if f.outside is None else _encoded(f.outside)
+    return Affinity(f.node_port, f.key, f.affinity, _encoded(f.everyone), outside)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +292,10 @@ class ServiceLayout:
             return
         everyone = service.usable(local_only=False)
         local = service.usable(local_only=True)
+        # IPv6: nft 1.0.6 cannot write the rules (service_rules._affinity).
+        sticky = None
+        if service.session_affinity and self.version == 4:
+            sticky = service.affinity_timeout
         for sp in service.ports:
             number = _PROTOCOLS.get(sp.protocol)
             if number is None:
@@ -253,7 +309,9 @@ class ServiceLayout:
                     internal = mine if service.internal_local else every
                     key = concat((addr(vip), p, port(sp.port)))
                     label = f"{vip} {sp.protocol}/{sp.port}"
-                    yield _Frontend(key, label, False, internal, None, False, refuse)
+                    yield _Frontend(
+                        key, label, False, internal, None, False, refuse, affinity=sticky
+                    )
             # kube-proxy filters load-balancer IPs only by the source ranges.
             ranges = self._ranges(service.source_ranges) if service.source_ranges else None
             keys: list[tuple[str | None, bool, tuple[IPv4Network | IPv6Network, ...] | None]]
@@ -271,9 +329,11 @@ class ServiceLayout:
                     key = concat((addr(address), p, port(sp.port)))
                     label = f"{address} {sp.protocol}/{sp.port}"
                 if service.external_local:
-                    yield _Frontend(key, label, is_node_port, every, mine, False, refuse, fw)
+                    yield _Frontend(
+                        key, label, is_node_port, every, mine, False, refuse, fw, sticky
+                    )
                 else:
-                    yield _Frontend(key, label, is_node_port, every, None, True, refuse, fw)
+                    yield _Frontend(key, label, is_node_port, every, None, True, refuse, fw, sticky)
 
     def _ranges(self, prefixes: Sequence[str]) -> tuple[IPv4Network | IPv6Network, ...]:
         """This family's source ranges, merged: the kernel refuses
@@ -301,7 +361,7 @@ class ServiceLayout:
         for f in self._frontends(service):
             ident = (b"n" if f.node_port else b"r") + f.key
             if ident not in frontends:  # a port listed twice: the first one
-                frontends[ident] = FrontendElements(f.label, self._elements(f))
+                frontends[ident] = FrontendElements(f.label, self._elements(f), _affinity(f))
         shared: dict[str, set[bytes]] = {}
         if service.type != "ExternalName":
             for b in service.usable(local_only=False):
@@ -354,6 +414,11 @@ class ServiceLayout:
                     add(f"{p}local_port", *ports)
                 else:
                     add(f"{p}dropped_outside", key)
+            if f.affinity is not None:
+                add(f"{p}aff", key)
+                live = live_set(f.affinity, node_port=f.node_port)
+                pairs = _encoded(f.everyone)
+                add(live, *(encoded(f.key + a + n + b"\0\0") for a, n in pairs))  # port padded
         return {name: frozenset(elements) for name, elements in out.items()}
 
     # --- structure (service_rules.py) -------------------------------------------------
@@ -362,7 +427,7 @@ class ServiceLayout:
         """Every set and map of the table but the pools (see :func:`element_sets`)."""
         return element_sets()
 
-    def structure(self, pools: Sequence[str]) -> str:
+    def structure(self, pools: Sequence[str], timeouts: Sequence[int] = ()) -> str:
         """The ``nft -f`` script that makes or re-asserts the table (see
         :func:`~dataplane.linux.nftables.service_rules.structure`)."""
-        return structure(self.version, self.table, self.masq_mark, pools)
+        return structure(self.version, self.table, self.masq_mark, pools, timeouts)

@@ -5,19 +5,28 @@ transaction; after that only elements change
 (:mod:`~dataplane.linux.nftables.service_layout` says what each set
 means, :mod:`~dataplane.linux.nftables.service_table` writes them). One
 rule per slot count picks a frontend's slot, in each of two banks.
+
+ClientIP affinity (IPv4): the client's backend is remembered by the
+packet path in dynamic maps (``aff_addr``/``aff_port``, keyed by client
+and frontend) and looked up before the slots; what is recorded, and for
+how long, is one rule per distinct timeout in use and protocol, which is
+the only structure a service can add (once per new timeout value).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = [
+    "AFFINITY_MAPS",
+    "AFFINITY_SIZE",
     "BANK",
     "EXACT",
     "FRONTEND_SETS",
     "MAPS",
     "MAX_SLOTS",
     "element_sets",
+    "live_set",
     "slot_count",
     "slot_counts",
     "structure",
@@ -30,6 +39,20 @@ BANK = MAX_SLOTS
 # Sets each frontend may be in; "np_" + name for node ports.
 FRONTEND_SETS = ("fe", "ext_local", "masq", "masq_local", "refused", "dropped", "dropped_outside")
 MAPS = ("addr", "port", "local_addr", "local_port")
+# Written by the packet path (client . frontend -> backend), never by us
+# but for a sweep: not among element_sets(), so a resync does not flush them.
+AFFINITY_MAPS = ("aff_addr", "aff_port", "np_aff_addr", "np_aff_port")
+# The kernel's default for a dynamic map is 65,535 entries: clients times
+# affinity frontends on one node. When full, a new client is balanced
+# without being remembered (as xt_recent forgets its oldest).
+AFFINITY_SIZE = 1 << 18
+_AFFINITY_PROTOCOLS = ("tcp", "udp", "sctp")
+
+
+def live_set(timeout: int, *, node_port: bool) -> str:
+    """The set of (frontend . backend) pairs an affinity frontend with
+    ``timeout`` records: a pair gone from it is never recorded again."""
+    return f"{'np_' if node_port else ''}aff_live_{timeout}"
 
 
 def slot_counts() -> tuple[int, ...]:
@@ -52,17 +75,24 @@ def slot_count(backends: int) -> int:
 def element_sets() -> tuple[str, ...]:
     """Every set and map of the table but the pools: what a service's
     elements fill, and the second bank's sets."""
-    names = [*FRONTEND_SETS, *MAPS, "fe1", "lfe1"]
+    names = [*FRONTEND_SETS, *MAPS, "fe1", "lfe1", "aff"]
     for n in slot_counts():
         names += [f"fe_{n}", f"lfe_{n}", f"fe1_{n}", f"lfe1_{n}"]
     return (*names, *(f"np_{n}" for n in names), "hairpin", "remote", "fw", "fw_allowed")
 
 
-def structure(version: int, table: str, masq_mark: int, pools: Sequence[str]) -> str:
+def structure(
+    version: int,
+    table: str,
+    masq_mark: int,
+    pools: Sequence[str],
+    timeouts: Sequence[int] = (),
+) -> str:
     """The ``nft -f`` script that makes the table (or re-asserts it): every
     set and map declared (``add`` leaves an existing one and its
     elements alone), every chain flushed and written again, the IP
-    pools' prefixes replaced. One transaction."""
+    pools' prefixes replaced. One transaction. ``timeouts``: the ClientIP
+    affinity timeouts in use (IPv4 only, see :func:`_affinity`)."""
     ip = "ip" if version == 4 else "ip6"
     t = f"{ip} {table}"
     routed = f"{ip} daddr . meta l4proto . th dport"
@@ -92,6 +122,7 @@ def structure(version: int, table: str, masq_mark: int, pools: Sequence[str]) ->
     declare("set", "fw_allowed", f"typeof {routed} . {ip} saddr; flags interval")
     declare("set", "hairpin", f"typeof {ip} saddr . {ip} daddr")
     declare("set", "remote", f"typeof {ip} daddr")
+    lookups, records = _affinity(version, declare, timeouts)
     lines.append(f"flush set {t} pools")
     if pools:
         lines.append(f"add element {t} pools {{ {', '.join(pools)} }}")
@@ -124,6 +155,7 @@ def structure(version: int, table: str, masq_mark: int, pools: Sequence[str]) ->
         "nat-postrouting": (
             "type nat hook postrouting priority 100",
             [
+                *records,  # before masquerade, which ends the chain
                 f"meta mark & {mark} == {mark} masquerade",
                 f"ct status dnat {ip} saddr . {ip} daddr @hairpin masquerade",
                 f"ct status dnat {ip} daddr @remote {ip} saddr != @pools masquerade",
@@ -176,6 +208,7 @@ def structure(version: int, table: str, masq_mark: int, pools: Sequence[str]) ->
                 f"{key} @{prefix}ext_local {outside} goto {name}-outside",
                 f"{key} @{prefix}masq_local {ip} saddr != @pools {set_mark}",
                 f"{key} @{prefix}masq {set_mark}",
+                *lookups[prefix],
                 f"{key} @{prefix}fe1 goto {name}-1",
                 *pick(key, prefix, "fe", ""),
             ],
@@ -184,6 +217,7 @@ def structure(version: int, table: str, masq_mark: int, pools: Sequence[str]) ->
         chains[f"{name}-outside"] = (
             None,
             [
+                *lookups[prefix],
                 f"{key} @{prefix}lfe1 goto {name}-outside-1",
                 *pick(key, prefix, "lfe", "local_"),
             ],
@@ -197,3 +231,60 @@ def structure(version: int, table: str, masq_mark: int, pools: Sequence[str]) ->
         lines.append(f"flush chain {t} {name}")
         lines.extend(f"add rule {t} {name} {rule}" for rule in rules)
     return "\n".join(lines) + "\n"
+
+
+def _affinity(
+    version: int, declare: Callable[[str, str, str], None], timeouts: Sequence[int]
+) -> tuple[dict[str, list[str]], list[str]]:
+    """ClientIP affinity's sets, maps and rules: per key prefix ("" routed,
+    "np_" node ports) the lookup that sends a remembered client to its
+    backend, and the rules that remember, after DNAT.
+
+    IPv4 only: for IPv6, nft 1.0.6 cannot write either half (it aborts,
+    out of registers, on a map update with a key over 16 bytes and on a
+    ``dnat`` through a hashed key; ``docs/nftables.md``).
+
+    The lookup runs before the slots and falls through for a client with
+    no entry. The record runs in srcnat, where ``ct original`` still
+    holds the frontend and ``ip daddr`` the backend chosen, and only for a
+    pair in the frontend's live set; ``ct original proto-dst`` is typed
+    only after a protocol match, hence one rule per protocol.
+    """
+    lookups: dict[str, list[str]] = {"": [], "np_": []}
+    records: list[str] = []
+    ip = "ip" if version == 4 else "ip6"
+    routed, node = f"{ip} daddr . meta l4proto . th dport", "meta l4proto . th dport"
+    for prefix, key in (("", routed), ("np_", node)):
+        # Every table has them (element_sets() is the same for both
+        # families); an IPv6 table's stay empty.
+        declare("set", f"{prefix}aff", f"typeof {key}")
+    if version != 4:
+        return lookups, records
+    original = {
+        "": "ct original ip daddr . meta l4proto . ct original proto-dst",
+        "np_": "meta l4proto . ct original proto-dst",
+    }
+    for prefix, key in (("", routed), ("np_", node)):
+        for name, value in (("addr", "ip daddr"), ("port", "th dport")):
+            declare(
+                "map",
+                f"{prefix}aff_{name}",
+                f"typeof ip saddr . {key} : {value}; flags dynamic,timeout; size {AFFINITY_SIZE}",
+            )
+        client = f"ip saddr . {key}"
+        lookups[prefix].append(
+            f"{key} @{prefix}aff dnat ip to {client} map @{prefix}aff_addr"
+            f" : {client} map @{prefix}aff_port"
+        )
+        for timeout in sorted(set(timeouts)):
+            live = live_set(timeout, node_port=bool(prefix))
+            declare("set", live, f"typeof {key} . ip daddr . th dport")
+            seen = f"ip saddr . {original[prefix]} timeout {timeout}s"
+            records += [
+                f"meta l4proto {protocol} ct status dnat"
+                f" {original[prefix]} . ip daddr . th dport @{live}"
+                f" update @{prefix}aff_addr {{ {seen} : ip daddr }}"
+                f" update @{prefix}aff_port {{ {seen} : th dport }}"
+                for protocol in _AFFINITY_PROTOCOLS
+            ]
+    return lookups, records

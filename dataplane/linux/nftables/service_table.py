@@ -24,21 +24,39 @@ written whole -- every set flushed and filled again in one transaction,
 which the kernel applies at once -- so a restart, or anything deleted or
 added behind our back, ends exactly as desired without a moment of
 half-programmed services.
+
+ClientIP affinity is remembered by the packet path, in maps we never
+write but to sweep them: when an affinity frontend's backends narrow (a
+backend gone, a policy now Local, affinity off), after the write that
+stops new entries pointing there, the maps are read back (in a worker
+thread) and the entries no longer allowed deleted; after a resync or a
+restart, every entry is checked.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 from collections.abc import Iterable, Mapping
+
+import trio
 
 from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
-from dataplane.linux.nftables.elements import ElementChange, ElementSink, send
+from dataplane.linux.nftables.elements import (
+    ElementChange,
+    ElementSink,
+    ElementSource,
+    encoded,
+    send,
+)
 from dataplane.linux.nftables.service_layout import (
     NOTHING,
+    Affinity,
     Contribution,
+    FrontendElements,
     ServiceLayout,
     second_bank,
     split,
@@ -47,12 +65,25 @@ from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
 
+# An affinity frontend: (node port?, its key).
+_Sticky = tuple[bool, bytes]
+# Entries that expire between the sweep's read and its delete make the
+# kernel refuse the delete (ENOENT); read again, this many times at most.
+_SWEEP_ATTEMPTS = 3
+
 
 class ServiceTable:
-    def __init__(self, layout: ServiceLayout, runner: CommandRunner, writer: ElementSink) -> None:
+    def __init__(
+        self,
+        layout: ServiceLayout,
+        runner: CommandRunner,
+        writer: ElementSink,
+        reader: ElementSource,
+    ) -> None:
         self.layout = layout
         self._runner = runner
         self._writer = writer
+        self._reader = reader
         self._services: dict[ServiceKey, Contribution] = {}
         self._claims: dict[bytes, set[ServiceKey]] = {}  # frontend -> services claiming it
         self._unsaid: Unsaid[str] = Unsaid()
@@ -65,15 +96,27 @@ class ServiceTable:
         self._adds: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
         self._deletes: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
         self._pools: tuple[str, ...] = ()
+        self._timeouts: set[int] = set()  # of affinity in use: a record rule each
+        # Affinity frontends narrowed since the last sweep, and whether to
+        # check every entry.
+        self._sweeps: set[_Sticky] = set()
+        self._sweep_all = True
         self._structure_written = False
         self._whole = True  # write every element: first apply, or a resync
         self.structure_writes = 0
         self.element_writes = 0
+        self.swept = 0  # affinity entries deleted
 
     # --- desired state ---------------------------------------------------------------
 
     def set_service(self, service: Service) -> None:
-        self._replace(service.key, self.layout.contribution(service))
+        contribution = self.layout.contribution(service)
+        for f in contribution.frontends.values():
+            if f.affinity is not None and f.affinity.timeout not in self._timeouts:
+                # A timeout not in use yet: its record rules are structure.
+                self._timeouts.add(f.affinity.timeout)
+                self._structure_written = False
+        self._replace(service.key, contribution)
 
     def remove_service(self, key: ServiceKey) -> None:
         self._replace(key, NOTHING)
@@ -112,8 +155,15 @@ class ServiceTable:
             if not claims:
                 del self._claims[ident]
             after = self._owned(ident, key, new)
-            self._count(before, after)
-            self._note_flip(ident, before, after)
+            self._count(_elements(before), _elements(after))
+            self._note_flip(ident, _elements(before), _elements(after))
+            self._note_sweep(before, after)
+
+    def _note_sweep(self, before: FrontendElements | None, after: FrontendElements | None) -> None:
+        old = before.affinity if before else None
+        new = after.affinity if after else None
+        if old is not None and old.narrowed(new):
+            self._sweeps.add((old.node_port, old.key))
 
     def _note_flip(
         self,
@@ -135,22 +185,21 @@ class ServiceTable:
 
     def _owned(
         self, ident: bytes, key: ServiceKey, contribution: Contribution
-    ) -> Mapping[str, frozenset[bytes]]:
-        """The elements of frontend ``ident`` in force, ``key``'s being
-        ``contribution``."""
+    ) -> FrontendElements | None:
+        """Frontend ``ident`` as in force, ``key``'s being ``contribution``."""
         claims = self._claims.get(ident)
         if not claims:
-            return {}
+            return None
         owner = min(claims)
         source = contribution if owner == key else self._services[owner]
-        return source.frontends[ident].elements
+        return source.frontends[ident]
 
     def _count(
         self, old: Mapping[str, frozenset[bytes]], new: Mapping[str, frozenset[bytes]]
     ) -> None:
         for name in old.keys() | new.keys():
             before, after = old.get(name, frozenset()), new.get(name, frozenset())
-            wanted = self._wanted[name]
+            wanted = self._wanted.setdefault(name, {})  # affinity's live sets come and go
             for element in before - after:
                 count = wanted.pop(element) - 1
                 if count:
@@ -180,7 +229,8 @@ class ServiceTable:
     def _note(self, name: str, element: bytes, *, present: bool) -> None:
         if self._whole:
             return  # the next write is every element anyway
-        adds, deletes = self._adds[name], self._deletes[name]
+        adds = self._adds.setdefault(name, set())
+        deletes = self._deletes.setdefault(name, set())
         if present:
             # Deleted and wanted again before a write: the kernel still has it.
             if element in deletes:
@@ -196,6 +246,7 @@ class ServiceTable:
         """Rewrite the table and every element at the next apply (repairs tampering)."""
         self._structure_written = False
         self._whole = True
+        self._sweep_all = True
 
     # --- apply -----------------------------------------------------------------------
 
@@ -284,7 +335,100 @@ class ServiceTable:
         for name in self._adds:
             self._adds[name].clear()
             self._deletes[name].clear()
-        return wrote or bool(first or changes)
+        swept = await self._sweep()
+        return wrote or bool(first or changes or swept)
+
+    # --- affinity -----------------------------------------------------------------------
+
+    def _affinity_of(self, sticky: _Sticky) -> Affinity | None:
+        """The affinity of a frontend as in force now (None: none)."""
+        node_port, key = sticky
+        ident = (b"n" if node_port else b"r") + key  # as contribution() names frontends
+        claims = self._claims.get(ident)
+        return self._services[min(claims)].frontends[ident].affinity if claims else None
+
+    def _sticky(self) -> dict[_Sticky, Affinity]:
+        """Every affinity frontend in force."""
+        out = {}
+        for ident, claims in self._claims.items():
+            affinity = self._services[min(claims)].frontends[ident].affinity
+            if affinity is not None:
+                out[(affinity.node_port, affinity.key)] = affinity
+        return out
+
+    async def _sweep(self) -> int:
+        """Delete the affinity entries that point where their frontend's
+        clients may no longer go (after the write that stops new ones being
+        recorded); how many.
+
+        Raises:
+            ProgrammingError: the kernel refused the read or the delete
+                (the sweep stays due).
+        """
+        if self.layout.version != 4 or not (self._sweep_all or self._sweeps):
+            return 0
+        # Taken now: a change while the maps are read is the next sweep's.
+        everything, self._sweep_all = self._sweep_all, False
+        taken, self._sweeps = self._sweeps, set()
+        # Judged by what is in force now, not when the frontend narrowed.
+        rules: dict[_Sticky, Affinity | None] = {}
+        rules.update(self._sticky() if everything else {s: self._affinity_of(s) for s in taken})
+        pools = [ipaddress.IPv4Network(p) for p in self._pools]
+        changes: list[ElementChange] = []
+        for attempt in range(_SWEEP_ATTEMPTS):
+            try:
+                changes = await trio.to_thread.run_sync(self._stale, rules, everything, pools)
+                if changes:
+                    await self._write(changes)
+                break
+            except KERNEL_ERRORS as exc:
+                expired = isinstance(exc, OSError) and exc.errno == errno.ENOENT
+                if expired and attempt + 1 < _SWEEP_ATTEMPTS:
+                    continue  # an entry expired in between: read again
+                self._sweep_all |= everything
+                self._sweeps |= taken
+                raise ProgrammingError(
+                    f"the kernel refused the {self.layout.family} {self.layout.table}"
+                    f" affinity sweep: {exc}"
+                ) from exc
+        count = sum(len(c.elements) for c in changes)
+        self.swept += count
+        return count
+
+    def _stale(
+        self,
+        rules: Mapping[_Sticky, Affinity | None],
+        everything: bool,
+        pools: list[ipaddress.IPv4Network],
+    ) -> list[ElementChange]:
+        """The deletes of every stale entry (in a worker thread: the maps
+        hold up to AFFINITY_SIZE entries each)."""
+        family, table = self.layout.nfproto, self.layout.table
+        changes = []
+        for node_port, prefix in ((False, ""), (True, "np_")):
+            held = {
+                name: dict(self._reader(family, table, f"{prefix}aff_{name}"))
+                for name in ("addr", "port")
+            }
+            doomed = []
+            for entry in held["addr"].keys() | held["port"].keys():
+                client, frontend = entry[:4], entry[4:]  # the client's IPv4 address first
+                if (node_port, frontend) not in rules and not everything:
+                    continue
+                rule = rules.get((node_port, frontend))
+                target = (held["addr"].get(entry, b""), held["port"].get(entry, b""))
+                address = ipaddress.IPv4Address(client)
+                if rule is None or not rule.allows(
+                    target, from_pools=any(address in p for p in pools)
+                ):
+                    doomed.append(entry)
+            for name in ("addr", "port"):
+                gone = tuple(encoded(e) for e in doomed if e in held[name])
+                if gone:
+                    changes.append(
+                        ElementChange("delete", family, table, f"{prefix}aff_{name}", gone)
+                    )
+        return changes
 
     async def _write_structure(self) -> None:
         """The table's sets and rules, re-asserted in one transaction.
@@ -296,7 +440,7 @@ class ServiceTable:
         on a layout this version cannot program.
         """
         layout = self.layout
-        script = layout.structure(self._pools)
+        script = layout.structure(self._pools, sorted(self._timeouts))
         result = await self._runner.run(["nft", "-f", "-"], stdin=script.encode(), check=False)
         if result.returncode == 0:
             return
@@ -320,3 +464,7 @@ class ServiceTable:
         layout = self.layout
         await self._runner.run(["nft", "delete", "table", layout.family, layout.table], check=False)
         self.mark_for_resync()
+
+
+def _elements(frontend: FrontendElements | None) -> Mapping[str, frozenset[bytes]]:
+    return frontend.elements if frontend else {}

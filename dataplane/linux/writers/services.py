@@ -153,14 +153,21 @@ class ServiceWriter:
                 table.remove_service(key)
                 continue
             table.set_service(service)
-            if service.session_affinity and key not in self._affinity_said:
+            if version == 6 and _sticky_v6(service) and key not in self._affinity_said:
                 self._affinity_said.add(key)
                 log.warning(
-                    "service %s: ClientIP affinity is not programmed on nftables yet;"
-                    " its connections are balanced one by one",
+                    "service %s: ClientIP affinity is not programmed for IPv6 on nftables"
+                    " (nft cannot write it); its IPv6 connections are balanced one by one",
                     key,
                 )
             local = service.usable(local_only=True)
             self._local_endpoints[key] = max(
                 local_endpoints(local, version), self._local_endpoints.get(key, 0)
             )
+
+
+def _sticky_v6(service: Service) -> bool:
+    """Whether ``service`` has ClientIP affinity on an IPv6 frontend."""
+    addresses = (*service.cluster_ips, *service.external_ips, *service.load_balancer_ips)
+    v6 = any(":" in a for a in addresses) or any(p.node_port for p in service.ports)
+    return service.session_affinity and v6
