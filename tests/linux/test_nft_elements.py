@@ -10,7 +10,10 @@ change applies none of its changes.
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -21,7 +24,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.linux.nftables.elements import encode_batch
+from dataplane.linux.kernel.netns import socket_in
+from dataplane.linux.nftables.elements import (
+    NFPROTO_IPV4,
+    ElementChange,
+    ElementReader,
+    ElementWriter,
+    concat,
+    encode_batch,
+    encoded,
+    integer,
+    netfilter_socket,
+    port,
+)
 from testbed.topology import Topology, kernel_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -284,3 +299,40 @@ def test_interval_elements_make_ranges_a_lookup_finds(module_netns: str) -> None
         assert not found("10.200.3.4") and found("192.168.1.7")
     finally:
         run("nft", "delete", "table", "ip", "dp-int", check=False)
+
+
+@pytest.mark.parametrize("count", [0, 1, 3000])
+def test_a_map_reads_back_as_written(module_netns: str, count: int) -> None:
+    """The dump answers every element (thousands span several datagrams)
+    as the writer encoded it; a set that is not there is ENOENT."""
+    sock = functools.partial(socket_in, module_netns, netfilter_socket)
+    run = functools.partial(subprocess.run, ["ip", "netns", "exec", module_netns, "nft", "-f", "-"])
+    run(
+        input="add table ip dp-read\nadd map ip dp-read m { type ipv4_addr . inet_service :"
+        " ipv4_addr; }\nflush map ip dp-read m\n",
+        text=True,
+        check=True,
+    )
+    try:
+        draw = random.Random(count)
+        elements = {
+            concat((integer(draw.getrandbits(32)), port(i % 65535 + 1))): integer(i).value
+            for i in range(count)
+        }
+        change = [
+            ElementChange(
+                "add",
+                NFPROTO_IPV4,
+                "dp-read",
+                "m",
+                tuple(encoded(k, v) for k, v in elements.items()),
+            )
+        ]
+        if elements:
+            ElementWriter(sock)(change)
+        assert dict(ElementReader(sock)(NFPROTO_IPV4, "dp-read", "m")) == elements
+        with pytest.raises(OSError) as refused:
+            ElementReader(sock)(NFPROTO_IPV4, "dp-read", "nothing")
+        assert refused.value.errno == errno.ENOENT
+    finally:
+        run(input="delete table ip dp-read\n", text=True, check=False)

@@ -31,7 +31,7 @@ import functools
 import os
 import socket
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -409,18 +409,27 @@ class ElementWriter:
     def _answers(sock: socket.socket, count: int) -> dict[int, int]:
         """errno (0: done) by sequence number, until every change has its answer."""
         out: dict[int, int] = {}
-        while len(out) < count:
-            data = sock.recv(1 << 20)
-            offset = 0
-            while offset + _NLMSG.size <= len(data):
-                length, kind, _flags, seq, _pid = _NLMSG.unpack_from(data, offset)
-                if length < _NLMSG.size:
-                    raise OSError(errno.EPROTO, "malformed netlink reply")
-                if kind == _NLMSG_ERROR and 1 <= seq <= count:
-                    (code,) = _ERR.unpack_from(data, offset + _NLMSG.size)
-                    out[seq] = -code
-                offset += (length + 3) & ~3
+        for kind, seq, body in _messages(sock):
+            if kind == _NLMSG_ERROR and 1 <= seq <= count:
+                (code,) = _ERR.unpack_from(body)
+                out[seq] = -code
+                if len(out) == count:
+                    break
         return out
+
+
+def _messages(sock: socket.socket) -> Iterator[tuple[int, int, bytes]]:
+    """Each netlink message received, as (type, sequence number, payload),
+    for as long as the caller reads on."""
+    while True:
+        data = sock.recv(1 << 20)
+        offset = 0
+        while offset + _NLMSG.size <= len(data):
+            length, kind, _flags, seq, _pid = _NLMSG.unpack_from(data, offset)
+            if length < _NLMSG.size:
+                raise OSError(errno.EPROTO, "malformed netlink reply")
+            yield kind, seq, data[offset + _NLMSG.size : offset + length]
+            offset += (length + 3) & ~3
 
 
 # Who reads a set's elements back: an ElementReader, or a fake in tests.
@@ -481,22 +490,15 @@ class ElementReader:
     @staticmethod
     def _answers(sock: socket.socket, kind: int) -> list[tuple[bytes, bytes]]:
         out: list[tuple[bytes, bytes]] = []
-        while True:
-            data = sock.recv(1 << 20)
-            offset = 0
-            while offset + _NLMSG.size <= len(data):
-                length, got, _flags, _seq, _pid = _NLMSG.unpack_from(data, offset)
-                if length < _NLMSG.size:
-                    raise OSError(errno.EPROTO, "malformed netlink reply")
-                if got == _NLMSG_DONE:
-                    return out
-                if got == _NLMSG_ERROR:
-                    (code,) = _ERR.unpack_from(data, offset + _NLMSG.size)
-                    if code:
-                        raise OSError(-code, os.strerror(-code))
-                    return out
-                if got == kind:
-                    head = offset + _NLMSG.size + _NFGEN.size
-                    listed = _attrs(data, head, offset + length).get(_LIST_ELEMENTS, b"")
-                    out += _listed(listed, 0, len(listed))
-                offset += (length + 3) & ~3
+        for got, _seq, body in _messages(sock):
+            if got == _NLMSG_DONE:
+                break
+            if got == _NLMSG_ERROR:
+                (code,) = _ERR.unpack_from(body)
+                if code:
+                    raise OSError(-code, os.strerror(-code))
+                break
+            if got == kind:
+                listed = _attrs(body, _NFGEN.size, len(body)).get(_LIST_ELEMENTS, b"")
+                out += _listed(listed, 0, len(listed))
+        return out
