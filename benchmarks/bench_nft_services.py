@@ -60,7 +60,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, markdown_table, percentile, run_inside_netns
 from dataplane.linux.kernel.cmd import ProcessRunner
-from dataplane.linux.nftables.elements import ElementChange, ElementReader, ElementWriter
+from dataplane.linux.nftables.elements import ElementChange, ElementWriter
+from dataplane.linux.nftables.reader import TableReader
 from dataplane.linux.nftables.service_layout import ServiceLayout, slot_count
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.model.services import Backend, BackendPort, Service, ServiceKey, ServicePort
@@ -250,7 +251,7 @@ async def measure(
         writer(changes)
         commits.append(time.perf_counter())
 
-    table = ServiceTable(layout, runner, timed, ElementReader())
+    table = ServiceTable(layout, runner, timed, TableReader())
     table.set_pools(["10.65.0.0/16"])
     state = {i: service(i, i * backends, backends) for i in range(services)}
     started = time.perf_counter()

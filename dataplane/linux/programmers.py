@@ -32,8 +32,9 @@ from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
-from dataplane.linux.nftables.elements import ElementReader, ElementWriter, netfilter_socket
+from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
 from dataplane.linux.nftables.mode import nftables_chosen
+from dataplane.linux.nftables.reader import TableReader
 from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
@@ -150,7 +151,7 @@ class Programmers:
         marks = Marks.from_mask(config.iptables_mark_mask)
         if await nftables_chosen(runner, mode, prefix):
             sink = ElementWriter(lambda: socket_in(netns, netfilter_socket))
-            reader = ElementReader(lambda: socket_in(netns, netfilter_socket))
+            reader = TableReader(lambda: socket_in(netns, netfilter_socket))
             names = nft_tables(prefix)
             nft = {v: NftTable(_FAMILY[v], names.main, runner, clock=clock) for v in versions}
             ipsets: SetProgrammer = NftSets(

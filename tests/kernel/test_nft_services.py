@@ -20,7 +20,8 @@ import trio
 
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.kernel.netns import socket_in
-from dataplane.linux.nftables.elements import ElementReader, ElementWriter, netfilter_socket
+from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.reader import TableReader
 from dataplane.linux.nftables.service_layout import BANK, ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.model.services import Backend, BackendPort, Service, ServiceKey, ServicePort
@@ -56,7 +57,7 @@ class Programmed:
     def __init__(self, node: Node) -> None:
         runner = ProcessRunner(node.netns)
         writer = ElementWriter(lambda: socket_in(node.netns, netfilter_socket))
-        reader = ElementReader(lambda: socket_in(node.netns, netfilter_socket))
+        reader = TableReader(lambda: socket_in(node.netns, netfilter_socket))
         self.tables = [
             ServiceTable(ServiceLayout(v, "cali-svc", MASQ), runner, writer, reader) for v in (4, 6)
         ]

@@ -28,7 +28,6 @@ from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.nftables.elements import (
     NFPROTO_IPV4,
     ElementChange,
-    ElementReader,
     ElementWriter,
     concat,
     encode_batch,
@@ -37,6 +36,7 @@ from dataplane.linux.nftables.elements import (
     netfilter_socket,
     port,
 )
+from dataplane.linux.nftables.reader import TableReader
 from testbed.topology import Topology, kernel_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -330,9 +330,11 @@ def test_a_map_reads_back_as_written(module_netns: str, count: int) -> None:
         ]
         if elements:
             ElementWriter(sock)(change)
-        assert dict(ElementReader(sock)(NFPROTO_IPV4, "dp-read", "m")) == elements
+        held = TableReader(sock).elements(NFPROTO_IPV4, "dp-read", "m")
+        assert {e.key: e.data for e in held} == elements
+        assert {e.encoded() for e in held} == {encoded(k, v) for k, v in elements.items()}
         with pytest.raises(OSError) as refused:
-            ElementReader(sock)(NFPROTO_IPV4, "dp-read", "nothing")
+            TableReader(sock).elements(NFPROTO_IPV4, "dp-read", "nothing")
         assert refused.value.errno == errno.ENOENT
     finally:
         run(input="delete table ip dp-read\n", text=True, check=False)

@@ -33,6 +33,7 @@ from dataplane.linux.nftables.elements import (
     proto,
     ranged,
 )
+from dataplane.linux.nftables.reader import ReadElement
 from dataplane.linux.nftables.service_layout import (
     EXACT,
     Contribution,
@@ -210,9 +211,12 @@ class FakeSets:
     def contents(self) -> dict[str, set[bytes]]:
         return {name: set(held.values()) for name, held in self.sets.items() if held}
 
-    def read(self, family: int, table: str, name: str) -> list[tuple[bytes, bytes]]:
-        """A set's or map's (key, data), as a netlink dump answers."""
-        return [(key_of(e), data_of(e)) for e in self.sets.get(name, {}).values()]
+    def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
+        """A set's or map's elements, as a netlink dump answers."""
+        return [ReadElement(key_of(e), data_of(e)) for e in self.sets.get(set_name, {}).values()]
+
+    def rules(self, family: int, table: str) -> list[tuple[str, bytes]]:
+        return []  # not kept: these tests change elements only
 
 
 class Nft:
@@ -298,7 +302,7 @@ def test_after_any_changes_the_kernel_holds_what_the_services_add_up_to(
     frontend) stay while anyone wants them; a refused transaction is
     repaired whole by the next apply."""
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(layout, nft, kernel, kernel.read)
+    table = ServiceTable(layout, nft, kernel, kernel)
     services: dict[str, Service] = {}
 
     async def apply() -> None:
@@ -334,7 +338,7 @@ def test_after_any_changes_the_kernel_holds_what_the_services_add_up_to(
 
 def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure() -> None:
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(LAYOUT, nft, kernel, kernel.read)
+    table = ServiceTable(LAYOUT, nft, kernel, kernel)
     table.set_pools(["10.65.0.0/16"])
     table.set_service(svc(b("10.65.1.1"), b("10.65.1.2")))
     trio.run(table.apply)
@@ -381,7 +385,7 @@ def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure
 
 def test_a_frontend_two_services_claim_is_one_services_and_the_other_is_held_back() -> None:
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(LAYOUT, nft, kernel, kernel.read)
+    table = ServiceTable(LAYOUT, nft, kernel, kernel)
 
     def claiming(name: str, backend: str) -> Service:
         return Service(
@@ -457,7 +461,7 @@ def test_affinity_elements_name_each_frontend_and_its_live_backends() -> None:
 
 def test_a_removed_backend_takes_its_clients_entries_along() -> None:
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(LAYOUT, nft, kernel, kernel.read)
+    table = ServiceTable(LAYOUT, nft, kernel, kernel)
     table.set_pools(["10.65.0.0/16"])
     table.set_service(svc(b("10.65.1.1"), b("10.65.1.2"), session_affinity=True))
     trio.run(table.apply)
@@ -487,7 +491,7 @@ def test_a_removed_backend_takes_its_clients_entries_along() -> None:
 
 def test_local_policy_sweeps_outside_clients_off_remote_backends_only() -> None:
     kernel, nft = FakeSets(), Nft()
-    table = ServiceTable(LAYOUT, nft, kernel, kernel.read)
+    table = ServiceTable(LAYOUT, nft, kernel, kernel)
     table.set_pools(["10.65.0.0/16"])
     both = (b("10.65.1.1", local=True), b("10.65.1.2"))
     fields: dict[str, object] = {"session_affinity": True, "external_ips": ("198.51.100.1",)}
@@ -512,20 +516,20 @@ def test_local_policy_sweeps_outside_clients_off_remote_backends_only() -> None:
 
 
 def test_an_entry_that_expires_during_the_sweep_is_read_again() -> None:
-    kernel, nft = FakeSets(), Nft()
     reads: list[str] = []
 
-    def read(family: int, table: str, name: str) -> list[tuple[bytes, bytes]]:
-        reads.append(name)
-        found = kernel.read(family, table, name)
-        if 4 < len(reads) <= 6:  # the sweep's first read: an entry that expires before the delete
-            gone = addr("10.65.9.9").value + key("10.96.0.10")
-            found.append(
-                (gone, addr("10.65.1.2").value if name == "aff_addr" else port(8080).value)
-            )
-        return found
+    class Expiring(FakeSets):
+        def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
+            reads.append(set_name)
+            found = super().elements(family, table, set_name)
+            if 4 < len(reads) <= 6:  # the sweep's first read: one that expires before the delete
+                gone = addr("10.65.9.9").value + key("10.96.0.10")
+                to = addr("10.65.1.2") if set_name == "aff_addr" else port(8080)
+                found.append(ReadElement(gone, to.value))
+            return found
 
-    table = ServiceTable(LAYOUT, nft, kernel, read)
+    kernel, nft = Expiring(), Nft()
+    table = ServiceTable(LAYOUT, nft, kernel, kernel)
     table.set_service(svc(b("10.65.1.1"), b("10.65.1.2"), session_affinity=True))
     trio.run(table.apply)
     stays = remembered(kernel, "10.65.9.1", "10.65.1.1")

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.kernel.netns import socket_in
-from dataplane.linux.nftables.elements import ElementReader, ElementWriter, netfilter_socket
+from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.reader import TableReader
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.model.services import Backend, BackendPort, Service, ServiceKey, ServicePort
@@ -91,10 +92,10 @@ def test_the_kernel_holds_what_the_fake_holds_after_any_changes(
     table = f"svc-{next(_NAMES)}"
     layout = ServiceLayout(version, table, LAYOUT.masq_mark)
     writer = ElementWriter(lambda: socket_in(module_netns, netfilter_socket))
-    reader = ElementReader(lambda: socket_in(module_netns, netfilter_socket))
+    reader = TableReader(lambda: socket_in(module_netns, netfilter_socket))
     real = ServiceTable(layout, ProcessRunner(module_netns), writer, reader)
     fake_sets = FakeSets()
-    fake = ServiceTable(layout, Nft(), fake_sets, fake_sets.read)
+    fake = ServiceTable(layout, Nft(), fake_sets, fake_sets)
     services: dict[str, Service] = {}
 
     async def apply() -> None:
@@ -132,7 +133,7 @@ def test_a_table_of_another_layout_is_replaced_whole(netns: str) -> None:
         check=True,
     )
     writer = ElementWriter(lambda: socket_in(netns, netfilter_socket))
-    reader = ElementReader(lambda: socket_in(netns, netfilter_socket))
+    reader = TableReader(lambda: socket_in(netns, netfilter_socket))
     table = ServiceTable(ServiceLayout(4, "cali-svc", 1), ProcessRunner(netns), writer, reader)
     web = Service(
         ServiceKey("prod", "web"),

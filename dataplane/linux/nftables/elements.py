@@ -15,9 +15,8 @@ network byte order, protocol numbers as one byte, integers (``numgen``
 slots, marks) in host byte order; in a concatenation every field is padded
 to four bytes, as ``nft`` lays out a concatenated key.
 
-The same socket reads a set's or map's elements back
-(:class:`ElementReader`, a netlink dump): for maps the packet path writes,
-which the driver only ever sweeps.
+Reading back is :mod:`~dataplane.linux.nftables.reader`; the framing
+both share is :mod:`~dataplane.linux.nftables.nfnetlink`.
 
 Only element writes go this way (structure — tables, chains, rules, sets —
 stays with ``nft -f``). The socket belongs to the network namespace of the
@@ -26,15 +25,36 @@ calling process.
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
+
+from dataplane.linux.nftables.nfnetlink import (
+    ATTR,
+    BATCH_BEGIN,
+    BATCH_END,
+    ERR,
+    F_ACK,
+    F_CREATE,
+    F_REQUEST,
+    NESTED,
+    NFPROTO_INET,
+    NFPROTO_IPV4,
+    NFPROTO_IPV6,
+    NLMSG_ERROR,
+    SUBSYS_NFTABLES,
+    attr,
+    message,
+    messages,
+    name,
+    nested,
+    netfilter_socket,
+)
 
 __all__ = [
     "NFPROTO_INET",
@@ -42,9 +62,7 @@ __all__ = [
     "NFPROTO_IPV6",
     "Element",
     "ElementChange",
-    "ElementReader",
     "ElementSink",
-    "ElementSource",
     "ElementWriter",
     "Field",
     "Verdict",
@@ -56,6 +74,7 @@ __all__ = [
     "ifname",
     "integer",
     "interval",
+    "interval_end",
     "key_of",
     "netfilter_socket",
     "port",
@@ -65,16 +84,7 @@ __all__ = [
     "with_key",
 ]
 
-NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6 = 1, 2, 10
-
-_NETLINK_NETFILTER = 12  # not in every Python build's socket module
-_NLMSG_ERROR, _NLMSG_DONE = 2, 3
-_F_DUMP = 0x300  # NLM_F_ROOT | NLM_F_MATCH
-_GETSETELEM = 13
 _SO_SNDBUFFORCE = 32  # needs CAP_NET_ADMIN, which writing nf_tables needs anyway
-_F_REQUEST, _F_ACK, _F_CREATE = 0x1, 0x4, 0x400
-_BATCH_BEGIN, _BATCH_END = 0x10, 0x11
-_SUBSYS_NFTABLES = 10
 _NEWSETELEM, _DELSETELEM = 12, 14
 _LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
 _LIST_ELEM = 1
@@ -83,11 +93,6 @@ _INTERVAL_END = 1  # NFT_SET_ELEM_INTERVAL_END
 _DATA_VALUE, _DATA_VERDICT = 1, 2
 _VERDICT_CODE, _VERDICT_CHAIN = 1, 2
 _VERDICTS = {"jump": -3, "goto": -4}  # NFT_JUMP, NFT_GOTO
-_NESTED = 0x8000
-_NLMSG = struct.Struct("=IHHII")
-_NFGEN = struct.Struct("=BBH")
-_ATTR = struct.Struct("=HH")
-_ERR = struct.Struct("=i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +158,7 @@ def encoded(key: bytes, data: bytes = b"") -> bytes:
 def key_of(element: bytes) -> bytes:
     """The key of an :func:`encoded` element."""
     key_attr = _ENCODED_HEAD.unpack_from(element)[4]
-    return element[_ENCODED_HEAD.size : _ENCODED_HEAD.size + key_attr - _ATTR.size]
+    return element[_ENCODED_HEAD.size : _ENCODED_HEAD.size + key_attr - ATTR.size]
 
 
 def data_of(element: bytes) -> bytes:
@@ -164,7 +169,7 @@ def data_of(element: bytes) -> bytes:
         return b""
     value_attr = _ENCODED_DATA.unpack_from(element, start)[2]
     start += _ENCODED_DATA.size
-    return element[start : start + value_attr - _ATTR.size]
+    return element[start : start + value_attr - ATTR.size]
 
 
 def with_key(element: bytes, key: bytes) -> bytes:
@@ -183,19 +188,21 @@ def interval(start: bytes, end: bytes | None) -> tuple[bytes, ...]:
     ranges must neither overlap nor touch (merge them first); deleting a
     range deletes both elements."""
     first = encoded(start)
-    if end is None:
-        return (first,)
-    flags = _attr(_ELEM_FLAGS, struct.pack("!I", _INTERVAL_END))
-    last = _nested(_LIST_ELEM, _nested(_ELEM_KEY, _attr(_DATA_VALUE, end)) + flags)
-    return (first, last)
+    return (first,) if end is None else (first, interval_end(end))
+
+
+def interval_end(end: bytes) -> bytes:
+    """The element ending a range (see :func:`interval`) at ``end``."""
+    flags = attr(_ELEM_FLAGS, struct.pack("!I", _INTERVAL_END))
+    return nested(_LIST_ELEM, nested(_ELEM_KEY, attr(_DATA_VALUE, end)) + flags)
 
 
 def ranged(key: bytes, key_end: bytes) -> bytes:
     """A set element covering ``key`` up to ``key_end`` inclusive (a set of
     concatenations with ``flags interval``), from :func:`concat` values."""
-    body = _nested(_ELEM_KEY, _attr(_DATA_VALUE, key))
-    body += _nested(_ELEM_KEY_END, _attr(_DATA_VALUE, key_end))
-    return _nested(_LIST_ELEM, body)
+    body = nested(_ELEM_KEY, attr(_DATA_VALUE, key))
+    body += nested(_ELEM_KEY_END, attr(_DATA_VALUE, key_end))
+    return nested(_LIST_ELEM, body)
 
 
 @functools.lru_cache(maxsize=256)
@@ -203,20 +210,20 @@ def _framing(key_len: int, data_len: int) -> tuple[bytes, bytes, bytes, bytes]:
     """The attribute headers and paddings around a key and data of these
     lengths (the same few lengths recur for every element of a set)."""
     key_pad, data_pad = -key_len % 4, -data_len % 4
-    key_attr = _ATTR.size + key_len
-    size = _ATTR.size * 3 + key_len + key_pad
+    key_attr = ATTR.size + key_len
+    size = ATTR.size * 3 + key_len + key_pad
     data_head = b""
     if data_len:
-        data_attr = _ATTR.size + data_len
+        data_attr = ATTR.size + data_len
         data_head = _ENCODED_DATA.pack(
-            _ATTR.size + data_attr + data_pad, _ELEM_DATA | _NESTED, data_attr, _DATA_VALUE
+            ATTR.size + data_attr + data_pad, _ELEM_DATA | NESTED, data_attr, _DATA_VALUE
         )
         size += len(data_head) + data_len + data_pad
     head = _ENCODED_HEAD.pack(
         size,
-        _LIST_ELEM | _NESTED,
-        _ATTR.size + key_attr + key_pad,
-        _ELEM_KEY | _NESTED,
+        _LIST_ELEM | NESTED,
+        ATTR.size + key_attr + key_pad,
+        _ELEM_KEY | NESTED,
         key_attr,
         _DATA_VALUE,
     )
@@ -253,42 +260,22 @@ class ElementChange:
     elements: tuple[Element | bytes, ...]  # bytes: already :func:`encoded`
 
 
-def _attr(kind: int, payload: bytes) -> bytes:
-    size = _ATTR.size + len(payload)
-    return _ATTR.pack(size, kind) + payload + b"\0" * (-size % 4)
-
-
-def _nested(kind: int, payload: bytes) -> bytes:
-    return _attr(kind | _NESTED, payload)
-
-
-def _name(text: str) -> bytes:
-    return text.encode() + b"\0"
-
-
 def _element(element: Element | bytes) -> bytes:
     if isinstance(element, bytes):
         return element
     if element.verdict is None:
         return encoded(concat(element.key), concat(element.data) if element.data else b"")
-    body = _nested(_ELEM_KEY, _attr(_DATA_VALUE, concat(element.key)))
+    body = nested(_ELEM_KEY, attr(_DATA_VALUE, concat(element.key)))
     if element.data:
-        body += _nested(_ELEM_DATA, _attr(_DATA_VALUE, concat(element.data)))
+        body += nested(_ELEM_DATA, attr(_DATA_VALUE, concat(element.data)))
     if element.verdict is not None:
         code = _VERDICTS.get(element.verdict.kind)
         if code is None:
             raise ValueError(f"verdict {element.verdict.kind!r} is not jump or goto")
-        verdict = _attr(_VERDICT_CODE, struct.pack("!i", code))
-        verdict += _attr(_VERDICT_CHAIN, _name(element.verdict.chain))
-        body += _nested(_ELEM_DATA, _nested(_DATA_VERDICT, verdict))
-    return _nested(_LIST_ELEM, body)
-
-
-def _message(kind: int, flags: int, seq: int, family: int, body: bytes = b"") -> bytes:
-    # The batch messages name the subsystem (res_id); the changes leave it 0.
-    res_id = _SUBSYS_NFTABLES if kind in (_BATCH_BEGIN, _BATCH_END) else 0
-    payload = _NFGEN.pack(family, 0, socket.htons(res_id)) + body
-    return _NLMSG.pack(_NLMSG.size + len(payload), kind, flags, seq, 0) + payload
+        verdict = attr(_VERDICT_CODE, struct.pack("!i", code))
+        verdict += attr(_VERDICT_CHAIN, name(element.verdict.chain))
+        body += nested(_ELEM_DATA, nested(_DATA_VERDICT, verdict))
+    return nested(_LIST_ELEM, body)
 
 
 # An attribute's length is 16 bits, so one message carries at most this much
@@ -325,22 +312,22 @@ def encode_batch(changes: Sequence[ElementChange], first_seq: int = 1) -> tuple[
 
     A flush is a delete naming no elements, which the kernel reads as "all".
     """
-    out = [_message(_BATCH_BEGIN, _F_REQUEST, 0, socket.AF_UNSPEC)]
+    out = [message(BATCH_BEGIN, F_REQUEST, 0, socket.AF_UNSPEC)]
     owners: list[int] = []
     seq = first_seq
     for index, change in enumerate(changes):
         op = _OPS.get(change.op)
         if op is None:
             raise ValueError(f"element change {change.op!r} is not add, delete or flush")
-        kind = (_SUBSYS_NFTABLES << 8) | op
-        flags = _F_REQUEST | _F_ACK | (_F_CREATE if change.op == "add" else 0)
-        head = _attr(_LIST_TABLE, _name(change.table)) + _attr(_LIST_SET, _name(change.set))
+        kind = (SUBSYS_NFTABLES << 8) | op
+        flags = F_REQUEST | F_ACK | (F_CREATE if change.op == "add" else 0)
+        head = attr(_LIST_TABLE, name(change.table)) + attr(_LIST_SET, name(change.set))
         for part in _chunks(change):
-            body = head + (_nested(_LIST_ELEMENTS, part) if change.op != "flush" else b"")
-            out.append(_message(kind, flags, seq, change.family, body))
+            body = head + (nested(_LIST_ELEMENTS, part) if change.op != "flush" else b"")
+            out.append(message(kind, flags, seq, change.family, body))
             owners.append(index)
             seq += 1
-    out.append(_message(_BATCH_END, _F_REQUEST, seq, socket.AF_UNSPEC))
+    out.append(message(BATCH_END, F_REQUEST, seq, socket.AF_UNSPEC))
     return b"".join(out), owners
 
 
@@ -358,14 +345,6 @@ async def send(writer: ElementSink, changes: Sequence[ElementChange]) -> None:
         await trio.to_thread.run_sync(writer, changes)
     else:
         writer(changes)
-
-
-def netfilter_socket() -> socket.socket:
-    """A netlink socket to nf_tables, in the calling thread's namespace."""
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER)
-    sock.bind((0, 0))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    return sock
 
 
 class ElementWriter:
@@ -409,96 +388,10 @@ class ElementWriter:
     def _answers(sock: socket.socket, count: int) -> dict[int, int]:
         """errno (0: done) by sequence number, until every change has its answer."""
         out: dict[int, int] = {}
-        for kind, seq, body in _messages(sock):
-            if kind == _NLMSG_ERROR and 1 <= seq <= count:
-                (code,) = _ERR.unpack_from(body)
+        for kind, seq, body in messages(sock):
+            if kind == NLMSG_ERROR and 1 <= seq <= count:
+                (code,) = ERR.unpack_from(body)
                 out[seq] = -code
                 if len(out) == count:
                     break
-        return out
-
-
-def _messages(sock: socket.socket) -> Iterator[tuple[int, int, bytes]]:
-    """Each netlink message received, as (type, sequence number, payload),
-    for as long as the caller reads on."""
-    while True:
-        data = sock.recv(1 << 20)
-        offset = 0
-        while offset + _NLMSG.size <= len(data):
-            length, kind, _flags, seq, _pid = _NLMSG.unpack_from(data, offset)
-            if length < _NLMSG.size:
-                raise OSError(errno.EPROTO, "malformed netlink reply")
-            yield kind, seq, data[offset + _NLMSG.size : offset + length]
-            offset += (length + 3) & ~3
-
-
-# Who reads a set's elements back: an ElementReader, or a fake in tests.
-# (family, table, set) -> [(key, data)]; data is b"" for a plain set.
-ElementSource = Callable[[int, str, str], list[tuple[bytes, bytes]]]
-
-
-def _attrs(data: bytes, start: int, end: int) -> dict[int, bytes]:
-    """The attributes in ``data[start:end]`` by kind (the last of a kind)."""
-    out: dict[int, bytes] = {}
-    while start + _ATTR.size <= end:
-        size, kind = _ATTR.unpack_from(data, start)
-        if size < _ATTR.size:
-            raise OSError(errno.EPROTO, "malformed netlink attribute")
-        out[kind & ~_NESTED] = data[start + _ATTR.size : start + size]
-        start += (size + 3) & ~3
-    return out
-
-
-def _listed(data: bytes, start: int, end: int) -> list[tuple[bytes, bytes]]:
-    """The (key, data) of each element in a dump answer's element list."""
-    out = []
-    while start + _ATTR.size <= end:
-        size, _kind = _ATTR.unpack_from(data, start)
-        if size < _ATTR.size:
-            raise OSError(errno.EPROTO, "malformed netlink attribute")
-        element = _attrs(data, start + _ATTR.size, start + size)
-        key = _attrs(element.get(_ELEM_KEY, b""), 0, len(element.get(_ELEM_KEY, b"")))
-        value = element.get(_ELEM_DATA, b"")
-        held = _attrs(value, 0, len(value)).get(_DATA_VALUE, b"")
-        out.append((key.get(_DATA_VALUE, b""), held))
-        start += (size + 3) & ~3
-    return out
-
-
-class ElementReader:
-    """Reads every element of one set or map (a netlink dump).
-
-    Raises:
-        OSError: the kernel refused the dump (ENOENT: no such set), or the
-            socket failed.
-    """
-
-    def __init__(self, sock: Callable[[], socket.socket] = netfilter_socket) -> None:
-        self._socket = sock
-
-    def __call__(self, family: int, table: str, name: str) -> list[tuple[bytes, bytes]]:
-        ask = (_SUBSYS_NFTABLES << 8) | _GETSETELEM
-        body = _attr(_LIST_TABLE, _name(table)) + _attr(_LIST_SET, _name(name))
-        sock = self._socket()
-        try:
-            sock.send(_message(ask, _F_REQUEST | _F_DUMP, 1, family, body))
-            # The answers are NEWSETELEM messages, as if adding them.
-            return self._answers(sock, (_SUBSYS_NFTABLES << 8) | _NEWSETELEM)
-        finally:
-            sock.close()
-
-    @staticmethod
-    def _answers(sock: socket.socket, kind: int) -> list[tuple[bytes, bytes]]:
-        out: list[tuple[bytes, bytes]] = []
-        for got, _seq, body in _messages(sock):
-            if got == _NLMSG_DONE:
-                break
-            if got == _NLMSG_ERROR:
-                (code,) = _ERR.unpack_from(body)
-                if code:
-                    raise OSError(-code, os.strerror(-code))
-                break
-            if got == kind:
-                listed = _attrs(body, _NFGEN.size, len(body)).get(_LIST_ELEMENTS, b"")
-                out += _listed(listed, 0, len(listed))
         return out

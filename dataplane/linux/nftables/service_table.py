@@ -45,13 +45,8 @@ from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
-from dataplane.linux.nftables.elements import (
-    ElementChange,
-    ElementSink,
-    ElementSource,
-    encoded,
-    send,
-)
+from dataplane.linux.nftables.elements import ElementChange, ElementSink, encoded, send
+from dataplane.linux.nftables.reader import TableSource
 from dataplane.linux.nftables.service_layout import (
     NOTHING,
     Affinity,
@@ -78,7 +73,7 @@ class ServiceTable:
         layout: ServiceLayout,
         runner: CommandRunner,
         writer: ElementSink,
-        reader: ElementSource,
+        reader: TableSource,
     ) -> None:
         self.layout = layout
         self._runner = runner
@@ -407,7 +402,10 @@ class ServiceTable:
         changes = []
         for node_port, prefix in ((False, ""), (True, "np_")):
             held = {
-                name: dict(self._reader(family, table, f"{prefix}aff_{name}"))
+                name: {
+                    e.key: e.data
+                    for e in self._reader.elements(family, table, f"{prefix}aff_{name}")
+                }
                 for name in ("addr", "port")
             }
             doomed = []

@@ -1,0 +1,137 @@
+"""Reading our nf_tables objects back: a set's elements, a table's rules. No ``nft``.
+
+``nft list`` fetches the whole ruleset first, every element of every
+interval set in the namespace with it, and prints text to be parsed again;
+a netlink dump of one set (``NFT_MSG_GETSETELEM``) or of one table's rules
+(``NFT_MSG_GETRULE``) answers only what was asked, as the kernel holds it.
+Elements come back in the encoding the writer uses
+(:meth:`ReadElement.encoded`), so what was read compares with what was
+written byte for byte. Blocking: call it from a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from dataplane.linux.nftables.elements import encoded, interval_end, ranged
+from dataplane.linux.nftables.nfnetlink import (
+    ERR,
+    F_DUMP,
+    F_REQUEST,
+    NFGEN,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    SUBSYS_NFTABLES,
+    attr,
+    attr_list,
+    attrs,
+    message,
+    messages,
+    name,
+    netfilter_socket,
+)
+
+__all__ = ["ReadElement", "TableReader", "TableSource"]
+
+_NEWRULE, _GETRULE, _NEWSETELEM, _GETSETELEM = 6, 7, 12, 13
+_RULE_TABLE, _RULE_CHAIN, _RULE_EXPRESSIONS = 1, 2, 4
+_LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
+_ELEM_KEY, _ELEM_DATA, _ELEM_FLAGS, _ELEM_KEY_END = 1, 2, 3, 10
+_DATA_VALUE = 1
+_INTERVAL_END = 1  # NFT_SET_ELEM_INTERVAL_END
+
+
+@dataclass(frozen=True, slots=True)
+class ReadElement:
+    """One element as the kernel holds it."""
+
+    key: bytes
+    data: bytes = b""  # a data map's value
+    key_end: bytes = b""  # a concatenated range's last key
+    interval_end: bool = False  # a single-field interval set's end element
+
+    def encoded(self) -> bytes:
+        """As :mod:`~dataplane.linux.nftables.elements` encodes it for writing."""
+        if self.key_end:
+            return ranged(self.key, self.key_end)
+        if self.interval_end:
+            return interval_end(self.key)
+        return encoded(self.key, self.data)
+
+
+class TableSource(Protocol):
+    """Who reads our tables back: a :class:`TableReader`, or a fake in tests."""
+
+    def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]: ...
+
+    def rules(self, family: int, table: str) -> list[tuple[str, bytes]]: ...
+
+
+def _value(payload: bytes) -> bytes:
+    return attrs(payload).get(_DATA_VALUE, b"")
+
+
+def _element(payload: bytes) -> ReadElement:
+    found = attrs(payload)
+    flags = found.get(_ELEM_FLAGS)
+    return ReadElement(
+        _value(found.get(_ELEM_KEY, b"")),
+        _value(found.get(_ELEM_DATA, b"")),
+        _value(found.get(_ELEM_KEY_END, b"")),
+        bool(flags and struct.unpack("!I", flags)[0] & _INTERVAL_END),
+    )
+
+
+class TableReader:
+    """Netlink dumps of one set's elements or one table's rules.
+
+    Raises:
+        OSError: the kernel refused the dump (ENOENT: no such table or
+            set), or the socket failed.
+    """
+
+    def __init__(self, sock: Callable[[], socket.socket] = netfilter_socket) -> None:
+        self._socket = sock
+
+    def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
+        body = attr(_LIST_TABLE, name(table)) + attr(_LIST_SET, name(set_name))
+        out: list[ReadElement] = []
+        for payload in self._dump(_GETSETELEM, _NEWSETELEM, family, body):
+            listed = attrs(payload, NFGEN.size).get(_LIST_ELEMENTS, b"")
+            out += (_element(e) for _, e in attr_list(listed))
+        return out
+
+    def rules(self, family: int, table: str) -> list[tuple[str, bytes]]:
+        """Every rule of ``table`` in order, as (chain, its expressions as
+        the kernel dumps them): what a rule does, without its handle."""
+        out = []
+        for payload in self._dump(_GETRULE, _NEWRULE, family, attr(_RULE_TABLE, name(table))):
+            found = attrs(payload, NFGEN.size)
+            chain = found.get(_RULE_CHAIN, b"").rstrip(b"\0").decode(errors="replace")
+            out.append((chain, found.get(_RULE_EXPRESSIONS, b"")))
+        return out
+
+    def _dump(self, ask: int, answer: int, family: int, body: bytes) -> list[bytes]:
+        """The payloads of a dump's answers (of type ``answer``)."""
+        sock = self._socket()
+        try:
+            sock.send(message((SUBSYS_NFTABLES << 8) | ask, F_REQUEST | F_DUMP, 1, family, body))
+            out = []
+            for kind, _seq, payload in messages(sock):
+                if kind == NLMSG_DONE:
+                    break
+                if kind == NLMSG_ERROR:
+                    (code,) = ERR.unpack_from(payload)
+                    if code:
+                        raise OSError(-code, os.strerror(-code))
+                    break
+                if kind == (SUBSYS_NFTABLES << 8) | answer:
+                    out.append(payload)
+            return out
+        finally:
+            sock.close()
