@@ -205,8 +205,9 @@ class Programmers:
     async def refresh(self, timers: Iterable[str]) -> bool:
         """Read our tables of rules and our IP sets back beside the applies,
         for the refresh timers that fired; True if something differs (the
-        next apply repairs it). Reads run in child processes, their parsing
-        in worker threads: the loop is never held."""
+        next apply repairs it). Reads run in child processes or netlink
+        dumps (the services tables), their parsing in worker threads: the
+        loop is never held."""
         fired = set(timers)
         differs = False
         if "iptables" in fired:
@@ -214,6 +215,8 @@ class Programmers:
                 differs |= await table.refresh()
             for nft in self.nft.values():
                 differs |= await nft.refresh()
+            for services in self.services.values():
+                differs |= await services.refresh()
         # On nftables drift in the table may be the table deleted, and its
         # sets with it.
         if "ipsets" in fired or (differs and self.nftables):
@@ -259,13 +262,11 @@ class Programmers:
         :meth:`refresh` beside the applies instead (the platform's refresher).
         """
         fired = set(timers)
-        if "iptables" in fired:
-            if not read_beside:
-                for table in self.iptables.values():
-                    table.mark_for_resync()
-                for nft in self.nft.values():
-                    nft.mark_for_resync()
-            # Written whole, not read: its elements are data we know.
+        if "iptables" in fired and not read_beside:
+            for table in self.iptables.values():
+                table.mark_for_resync()
+            for nft in self.nft.values():
+                nft.mark_for_resync()
             for services in self.services.values():
                 services.mark_for_resync()
         if "ipsets" in fired and not read_beside:

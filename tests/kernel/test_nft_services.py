@@ -226,6 +226,75 @@ def test_a_restart_and_a_resync_repair_what_was_tampered_with(node: Node) -> Non
     assert served(pods["c"], VIP6, 80) == {"a", "b"}
 
 
+def test_a_refresh_reads_back_and_the_next_apply_repairs_only_what_differs(
+    node: Node,
+) -> None:
+    """Beside the applies: an element deleted or added behind our back is
+    one element transaction; a flushed chain or a rule changed in place
+    re-asserts the rules; a deleted table is written whole. A refresh of
+    an untouched table marks nothing, and the apply after it writes nothing."""
+    pods = node.pods
+    table = Programmed(node)
+    table.set(web(backend("a"), backend("b"), backend("a", 6), backend("b", 6)))
+    table.apply()
+    v4 = table.tables[0]
+
+    def refresh() -> bool:
+        return trio.run(v4.refresh)
+
+    def writes() -> tuple[int, int]:
+        return v4.structure_writes, v4.element_writes
+
+    assert not refresh() and not refresh()  # the first read also takes the rules' hash
+    before = writes()
+    table.apply()
+    assert writes() == before
+
+    node.run("nft", "delete", "element", "ip", "cali-svc", "fe", f"{{ {VIP4} . tcp . 80 }}")
+    node.run("nft", "add", "element", "ip", "cali-svc", "refused", "{ 10.96.9.9 . tcp . 9 }")
+    assert refresh()
+    table.apply()
+    assert writes() == (before[0], before[1] + 1)
+    assert served(pods["c"], VIP4, 80) == {"a", "b"}
+    assert elements(node, "ip", "refused") == []
+
+    node.run("nft", "flush", "chain", "ip", "cali-svc", "routed")
+    assert refresh()
+    table.apply()
+    assert writes()[0] == before[0] + 1
+    assert served(pods["c"], VIP4, 80) == {"a", "b"}
+
+    # The same number of rules, one of them another: the hash tells.
+    assert not refresh()
+    listed = json.loads(
+        node.run("nft", "-a", "-j", "list", "chain", "ip", "cali-svc", "firewall").stdout
+    )
+    (handle,) = [item["rule"]["handle"] for item in listed["nftables"] if "rule" in item]
+    node.run(
+        "nft",
+        "replace",
+        "rule",
+        "ip",
+        "cali-svc",
+        "firewall",
+        "handle",
+        str(handle),
+        "ip",
+        "saddr",
+        "203.0.113.1",
+        "drop",
+    )
+    assert refresh()
+    table.apply()
+    assert writes()[0] == before[0] + 2
+
+    node.run("nft", "delete", "table", "ip", "cali-svc")
+    assert refresh()
+    table.apply()
+    assert served(pods["c"], VIP4, 80) == {"a", "b"}
+    assert not refresh() and not refresh()
+
+
 def test_load_balancer_source_ranges_admit_only_their_sources(node: Node) -> None:
     pods, outside = node.pods, node.external
     lb = "203.0.113.10"

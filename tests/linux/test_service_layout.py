@@ -12,6 +12,7 @@ what the services now wanted add up to.
 from __future__ import annotations
 
 import errno
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -180,10 +181,11 @@ def test_slots_share_backends_within_one_slot(backends: int) -> None:
 class FakeSets:
     """Sets and maps as nf_tables keeps them: keyed, all or nothing per transaction."""
 
-    def __init__(self) -> None:
+    def __init__(self, nft: Nft | None = None) -> None:
         self.sets: dict[str, dict[bytes, bytes]] = {}
         self.transactions = 0
         self.refuse_next = False
+        self.nft = nft  # whose scripts made the rules
 
     def __call__(self, changes: Sequence[ElementChange]) -> None:
         if self.refuse_next:
@@ -216,7 +218,17 @@ class FakeSets:
         return [ReadElement(key_of(e), data_of(e)) for e in self.sets.get(set_name, {}).values()]
 
     def rules(self, family: int, table: str) -> list[tuple[str, bytes]]:
-        return []  # not kept: these tests change elements only
+        """The rules the scripts run so far left (``flush chain`` empties
+        one, ``add rule`` appends), as a rules dump answers them."""
+        chains: dict[str, list[str]] = {}
+        for script in self.nft.scripts if self.nft else ():
+            for line in script.splitlines():
+                words = line.split(maxsplit=5)
+                if words[:2] == ["flush", "chain"]:
+                    chains[words[3]] = []
+                elif words[:2] == ["add", "rule"]:
+                    chains.setdefault(words[4], []).append(words[5])
+        return [(chain, rule.encode()) for chain, rules in chains.items() for rule in rules]
 
 
 class Nft:
@@ -538,3 +550,67 @@ def test_an_entry_that_expires_during_the_sweep_is_read_again() -> None:
     trio.run(table.apply)  # ENOENT for the expired one, then read again
     assert held(kernel) == {stays} and leaves not in held(kernel, "aff_port")
     assert len(reads) == 4 + 4 + 4  # the first apply's full check, two tries of four maps
+
+
+# --- refresh: reading back beside the applies ----------------------------------------
+
+
+def test_a_refresh_of_what_was_written_marks_nothing_and_tampering_is_repaired() -> None:
+    nft = Nft()
+    kernel = FakeSets(nft)
+    table = ServiceTable(LAYOUT, nft, kernel, kernel)
+    table.set_pools(["10.65.0.0/16"])
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.2"), session_affinity=True))
+    trio.run(table.apply)
+    kernel.sets.setdefault("pools", {})[b"p"] = encoded(b"p")  # the script's prefixes
+    assert not trio.run(table.refresh) and not trio.run(table.refresh)
+    writes = kernel.transactions
+    trio.run(table.apply)
+    assert kernel.transactions == writes
+
+    wanted_fe = dict(kernel.sets["fe"])
+    kernel.sets["fe"].clear()
+    stray = encoded(key("10.96.9.9"))
+    kernel.sets.setdefault("refused", {})[key("10.96.9.9")] = stray
+    assert trio.run(table.refresh)
+    trio.run(table.apply)
+    assert kernel.sets["fe"] == wanted_fe and kernel.sets["refused"] == {}
+    assert kernel.transactions == writes + 1 and len(nft.scripts) == 1
+
+
+def test_a_set_written_while_the_refresh_reads_is_left_to_the_next_one() -> None:
+    """The read of a set that an apply then changes is stale: were it
+    compared, the apply's deletions would look like elements to delete
+    again, which the kernel refuses."""
+    nft = Nft()
+    reading, written = threading.Event(), threading.Event()
+
+    class Slow(FakeSets):
+        def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
+            if set_name == "pools":  # read last: every other set is read already
+                reading.set()
+                written.wait(10)
+            return super().elements(family, table, set_name)
+
+    kernel = Slow(nft)
+    table = ServiceTable(LAYOUT, nft, kernel, kernel)
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.2")))
+    trio.run(table.apply)
+
+    async def race() -> bool:
+        async with trio.open_nursery() as nursery:
+            result: list[bool] = []
+
+            async def refresh() -> None:
+                result.append(await table.refresh())
+
+            nursery.start_soon(refresh)
+            await trio.to_thread.run_sync(reading.wait)
+            table.set_service(svc(b("10.65.1.1")))  # 10.65.1.2's slot goes
+            await table.apply()
+            written.set()
+        return result[0]
+
+    assert not trio.run(race)
+    trio.run(table.apply)  # nothing stale to delete: nothing refused
+    assert kernel.contents() == {n: e for n, e in wanted({"web": svc(b("10.65.1.1"))}).items() if e}

@@ -16,14 +16,22 @@ Two services claiming one frontend: the lowest-named one owns it, the
 other is held back (:meth:`ServiceTable.held_back`) until it lets go.
 
 The table itself (sets, maps, the fixed rules, the IP pools' prefixes) is
-written with ``nft -f`` at the first apply, after a resync, and when the
-pools change: ``add`` leaves existing sets and their elements in place and
-the rules are rewritten in the same transaction, so traffic is never
+written with ``nft -f`` at the first apply, after a resync, when the
+pools change, and when a refresh finds its rules differ: ``add`` leaves
+existing sets and their elements in place and the rules are rewritten
+in the same transaction, so traffic is never
 without them. At the first apply and after a resync the elements are then
 written whole -- every set flushed and filled again in one transaction,
 which the kernel applies at once -- so a restart, or anything deleted or
 added behind our back, ends exactly as desired without a moment of
 half-programmed services.
+
+A refresh (:meth:`ServiceTable.refresh`, beside the applies) reads the
+table back through netlink in a worker thread: every set's elements,
+compared with what is wanted, and the rules, counted per chain against
+the script last written and hashed against the first read after it.
+What differs is marked; the next apply writes only that (a missing
+table or set: everything).
 
 ClientIP affinity is remembered by the packet path, in maps we never
 write but to sweep them: when an affinity frontend's backends narrow (a
@@ -35,9 +43,11 @@ restart, every entry is checked.
 
 from __future__ import annotations
 
+import collections
 import errno
+import hashlib
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import trio
 
@@ -101,6 +111,12 @@ class ServiceTable:
         self.structure_writes = 0
         self.element_writes = 0
         self.swept = 0  # affinity entries deleted
+        # For refresh: each write numbered, the last that touched each set;
+        # the rules per chain the last script wrote, and the hash of the
+        # rules first read after it.
+        self._last_write: dict[str, int] = {}
+        self._rule_counts: collections.Counter[str] = collections.Counter()
+        self._rules_hash: bytes | None = None
 
     # --- desired state ---------------------------------------------------------------
 
@@ -333,6 +349,69 @@ class ServiceTable:
         swept = await self._sweep()
         return wrote or bool(first or changes or swept)
 
+    # --- refresh ------------------------------------------------------------------------
+
+    async def refresh(self) -> bool:
+        """Read the table back beside the applies (never holding the loop)
+        and mark what differs for the next apply; True if anything does.
+
+        Applies may run meanwhile: a set written after the read began is
+        left to the next refresh, and a read that a structure write
+        overtook is dropped.
+
+        Raises:
+            OSError: the kernel refused the read (other than ENOENT: a
+                table or set missing is marked, everything to write).
+        """
+        if not self._structure_written or self._whole:
+            return False  # the next apply writes everything anyway
+        began, structures = self.element_writes, self.structure_writes
+        read = await trio.to_thread.run_sync(self._read, list(self._wanted))
+        if self.structure_writes != structures:
+            return False
+        if read is None:
+            self.mark_for_resync()
+            return True
+        rules, sets, pools = read
+        differs = False
+        digest = hashlib.sha256(b"".join(c.encode() + b"\0" + e for c, e in rules)).digest()
+        counts = collections.Counter(chain for chain, _ in rules)
+        if counts != self._rule_counts or (self._pools and not pools):
+            self._structure_written = False  # a chain flushed, a rule deleted
+            differs = True
+        elif self._rules_hash is None:
+            self._rules_hash = digest  # what the script left, as the kernel dumps it
+        elif digest != self._rules_hash:
+            self._structure_written = False  # a rule changed in place
+            differs = True
+        for name, held in sets.items():
+            if self._last_write.get(name, 0) > began:
+                continue  # written while we read: the read may predate it
+            wanted = self._wanted.get(name, {}).keys()
+            missing, extra = wanted - held, held - wanted
+            if missing or extra:
+                self._adds.setdefault(name, set()).update(missing)
+                self._deletes.setdefault(name, set()).update(extra)
+                differs = True
+        return differs
+
+    def _read(
+        self, names: Sequence[str]
+    ) -> tuple[list[tuple[str, bytes]], dict[str, set[bytes]], int] | None:
+        """The rules, every set's elements (encoded as written) and the
+        number of pool elements; None if the table or a set is missing."""
+        family, table = self.layout.nfproto, self.layout.table
+        reader = self._reader
+        try:
+            rules = reader.rules(family, table)
+            sets = {n: {e.encoded() for e in reader.elements(family, table, n)} for n in names}
+            pools = len(reader.elements(family, table, "pools"))
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+        return rules, sets, pools
+
     # --- affinity -----------------------------------------------------------------------
 
     def _affinity_of(self, sticky: _Sticky) -> Affinity | None:
@@ -439,6 +518,10 @@ class ServiceTable:
         """
         layout = self.layout
         script = layout.structure(self._pools, sorted(self._timeouts))
+        self._rule_counts = collections.Counter(
+            line.split()[4] for line in script.splitlines() if line.startswith("add rule ")
+        )
+        self._rules_hash = None
         result = await self._runner.run(["nft", "-f", "-"], stdin=script.encode(), check=False)
         if result.returncode == 0:
             return
@@ -456,6 +539,8 @@ class ServiceTable:
     async def _write(self, changes: list[ElementChange]) -> None:
         await send(self._writer, changes)
         self.element_writes += 1
+        for change in changes:
+            self._last_write[change.set] = self.element_writes
 
     async def cleanup(self) -> None:
         """Delete the table (ours alone)."""
