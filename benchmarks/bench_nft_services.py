@@ -26,7 +26,11 @@ a fresh table:
    chains through an anonymous verdict map, a verdict map of service
    IPs), up to ``--kube-proxy-max`` services: loaded by one ``nft -f``,
    then 20 backend changes, each one ``nft -f`` as its proxier writes it;
-6. **peak RSS** of the process measuring that size, before the floor's
+6. **refresh**: the table read back beside the applies (every set dumped
+   through netlink and compared, the rules hashed; nothing may differ):
+   how long, and the longest the trio loop went without running
+   meanwhile (a task waking every millisecond);
+7. **peak RSS** of the process measuring that size, before the floor's
    script is built (``ru_maxrss``: the interpreter, the model and the
    desired elements held in memory); each size runs in a process and a
    namespace of its own.
@@ -59,6 +63,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, markdown_table, percentile, run_inside_netns
+from dataplane.core.heap import HeapFreezer
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.nftables.elements import ElementChange, ElementWriter
 from dataplane.linux.nftables.reader import TableReader
@@ -239,6 +244,33 @@ async def connect_times(table: ServiceTable, services: int, rounds: int = 300) -
     return {f"connect {name}": statistics.median(t) / 1000 for name, t in times.items()}
 
 
+async def refresh_times(table: ServiceTable) -> tuple[float, float]:
+    """One refresh of the loaded table (every set dumped and compared, the
+    rules hashed), twice (the first takes the rules' hash): the second's
+    time, and the longest the trio loop went without running meanwhile
+    (a task asking to wake every millisecond)."""
+    await table.refresh()
+    gaps: list[float] = []
+    done = trio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await trio.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        begin = time.perf_counter()
+        if await table.refresh():
+            raise SystemExit("the refresh found differences in an untouched table")
+        took = time.perf_counter() - begin
+        done.set()
+    return took, max(gaps, default=0.0)
+
+
 async def measure(
     services: int, backends: int, changes: int, kube_proxy_max: int
 ) -> dict[str, float]:
@@ -277,6 +309,8 @@ async def measure(
         await table.apply()
         applied.append(time.perf_counter() - begin)
         in_force.append(commits[0] - begin)
+    HeapFreezer(time.monotonic).after_apply()  # as the driver does after an apply
+    read_back, held = await refresh_times(table)
     connect = await connect_times(table, services)
     # The driver's own: before the floor's script text below is built.
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -299,6 +333,8 @@ async def measure(
         "apply p50": statistics.median(applied),
         "apply p99": percentile(applied, 99),
         "rss": rss,
+        "refresh": read_back,
+        "refresh held": held,
         **connect,
         **kube,
     }
@@ -312,6 +348,7 @@ HEADER = [
     "backend change in force p50 / p99",
     "apply returns p50 / p99",
     "peak RSS",
+    "refresh: read back / loop held",
     "connect p50: first VIP / last VIP / direct",
     "kube-proxy's nft layout: load, change p50 / p99",
 ]
@@ -329,6 +366,7 @@ def inside(args: argparse.Namespace) -> None:
         f"{r['p50'] * 1000:.2f} / {r['p99'] * 1000:.2f} ms",
         f"{r['apply p50'] * 1000:.1f} / {r['apply p99'] * 1000:.1f} ms",
         f"{r['rss']:.0f} MB",
+        f"{r['refresh']:.2f} s / {r['refresh held'] * 1000:.1f} ms",
         f"{r['connect first']:.0f} / {r['connect last']:.0f} / {r['connect direct']:.0f} µs",
         (
             f"{r['kube-proxy load']:.2f} s, {r['kube-proxy p50'] * 1000:.0f} /"

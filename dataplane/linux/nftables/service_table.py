@@ -385,6 +385,9 @@ class ServiceTable:
             self._structure_written = False  # a rule changed in place
             differs = True
         for name, held in sets.items():
+            # A set at a time, the loop let run between them: compared
+            # whole, 100,000 elements would hold it for tens of ms.
+            await trio.lowlevel.checkpoint()
             if self._last_write.get(name, 0) > began:
                 continue  # written while we read: the read may predate it
             wanted = self._wanted.get(name, {}).keys()
