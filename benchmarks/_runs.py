@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import trio
 
 from dataplane.core.loop import Dataplane
+from dataplane.linux import programmers
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.sysctls import SysctlWriter
@@ -35,7 +36,6 @@ from dataplane.linux.netlink.routes import RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.nftables.sets import NftSets
-from dataplane.linux.nftables.table import NftTable
 from dataplane.linux.platform import LinuxPlatform
 from dataplane.wire.framing import FrameDecoder
 from testbed.topology import Topology
@@ -175,6 +175,20 @@ def wrap_sync(cls: type, attr: str, label: str) -> None:
     setattr(cls, attr, timed)
 
 
+def wrap_function(module: Any, attr: str, label: str) -> None:
+    """Time a module-level coroutine function where ``module`` calls it."""
+    original: Callable[..., Awaitable[Any]] = getattr(module, attr)
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            STAGES[label].append(time.perf_counter() - start)
+
+    setattr(module, attr, timed)
+
+
 def instrument_linux() -> None:
     """Time the loop's phases and each Linux programmer (labels land in :data:`STAGES`)."""
     wrap_sync(Dataplane, "_phase1", "phase 1 (managers)")
@@ -184,7 +198,8 @@ def instrument_linux() -> None:
     wrap_async(IPSetsProgrammer, "apply_updates", lambda _s: "apply: ipsets update")
     wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
     wrap_async(NftSets, "apply_updates", lambda _s: "apply: nft sets update")
-    wrap_async(NftTable, "apply", lambda s: f"apply: nft table {s.family}")
+    # Both families' tables in one nft -f (programmers.apply_rules).
+    wrap_function(programmers, "apply_together", "apply: nft tables (ip, ip6)")
     wrap_async(ServiceTable, "apply", lambda s: f"apply: nft services {s.layout.family}")
     wrap_async(NftSets, "apply_deletions", lambda _s: "apply: nft sets delete")
     wrap_async(VxlanProgrammer, "apply", lambda _s: "apply: vxlan (device, neigh, fdb)")

@@ -39,7 +39,7 @@ from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.nftables.sets import NftSets
-from dataplane.linux.nftables.table import NftTable
+from dataplane.linux.nftables.table import NftTable, apply_together
 from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.rules.action import SetMark
 from dataplane.linux.rules.marks import Marks
@@ -227,12 +227,11 @@ class Programmers:
         """Every table of rules, in the order that never leaves a gap.
 
         iptables: raw, mangle, nat, filter, v4 then v6, one restore each;
-        nftables: the one table per family (all four tables' chains, one
-        transaction), then the services tables (their elements).
+        nftables: the one table per family (all four tables' chains), both
+        families in one transaction, then the services tables (their elements).
         """
         if self.nftables:
-            for version in versions:
-                await self.nft[version].apply()
+            await apply_together([self.nft[v] for v in versions])
             for version in versions:
                 await self.services[version].apply()
             return

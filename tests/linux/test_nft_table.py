@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Sequence
 
 import pytest
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
-from dataplane.linux.nftables.table import BaseChain, NftTable, listed_chains
+from dataplane.linux.nftables.table import BaseChain, NftTable, apply_together, listed_chains
 from dataplane.linux.rules.action import Accept, Drop, Jump
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.match import Addresses, Port, Protocol, Side
@@ -322,5 +323,48 @@ def test_a_refresh_that_comes_back_during_a_write_is_taken_in_after_it(netns: st
         assert await table.apply()
         assert {name: len(rules) for name, rules in held(netns).items()} == wanted
         assert not await table.refresh()
+
+    trio.run(main)
+
+
+class CountingRunner(ProcessRunner):
+    """The real tools, counting the ``nft -f`` runs."""
+
+    def __init__(self, netns: str) -> None:
+        super().__init__(netns)
+        self.scripts = 0
+
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        self.scripts += list(argv[:2]) == ["nft", "-f"]
+        return await super().run(argv, stdin=stdin, check=check)
+
+
+def test_both_families_go_in_one_nft_run_and_a_refusal_is_blamed_per_table(netns: str) -> None:
+    """One ``nft -f`` for both families (each run fetches the whole
+    ruleset first); refused, each table on its own finds its chain."""
+
+    async def main() -> None:
+        runner = CountingRunner(netns)
+        v4 = NftTable("ip", TABLE, runner)
+        v6 = NftTable("ip6", TABLE, runner)
+        nft6 = NftSerialiser(6)
+        _desired(v4)
+        v6.set_chains([Chain("cali-six", nft6.rules((TableRule((), Drop()),)))])
+        assert await apply_together([v4, v6])
+        assert runner.scripts == 1
+        assert "cali-six" in held(netns, "ip6") and "cali-root" in held(netns)
+        assert not await apply_together([v4, v6])
+        assert runner.scripts == 1  # nothing differs: no run
+
+        v4.update_chain(Chain("cali-leaf-0", _rules(TableRule((), Drop()))))
+        v6.update_chain(Chain("cali-bad", nft6.rules((TableRule((), Jump("cali-nowhere")),))))
+        assert await apply_together([v4, v6])
+        # The joint run refused; then ip alone, ip6 refused again and, its
+        # chain to blame set aside, ip6 without it.
+        assert runner.scripts == 1 + 1 + 1 + 2
+        assert len(held(netns)["cali-leaf-0"]) == 1
+        assert set(v6.held_back()) == {"cali-bad"} and v4.held_back() == {}
 
     trio.run(main)

@@ -26,6 +26,7 @@ never had one -- and the rest is written in the same apply.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,7 +43,15 @@ from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 from dataplane.linux.rules.rule import Origin
 
-__all__ = ["FAIL_CLOSED", "RULE_HASH", "BaseChain", "NftTable", "listed_chains", "rule_hashes"]
+__all__ = [
+    "FAIL_CLOSED",
+    "RULE_HASH",
+    "BaseChain",
+    "NftTable",
+    "apply_together",
+    "listed_chains",
+    "rule_hashes",
+]
 
 # Our identity tag in a listed rule's comment (its hash: group 1).
 RULE_HASH = re.compile(r'comment "' + re.escape(HASH_TAG) + r"([A-Za-z0-9_-]{16})")
@@ -256,17 +265,9 @@ class NftTable:
         return await self._reads.apply(self._apply)
 
     async def _apply(self) -> bool:
-        if self._actual is None:
-            self._actual = await self._read()
-            # Fresh knowledge of the kernel: compare every chain to it, and
-            # notice chains of our table that nobody wants.
-            self._dirty |= set(self._desired) | set(self._base) | set(self._actual)
-        # Refused chains whose retry is due go into this transaction as
-        # they are wanted; refused again, they go back with a longer wait.
-        trial = {n for n in self.quarantine.due() if n in self._desired}
-        self._dirty |= trial
+        trial = await self._begin()
         while True:
-            script, written = self._script(self._actual, trial)
+            script, written = self._script(self._actual or {}, trial)
             if not script:
                 self._dirty.clear()
                 return False
@@ -274,29 +275,57 @@ class NftTable:
             result = await self._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
             if result.returncode == 0:
                 break
-            # nft names the line it refused: quarantine that chain and write
-            # the rest; a refusal it cannot pin on one of our chains (a
-            # base chain, no line) fails the apply as a whole.
-            message, chain, rule = self._blame(result.stderr, script)
-            set_aside = chain in self.quarantine and chain not in trial
-            if chain is None or chain in self._base or set_aside:
-                self._actual = None  # read again before the next try
-                raise ProgrammingError(
-                    f"nft refused the {self.family} {self.name} transaction: {message}"
-                )
-            self.quarantine.reject(chain, message)
-            self._refused_rules[chain] = rule
-            trial.discard(chain)
+            self._refused(result.stderr, script, trial)
+        self._wrote(written, trial)
+        return True
+
+    async def _begin(self) -> set[str]:
+        """Ready for an apply: the kernel read if not known, the refused
+        chains whose retry is due (they go in as wanted)."""
+        if self._actual is None:
+            self._actual = await self._read()
+            # Fresh knowledge of the kernel: compare every chain to it, and
+            # notice chains of our table that nobody wants.
+            self._dirty |= set(self._desired) | set(self._base) | set(self._actual)
+        trial = {n for n in self.quarantine.due() if n in self._desired}
+        self._dirty |= trial
+        return trial
+
+    def _refused(
+        self, stderr: bytes, script: list[tuple[str, str | None]], trial: set[str]
+    ) -> None:
+        """nft refused ``script``: quarantine the chain whose line it names
+        (refused again, a trial goes back with a longer wait), so that the
+        next try writes the rest.
+
+        Raises:
+            ProgrammingError: a refusal not pinned on one of our chains (a
+                base chain, no line): the apply fails as a whole.
+        """
+        message, chain, rule = self._blame(stderr, script)
+        set_aside = chain in self.quarantine and chain not in trial
+        if chain is None or chain in self._base or set_aside:
+            self._actual = None  # read again before the next try
+            raise ProgrammingError(
+                f"nft refused the {self.family} {self.name} transaction: {message}"
+            )
+        self.quarantine.reject(chain, message)
+        self._refused_rules[chain] = rule
+        trial.discard(chain)
+
+    def _wrote(self, written: Mapping[str, list[str] | None], trial: set[str]) -> None:
+        """The transaction holding ``written`` is in the kernel."""
         for name in trial:
             self.quarantine.release(name)  # written as wanted: accepted
         self._writes.wrote(written)
+        actual = self._actual if self._actual is not None else {}
         for name, hashes in written.items():
             if hashes is None:
-                self._actual.pop(name, None)
+                actual.pop(name, None)
             else:
-                self._actual[name] = list(hashes)
+                actual[name] = list(hashes)
+        self._actual = actual
         self._dirty.clear()
-        return True
 
     @staticmethod
     def _blame(
@@ -385,3 +414,48 @@ def listed_chains(listing: bytes) -> dict[str, list[str | None]]:
         elif line.startswith("\t"):
             current = None  # a set, a map, or a block's end
     return chains
+
+
+async def apply_together(tables: Sequence[NftTable]) -> bool:
+    """Apply several tables (one per family) with one ``nft -f``; True if
+    anything was written.
+
+    Each ``nft`` run fetches the whole ruleset of the namespace before it
+    writes, whichever table it writes (tens of ms on a loaded node), so one
+    run for both families costs one fetch where one run each costs two.
+    The tables' changes go in as one transaction; if nft refuses it,
+    each table is applied on its own, which finds the chain to blame.
+
+    Raises:
+        ProgrammingError: as :meth:`NftTable.apply`.
+    """
+    if len(tables) == 1:
+        return await tables[0].apply()
+
+    async def joint() -> bool:
+        plans = []
+        for table in tables:
+            trial = await table._begin()
+            script, written = table._script(table._actual or {}, trial)
+            plans.append((table, script, written, trial))
+        text = "".join(line + "\n" for _, script, _, _ in plans for line, _ in script)
+        if not text:
+            for table in tables:
+                table._dirty.clear()
+            return False
+        result = await tables[0]._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
+        if result.returncode != 0:
+            # Nothing of it was applied: each on its own, to blame one chain.
+            wrote = False
+            for table in tables:
+                wrote |= await table._apply()
+            return wrote
+        for table, _, written, trial in plans:
+            table._wrote(written, trial)
+        return True
+
+    # A refresh read that comes back meanwhile waits for the end, for each.
+    apply = joint
+    for table in tables:
+        apply = functools.partial(table._reads.apply, apply)
+    return await apply()
