@@ -36,10 +36,11 @@ from dataplane.linux.nftables.nfnetlink import (
     netfilter_socket,
 )
 
-__all__ = ["ReadElement", "TableReader", "TableSource"]
+__all__ = ["ReadElement", "ReadRule", "TableReader", "TableSource"]
 
 _NEWRULE, _GETRULE, _NEWSETELEM, _GETSETELEM = 6, 7, 12, 13
-_RULE_TABLE, _RULE_CHAIN, _RULE_EXPRESSIONS = 1, 2, 4
+_RULE_TABLE, _RULE_CHAIN, _RULE_USERDATA = 1, 2, 7
+_UDATA_RULE_COMMENT = 0  # libnftnl's type-length-value, in the rule's userdata
 _LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
 _ELEM_KEY, _ELEM_DATA, _ELEM_FLAGS, _ELEM_KEY_END = 1, 2, 3, 10
 _DATA_VALUE = 1
@@ -64,12 +65,31 @@ class ReadElement:
         return encoded(self.key, self.data)
 
 
+@dataclass(frozen=True, slots=True)
+class ReadRule:
+    """One rule as the kernel holds it: its chain and the comment it carries."""
+
+    chain: str
+    comment: str  # "" without one
+
+
+def _comment(userdata: bytes) -> str:
+    """The comment in a rule's userdata (libnftnl: type, length, value)."""
+    at = 0
+    while at + 2 <= len(userdata):
+        kind, size = userdata[at], userdata[at + 1]
+        if kind == _UDATA_RULE_COMMENT:
+            return userdata[at + 2 : at + 2 + size].rstrip(b"\0").decode(errors="replace")
+        at += 2 + size
+    return ""
+
+
 class TableSource(Protocol):
     """Who reads our tables back: a :class:`TableReader`, or a fake in tests."""
 
     def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]: ...
 
-    def rules(self, family: int, table: str) -> list[tuple[str, bytes]]: ...
+    def rules(self, family: int, table: str) -> list[ReadRule]: ...
 
 
 def _value(payload: bytes) -> bytes:
@@ -106,14 +126,13 @@ class TableReader:
             out += (_element(e) for _, e in attr_list(listed))
         return out
 
-    def rules(self, family: int, table: str) -> list[tuple[str, bytes]]:
-        """Every rule of ``table`` in order, as (chain, its expressions as
-        the kernel dumps them): what a rule does, without its handle."""
+    def rules(self, family: int, table: str) -> list[ReadRule]:
+        """Every rule of ``table``, in order."""
         out = []
         for payload in self._dump(_GETRULE, _NEWRULE, family, attr(_RULE_TABLE, name(table))):
             found = attrs(payload, NFGEN.size)
             chain = found.get(_RULE_CHAIN, b"").rstrip(b"\0").decode(errors="replace")
-            out.append((chain, found.get(_RULE_EXPRESSIONS, b"")))
+            out.append(ReadRule(chain, _comment(found.get(_RULE_USERDATA, b""))))
         return out
 
     def _dump(self, ask: int, answer: int, family: int, body: bytes) -> list[bytes]:

@@ -15,6 +15,7 @@ the only structure a service can add (once per new timeout value).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 
 __all__ = [
@@ -26,7 +27,9 @@ __all__ = [
     "MAPS",
     "MAX_SLOTS",
     "element_sets",
+    "expected_rules",
     "live_set",
+    "rule_id",
     "slot_count",
     "slot_counts",
     "structure",
@@ -79,6 +82,23 @@ def element_sets() -> tuple[str, ...]:
     for n in slot_counts():
         names += [f"fe_{n}", f"lfe_{n}", f"fe1_{n}", f"lfe1_{n}"]
     return (*names, *(f"np_{n}" for n in names), "hairpin", "remote", "fw", "fw_allowed")
+
+
+def rule_id(rule: str) -> str:
+    """The comment a rule of the table carries: what it says, hashed. Read
+    back, the comments of a chain's rules show that it holds exactly them,
+    in order (a refresh, and a restart that finds the table in place)."""
+    return "svc:" + hashlib.sha256(rule.encode()).hexdigest()[:16]
+
+
+def expected_rules(script: str) -> dict[str, list[str]]:
+    """Per chain, the comments of the rules a :func:`structure` script writes."""
+    out: dict[str, list[str]] = {}
+    for line in script.splitlines():
+        if line.startswith("add rule "):
+            words = line.split(maxsplit=5)
+            out.setdefault(words[4], []).append(line.rsplit('comment "', 1)[1].rstrip('"'))
+    return out
 
 
 def structure(
@@ -229,7 +249,7 @@ def structure(
         lines.append(f"add chain {t} {name}{body}")
     for name, (_, rules) in chains.items():
         lines.append(f"flush chain {t} {name}")
-        lines.extend(f"add rule {t} {name} {rule}" for rule in rules)
+        lines.extend(f'add rule {t} {name} {rule} comment "{rule_id(rule)}"' for rule in rules)
     return "\n".join(lines) + "\n"
 
 

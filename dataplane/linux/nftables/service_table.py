@@ -16,22 +16,25 @@ Two services claiming one frontend: the lowest-named one owns it, the
 other is held back (:meth:`ServiceTable.held_back`) until it lets go.
 
 The table itself (sets, maps, the fixed rules, the IP pools' prefixes) is
-written with ``nft -f`` at the first apply, after a resync, when the
-pools change, and when a refresh finds its rules differ: ``add`` leaves
+written with ``nft -f`` when it is not found as it would be written (the
+first apply, a resync), when the pools or the affinity timeouts in use
+change, and when a refresh finds its rules differ: ``add`` leaves
 existing sets and their elements in place and the rules are rewritten
-in the same transaction, so traffic is never
-without them. At the first apply and after a resync the elements are then
-written whole -- every set flushed and filled again in one transaction,
-which the kernel applies at once -- so a restart, or anything deleted or
-added behind our back, ends exactly as desired without a moment of
-half-programmed services.
+in the same transaction, so traffic is never without them. After such a
+write at the first apply or a resync the elements are written whole --
+every set flushed and filled again in one transaction, which the kernel
+applies at once -- so anything deleted or added behind our back ends
+exactly as desired without a moment of half-programmed services.
 
 A refresh (:meth:`ServiceTable.refresh`, beside the applies) reads the
 table back through netlink in a worker thread: every set's elements,
-compared with what is wanted, and the rules, counted per chain against
-the script last written and hashed against the first read after it.
+compared with what is wanted, and the rules, each carrying a comment
+that hashes what it says, compared chain by chain with the script's.
 What differs is marked; the next apply writes only that (a missing
-table or set: everything).
+table or set: everything). The first apply (a restart) and a resync read
+the same way first: a table found as it would be written keeps its
+rules and gets only the elements that differ, so a restart onto a
+correct table writes nothing.
 
 ClientIP affinity is remembered by the packet path, in maps we never
 write but to sweep them: when an affinity frontend's backends narrow (a
@@ -43,9 +46,7 @@ restart, every entry is checked.
 
 from __future__ import annotations
 
-import collections
 import errno
-import hashlib
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -55,8 +56,14 @@ from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
-from dataplane.linux.nftables.elements import ElementChange, ElementSink, encoded, send
-from dataplane.linux.nftables.reader import TableSource
+from dataplane.linux.nftables.elements import (
+    ElementChange,
+    ElementSink,
+    encoded,
+    interval_end,
+    send,
+)
+from dataplane.linux.nftables.reader import ReadRule, TableSource
 from dataplane.linux.nftables.service_layout import (
     NOTHING,
     Affinity,
@@ -66,6 +73,7 @@ from dataplane.linux.nftables.service_layout import (
     second_bank,
     split,
 )
+from dataplane.linux.nftables.service_rules import expected_rules
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
@@ -111,12 +119,8 @@ class ServiceTable:
         self.structure_writes = 0
         self.element_writes = 0
         self.swept = 0  # affinity entries deleted
-        # For refresh: each write numbered, the last that touched each set;
-        # the rules per chain the last script wrote, and the hash of the
-        # rules first read after it.
+        # For refresh: each write numbered, the last that touched each set.
         self._last_write: dict[str, int] = {}
-        self._rule_counts: collections.Counter[str] = collections.Counter()
-        self._rules_hash: bytes | None = None
 
     # --- desired state ---------------------------------------------------------------
 
@@ -311,6 +315,9 @@ class ServiceTable:
                 apply writes every element again).
         """
         wrote = False
+        if not self._structure_written and self._whole:
+            # A restart or a resync: what is in place may be right already.
+            await self._take_in_place()
         if not self._structure_written:
             await self._write_structure()
             self._structure_written = True
@@ -374,22 +381,68 @@ class ServiceTable:
             return True
         rules, sets, pools = read
         differs = False
-        digest = hashlib.sha256(b"".join(c.encode() + b"\0" + e for c, e in rules)).digest()
-        counts = collections.Counter(chain for chain, _ in rules)
-        if counts != self._rule_counts or (self._pools and not pools):
-            self._structure_written = False  # a chain flushed, a rule deleted
+        if not self._structure_held(rules, pools):
+            self._structure_written = False  # a chain flushed, a rule deleted or changed
             differs = True
-        elif self._rules_hash is None:
-            self._rules_hash = digest  # what the script left, as the kernel dumps it
-        elif digest != self._rules_hash:
-            self._structure_written = False  # a rule changed in place
-            differs = True
+        return await self._mark_differences(sets, began) or differs
+
+    async def _take_in_place(self) -> None:
+        """At the first apply and after a resync: if the table holds our
+        rules as they would be written, keep them, and write only the
+        elements that differ (a restart onto a correct table writes
+        nothing). Otherwise the structure and every element are written.
+
+        """
+        try:
+            read = await trio.to_thread.run_sync(self._read, list(self._wanted))
+        except KERNEL_ERRORS:
+            return  # not known: written whole, as without a table
+        if read is None:
+            return
+        rules, sets, pools = read
+        if not self._structure_held(rules, pools):
+            return
+        self._structure_written = True
+        self._whole = False
+        for name in self._wanted:
+            self._adds.setdefault(name, set()).clear()
+            self._deletes.setdefault(name, set()).clear()
+        await self._mark_differences(sets, None)
+
+    def _structure_held(self, rules: Sequence[ReadRule], pools: set[bytes]) -> bool:
+        """Whether the kernel holds the rules (by their comments, chain by
+        chain, in order) and the IP pools the script would write."""
+        held: dict[str, list[str]] = {}
+        for rule in rules:
+            held.setdefault(rule.chain, []).append(rule.comment)
+        script = self.layout.structure(self._pools, sorted(self._timeouts))
+        # nft may add an end at the lowest address (it does when a flush
+        # and an add of the set share a transaction): it ends nothing.
+        zero_end = interval_end(bytes(4 if self.layout.version == 4 else 16))
+        return held == expected_rules(script) and pools - {zero_end} == self._pool_elements()
+
+    def _pool_elements(self) -> set[bytes]:
+        """The pools set's elements as the kernel holds the prefixes: a
+        start and, unless it runs to the last address, an end per merged range."""
+        nets = [ipaddress.ip_network(p) for p in self._pools]
+        out: set[bytes] = set()
+        for net in ipaddress.collapse_addresses(nets):  # type: ignore[type-var]  # one family
+            out.add(encoded(net.network_address.packed))
+            if int(net.broadcast_address) < (1 << net.max_prefixlen) - 1:
+                out.add(interval_end((net.broadcast_address + 1).packed))
+        return out
+
+    async def _mark_differences(self, sets: Mapping[str, set[bytes]], began: int | None) -> bool:
+        """Mark every element ``sets`` lack or hold beyond what is wanted;
+        True if any. ``began``: the write count when the read began (a set
+        written since is skipped: the read may predate it)."""
+        differs = False
         for name, held in sets.items():
             # A set at a time, the loop let run between them: compared
             # whole, 100,000 elements would hold it for tens of ms.
             await trio.lowlevel.checkpoint()
-            if self._last_write.get(name, 0) > began:
-                continue  # written while we read: the read may predate it
+            if began is not None and self._last_write.get(name, 0) > began:
+                continue
             wanted = self._wanted.get(name, {}).keys()
             missing, extra = wanted - held, held - wanted
             if missing or extra:
@@ -400,15 +453,15 @@ class ServiceTable:
 
     def _read(
         self, names: Sequence[str]
-    ) -> tuple[list[tuple[str, bytes]], dict[str, set[bytes]], int] | None:
-        """The rules, every set's elements (encoded as written) and the
-        number of pool elements; None if the table or a set is missing."""
+    ) -> tuple[list[ReadRule], dict[str, set[bytes]], set[bytes]] | None:
+        """The rules, every set's elements and the pools' (encoded as
+        written); None if the table or a set is missing."""
         family, table = self.layout.nfproto, self.layout.table
         reader = self._reader
         try:
             rules = reader.rules(family, table)
             sets = {n: {e.encoded() for e in reader.elements(family, table, n)} for n in names}
-            pools = len(reader.elements(family, table, "pools"))
+            pools = {e.encoded() for e in reader.elements(family, table, "pools")}
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None
@@ -521,10 +574,6 @@ class ServiceTable:
         """
         layout = self.layout
         script = layout.structure(self._pools, sorted(self._timeouts))
-        self._rule_counts = collections.Counter(
-            line.split()[4] for line in script.splitlines() if line.startswith("add rule ")
-        )
-        self._rules_hash = None
         result = await self._runner.run(["nft", "-f", "-"], stdin=script.encode(), check=False)
         if result.returncode == 0:
             return
