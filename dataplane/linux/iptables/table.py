@@ -243,9 +243,13 @@ class Table:
         differs = {n for n in set(self._desired) | set(actual) if self._differs(n)}
         self._dirty |= differs
         return bool(differs) or any(
-            [h for h, _ in self._actual_hooks.get(b, [])] != rule_hashes(b, self._hooks.get(b, ()))
-            for b in set(self._hooks) | set(self._actual_hooks)
+            self._hooks_differ(b) for b in set(self._hooks) | set(self._actual_hooks)
         )
+
+    def _hooks_differ(self, builtin: str) -> bool:
+        """Whether the kernel's hook rules of ``builtin`` are not ours as wanted."""
+        present = [h for h, _ in self._actual_hooks.get(builtin, [])]
+        return present != rule_hashes(builtin, self._hooks.get(builtin, ()))
 
     def _differs(self, name: str) -> bool:
         """Whether the kernel's ``name`` is not what an apply would leave there."""
@@ -288,12 +292,11 @@ class Table:
         delete = [f"-X {name}" for name in stale]
         hooks: list[str] = []
         for builtin in sorted(set(self._hooks) | set(self._actual_hooks)):
+            if not self._hooks_differ(builtin):
+                continue
             desired_hooks = self._hooks.get(builtin, ())
             hashes = rule_hashes(builtin, desired_hooks)
-            present = self._actual_hooks.get(builtin, [])
-            if [h for h, _ in present] == hashes:
-                continue
-            hooks.extend("-D" + line[2:] for _, line in present)
+            hooks.extend("-D" + line[2:] for _, line in self._actual_hooks.get(builtin, []))
             if self.insert_mode == "insert":
                 pairs = zip(desired_hooks, hashes, strict=True)
                 hooks.extend(
