@@ -614,10 +614,13 @@ def test_a_set_written_while_the_refresh_reads_is_left_to_the_next_one() -> None
 
     class Slow(FakeSets):
         def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
-            if set_name == "pools" and armed:  # read last: every other set is read already
+            found = super().elements(family, table, set_name)
+            if (
+                set_name == "addr" and armed
+            ):  # read; the apply below changes it before it is compared
                 reading.set()
                 written.wait(10)
-            return super().elements(family, table, set_name)
+            return found
 
     kernel = Slow(nft)
     table = ServiceTable(LAYOUT, nft, kernel, kernel)

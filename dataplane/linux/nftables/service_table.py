@@ -30,8 +30,9 @@ A refresh (:meth:`ServiceTable.refresh`, beside the applies) reads the
 table back through netlink in a worker thread: every set's elements,
 compared with what is wanted, and the rules, each carrying a comment
 that hashes what it says, compared chain by chain with the script's.
-What differs is marked; the next apply writes only that (a missing
-table or set: everything). The first apply (a restart) and a resync read
+What differs is marked (the loop compares one set at a time as the
+thread hands it over); the next apply writes only that (a missing table
+or set: everything). The first apply (a restart) and a resync read
 the same way first: a table found as it would be written keeps its
 rules and gets only the elements that differ, so a restart onto a
 correct table writes nothing.
@@ -363,8 +364,8 @@ class ServiceTable:
         and mark what differs for the next apply; True if anything does.
 
         Applies may run meanwhile: a set written after the read began is
-        left to the next refresh, and a read that a structure write
-        overtook is dropped.
+        left to the next refresh, and the rules' verdict is dropped if a
+        structure write overtook the read.
 
         Raises:
             OSError: the kernel refused the read (other than ENOENT: a
@@ -373,41 +374,55 @@ class ServiceTable:
         if not self._structure_written or self._whole:
             return False  # the next apply writes everything anyway
         began, structures = self.element_writes, self.structure_writes
-        read = await trio.to_thread.run_sync(self._read, list(self._wanted))
-        if self.structure_writes != structures:
-            return False
+        read = await trio.to_thread.run_sync(self._read, list(self._wanted), began)
         if read is None:
             self.mark_for_resync()
             return True
-        rules, sets, pools = read
-        differs = False
-        if not self._structure_held(rules, pools):
+        rules_held, elements_differ = read
+        if not rules_held and self.structure_writes == structures:
             self._structure_written = False  # a chain flushed, a rule deleted or changed
-            differs = True
-        return await self._mark_differences(sets, began) or differs
+            return True
+        return elements_differ
 
     async def _take_in_place(self) -> None:
         """At the first apply and after a resync: if the table holds our
         rules as they would be written, keep them, and write only the
         elements that differ (a restart onto a correct table writes
         nothing). Otherwise the structure and every element are written.
-
         """
-        try:
-            read = await trio.to_thread.run_sync(self._read, list(self._wanted))
-        except KERNEL_ERRORS:
-            return  # not known: written whole, as without a table
-        if read is None:
-            return
-        rules, sets, pools = read
-        if not self._structure_held(rules, pools):
-            return
-        self._structure_written = True
-        self._whole = False
         for name in self._wanted:
             self._adds.setdefault(name, set()).clear()
             self._deletes.setdefault(name, set()).clear()
-        await self._mark_differences(sets, None)
+        try:
+            read = await trio.to_thread.run_sync(self._read, list(self._wanted), None)
+        except KERNEL_ERRORS:
+            return  # not known: written whole, as without a table
+        if read is not None and read[0]:
+            self._structure_written = True
+            self._whole = False
+
+    def _read(self, names: Sequence[str], began: int | None) -> tuple[bool, bool] | None:
+        """In a worker thread: read the rules and the pools, then each set,
+        handing each to the loop to compare (one set held at a time);
+        whether the rules are ours as written (if not, the sets are not
+        read) and whether any element differs. None: the table or a set
+        is missing."""
+        family, table = self.layout.nfproto, self.layout.table
+        reader = self._reader
+        differs = False
+        try:
+            rules = reader.rules(family, table)
+            pools = {e.encoded() for e in reader.elements(family, table, "pools")}
+            if not trio.from_thread.run_sync(self._structure_held, rules, pools):
+                return False, False
+            for name in names:
+                held = {e.encoded() for e in reader.elements(family, table, name)}
+                differs |= trio.from_thread.run_sync(self._mark_set, name, held, began)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+        return True, differs
 
     def _structure_held(self, rules: Sequence[ReadRule], pools: set[bytes]) -> bool:
         """Whether the kernel holds the rules (by their comments, chain by
@@ -432,41 +447,19 @@ class ServiceTable:
                 out.add(interval_end((net.broadcast_address + 1).packed))
         return out
 
-    async def _mark_differences(self, sets: Mapping[str, set[bytes]], began: int | None) -> bool:
-        """Mark every element ``sets`` lack or hold beyond what is wanted;
-        True if any. ``began``: the write count when the read began (a set
-        written since is skipped: the read may predate it)."""
-        differs = False
-        for name, held in sets.items():
-            # A set at a time, the loop let run between them: compared
-            # whole, 100,000 elements would hold it for tens of ms.
-            await trio.lowlevel.checkpoint()
-            if began is not None and self._last_write.get(name, 0) > began:
-                continue
-            wanted = self._wanted.get(name, {}).keys()
-            missing, extra = wanted - held, held - wanted
-            if missing or extra:
-                self._adds.setdefault(name, set()).update(missing)
-                self._deletes.setdefault(name, set()).update(extra)
-                differs = True
-        return differs
-
-    def _read(
-        self, names: Sequence[str]
-    ) -> tuple[list[ReadRule], dict[str, set[bytes]], set[bytes]] | None:
-        """The rules, every set's elements and the pools' (encoded as
-        written); None if the table or a set is missing."""
-        family, table = self.layout.nfproto, self.layout.table
-        reader = self._reader
-        try:
-            rules = reader.rules(family, table)
-            sets = {n: {e.encoded() for e in reader.elements(family, table, n)} for n in names}
-            pools = {e.encoded() for e in reader.elements(family, table, "pools")}
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return None
-            raise
-        return rules, sets, pools
+    def _mark_set(self, name: str, held: set[bytes], began: int | None) -> bool:
+        """On the loop: mark every element set ``name`` lacks or holds beyond
+        what is wanted; True if any. ``began``: the write count when the
+        read began (a set written since is skipped: the read may predate it)."""
+        if began is not None and self._last_write.get(name, 0) > began:
+            return False
+        wanted = self._wanted.get(name, {}).keys()
+        missing, extra = wanted - held, held - wanted
+        if missing or extra:
+            self._adds.setdefault(name, set()).update(missing)
+            self._deletes.setdefault(name, set()).update(extra)
+            return True
+        return False
 
     # --- affinity -----------------------------------------------------------------------
 
