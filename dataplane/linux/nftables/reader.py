@@ -6,7 +6,8 @@ a netlink dump of one set (``NFT_MSG_GETSETELEM``) or of one table's rules
 (``NFT_MSG_GETRULE``) answers only what was asked, as the kernel holds it.
 Elements come back in the encoding the writer uses
 (:meth:`ReadElement.encoded`), so what was read compares with what was
-written byte for byte. Blocking: call it from a worker thread.
+written byte for byte. Blocking: call it from a worker thread, and read each answer to its end
+(the socket closes when it is).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -87,7 +88,7 @@ def _comment(userdata: bytes) -> str:
 class TableSource(Protocol):
     """Who reads our tables back: a :class:`TableReader`, or a fake in tests."""
 
-    def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]: ...
+    def elements(self, family: int, table: str, set_name: str) -> Iterable[ReadElement]: ...
 
     def rules(self, family: int, table: str) -> list[ReadRule]: ...
 
@@ -118,13 +119,14 @@ class TableReader:
     def __init__(self, sock: Callable[[], socket.socket] = netfilter_socket) -> None:
         self._socket = sock
 
-    def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
+    def elements(self, family: int, table: str, set_name: str) -> Iterator[ReadElement]:
+        """Every element of the set, as the answers arrive (a caller that
+        keeps only an encoding never holds them all as objects)."""
         body = attr(_LIST_TABLE, name(table)) + attr(_LIST_SET, name(set_name))
-        out: list[ReadElement] = []
         for payload in self._dump(_GETSETELEM, _NEWSETELEM, family, body):
             listed = attrs(payload, NFGEN.size).get(_LIST_ELEMENTS, b"")
-            out += (_element(e) for _, e in attr_list(listed))
-        return out
+            for _, element in attr_list(listed):
+                yield _element(element)
 
     def rules(self, family: int, table: str) -> list[ReadRule]:
         """Every rule of ``table``, in order."""
@@ -135,22 +137,20 @@ class TableReader:
             out.append(ReadRule(chain, _comment(found.get(_RULE_USERDATA, b""))))
         return out
 
-    def _dump(self, ask: int, answer: int, family: int, body: bytes) -> list[bytes]:
-        """The payloads of a dump's answers (of type ``answer``)."""
+    def _dump(self, ask: int, answer: int, family: int, body: bytes) -> Iterator[bytes]:
+        """The payloads of a dump's answers (of type ``answer``), as they arrive."""
         sock = self._socket()
         try:
             sock.send(message((SUBSYS_NFTABLES << 8) | ask, F_REQUEST | F_DUMP, 1, family, body))
-            out = []
             for kind, _seq, payload in messages(sock):
                 if kind == NLMSG_DONE:
-                    break
+                    return
                 if kind == NLMSG_ERROR:
                     (code,) = ERR.unpack_from(payload)
                     if code:
                         raise OSError(-code, os.strerror(-code))
-                    break
+                    return
                 if kind == (SUBSYS_NFTABLES << 8) | answer:
-                    out.append(payload)
-            return out
+                    yield payload
         finally:
             sock.close()

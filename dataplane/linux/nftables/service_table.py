@@ -30,12 +30,13 @@ A refresh (:meth:`ServiceTable.refresh`, beside the applies) reads the
 table back through netlink in a worker thread: every set's elements,
 compared with what is wanted, and the rules, each carrying a comment
 that hashes what it says, compared chain by chain with the script's.
-What differs is marked (the loop compares one set at a time as the
-thread hands it over); the next apply writes only that (a missing table
-or set: everything). The first apply (a restart) and a resync read
-the same way first: a table found as it would be written keeps its
-rules and gets only the elements that differ, so a restart onto a
-correct table writes nothing.
+What differs is marked (the thread compares each set with a snapshot of
+what is wanted as it reads it, and hands what looks different to the
+loop, which checks it again against what is wanted by then); the next
+apply writes only that (a missing table or set: everything). The first
+apply (a restart) and a resync read the same way first: a table found
+as it would be written keeps its rules and gets only the elements that
+differ, so a restart onto a correct table writes nothing.
 
 ClientIP affinity is remembered by the packet path, in maps we never
 write but to sweep them: when an affinity frontend's backends narrow (a
@@ -416,8 +417,23 @@ class ServiceTable:
             if not trio.from_thread.run_sync(self._structure_held, rules, pools):
                 return False, False
             for name in names:
-                held = {e.encoded() for e in reader.elements(family, table, name)}
-                differs |= trio.from_thread.run_sync(self._mark_set, name, held, began)
+                # The heavy part here: a snapshot of what is wanted (list()
+                # of a dict is one step the loop cannot interleave with)
+                # against what is held. What looks different is checked
+                # again on the loop, against what is wanted by then.
+                wanted = self._wanted.get(name, {})
+                for _ in range(2):
+                    held = {e.encoded() for e in reader.elements(family, table, name)}
+                    missing = [e for e in list(wanted) if e not in held]
+                    if not missing:
+                        break
+                    # Read once more: a dump that walks a hash set while the
+                    # kernel grows it (in the background, after a large add)
+                    # misses elements that are there.
+                extra = [e for e in held if e not in wanted]
+                if missing or extra:
+                    mark = self._mark_set
+                    differs |= trio.from_thread.run_sync(mark, name, missing, extra, began)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None
@@ -447,19 +463,21 @@ class ServiceTable:
                 out.add(interval_end((net.broadcast_address + 1).packed))
         return out
 
-    def _mark_set(self, name: str, held: set[bytes], began: int | None) -> bool:
-        """On the loop: mark every element set ``name`` lacks or holds beyond
-        what is wanted; True if any. ``began``: the write count when the
-        read began (a set written since is skipped: the read may predate it)."""
+    def _mark_set(
+        self, name: str, missing: list[bytes], extra: list[bytes], began: int | None
+    ) -> bool:
+        """On the loop: of the elements set ``name`` was read without
+        (``missing``) or with (``extra``), mark those still wanted or still
+        unwanted; True if any. ``began``: the write count when the read
+        began (a set written since is skipped: the read may predate it)."""
         if began is not None and self._last_write.get(name, 0) > began:
             return False
-        wanted = self._wanted.get(name, {}).keys()
-        missing, extra = wanted - held, held - wanted
-        if missing or extra:
-            self._adds.setdefault(name, set()).update(missing)
-            self._deletes.setdefault(name, set()).update(extra)
-            return True
-        return False
+        wanted = self._wanted.get(name, {})
+        lacking = [e for e in missing if e in wanted]
+        stray = [e for e in extra if e not in wanted]
+        self._adds.setdefault(name, set()).update(lacking)
+        self._deletes.setdefault(name, set()).update(stray)
+        return bool(lacking or stray)
 
     # --- affinity -----------------------------------------------------------------------
 
