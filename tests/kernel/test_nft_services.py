@@ -264,7 +264,9 @@ def test_a_refresh_reads_back_and_the_next_apply_repairs_only_what_differs(
     assert served(pods["c"], VIP4, 80) == {"a", "b"}
     assert elements(node, "ip", "refused") == []
 
+    # Rules and an element at once: one refresh finds both.
     node.run("nft", "flush", "chain", "ip", "cali-svc", "routed")
+    node.run("nft", "delete", "element", "ip", "cali-svc", "fe", f"{{ {VIP4} . tcp . 80 }}")
     assert refresh()
     table.apply()
     assert writes()[0] == before[0] + 1

@@ -375,7 +375,7 @@ class ServiceTable:
         if not self._structure_written or self._whole:
             return False  # the next apply writes everything anyway
         began, structures = self.element_writes, self.structure_writes
-        read = await trio.to_thread.run_sync(self._read, list(self._wanted), began)
+        read = await trio.to_thread.run_sync(self._read, list(self._wanted), began, True)
         if read is None:
             self.mark_for_resync()
             return True
@@ -395,26 +395,31 @@ class ServiceTable:
             self._adds.setdefault(name, set()).clear()
             self._deletes.setdefault(name, set()).clear()
         try:
-            read = await trio.to_thread.run_sync(self._read, list(self._wanted), None)
+            read = await trio.to_thread.run_sync(self._read, list(self._wanted), None, False)
         except KERNEL_ERRORS:
             return  # not known: written whole, as without a table
         if read is not None and read[0]:
             self._structure_written = True
             self._whole = False
 
-    def _read(self, names: Sequence[str], began: int | None) -> tuple[bool, bool] | None:
+    def _read(
+        self, names: Sequence[str], began: int | None, always: bool
+    ) -> tuple[bool, bool] | None:
         """In a worker thread: read the rules and the pools, then each set,
         handing each to the loop to compare (one set held at a time);
-        whether the rules are ours as written (if not, the sets are not
-        read) and whether any element differs. None: the table or a set
-        is missing."""
+        whether the rules are ours as written and whether any element
+        differs. The sets are read only if the rules are ours or
+        ``always`` (a refresh repairs both at the next apply; the first
+        apply writes every element if the rules are not ours). None: the
+        table or a set is missing."""
         family, table = self.layout.nfproto, self.layout.table
         reader = self._reader
         differs = False
         try:
             rules = reader.rules(family, table)
             pools = {e.encoded() for e in reader.elements(family, table, "pools")}
-            if not trio.from_thread.run_sync(self._structure_held, rules, pools):
+            rules_held = trio.from_thread.run_sync(self._structure_held, rules, pools)
+            if not (rules_held or always):
                 return False, False
             for name in names:
                 # The heavy part here: a snapshot of what is wanted (list()
@@ -438,7 +443,7 @@ class ServiceTable:
             if exc.errno == errno.ENOENT:
                 return None
             raise
-        return True, differs
+        return rules_held, differs
 
     def _structure_held(self, rules: Sequence[ReadRule], pools: set[bytes]) -> bool:
         """Whether the kernel holds the rules (by their comments, chain by
