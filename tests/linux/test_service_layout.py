@@ -40,6 +40,7 @@ from dataplane.linux.nftables.elements import (
 from dataplane.linux.nftables.reader import ReadElement, ReadRule
 from dataplane.linux.nftables.service_layout import (
     EXACT,
+    Affinity,
     Contribution,
     ServiceLayout,
     slot_count,
@@ -646,3 +647,35 @@ def test_a_set_written_while_the_refresh_reads_is_left_to_the_next_one() -> None
     assert not trio.run(race)
     trio.run(table.apply)  # nothing stale to delete: nothing refused
     assert kernel.contents() == {n: e for n, e in wanted({"web": svc(b("10.65.1.1"))}).items() if e}
+
+
+_TARGETS = [(addr(f"10.65.0.{i}").value, port(8080).value) for i in range(1, 5)]
+_target_sets = st.frozensets(st.sampled_from(_TARGETS))
+
+
+_affinities = st.builds(
+    # A frontend with affinity has somewhere to go (the layout makes none
+    # otherwise); Local policy's outside targets are some of everyone's.
+    lambda every, outside: Affinity(
+        False, key("10.96.0.10"), 60, every, None if outside is None else outside & every
+    ),
+    st.frozensets(st.sampled_from(_TARGETS), min_size=1),
+    st.one_of(st.none(), _target_sets),
+)
+
+
+@given(_affinities, st.one_of(st.none(), _affinities))
+def test_a_frontend_narrows_exactly_when_some_remembered_client_loses_its_backend(
+    old: Affinity, new: Affinity | None
+) -> None:
+    """``narrowed`` (which decides a sweep) is true iff some client, from
+    the pools or from outside, may be sent to a backend under the old
+    affinity that the new one no longer allows."""
+    lost = any(
+        old.allows(t, from_pools=p) and (new is None or not new.allows(t, from_pools=p))
+        for t in _TARGETS
+        for p in (True, False)
+    )
+    assert old.narrowed(new) == lost
+    if new is not None:
+        assert not new.narrowed(new)  # the same affinity again sweeps nothing
