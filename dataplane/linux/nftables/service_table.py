@@ -273,10 +273,10 @@ class ServiceTable:
         the new backends in force at once, before the slower one below."""
         out: dict[str, set[bytes]] = {}
         for ident, parts in self._flips.items():
-            claims = self._claims.get(ident)
-            if ident in self._framed or not claims:
+            frontend = self._in_force(ident)
+            if ident in self._framed or frontend is None:
                 continue
-            now = split(self._services[min(claims)].frontends[ident].elements)
+            now = split(frontend.elements)
             for part in parts:
                 if now[part]:
                     for name, members in second_bank(now[part]).items():
@@ -489,18 +489,24 @@ class ServiceTable:
     def _affinity_of(self, sticky: _Sticky) -> Affinity | None:
         """The affinity of a frontend as in force now (None: none)."""
         node_port, key = sticky
-        ident = (b"n" if node_port else b"r") + key  # as contribution() names frontends
-        claims = self._claims.get(ident)
-        return self._services[min(claims)].frontends[ident].affinity if claims else None
+        frontend = self._in_force(
+            (b"n" if node_port else b"r") + key
+        )  # as contribution() names them
+        return frontend.affinity if frontend else None
 
     def _sticky(self) -> dict[_Sticky, Affinity]:
         """Every affinity frontend in force."""
         out = {}
-        for ident, claims in self._claims.items():
-            affinity = self._services[min(claims)].frontends[ident].affinity
-            if affinity is not None:
-                out[(affinity.node_port, affinity.key)] = affinity
+        for ident in self._claims:
+            frontend = self._in_force(ident)
+            if frontend is not None and frontend.affinity is not None:
+                out[(frontend.affinity.node_port, frontend.affinity.key)] = frontend.affinity
         return out
+
+    def _in_force(self, ident: bytes) -> FrontendElements | None:
+        """Frontend ``ident`` as its owner (the lowest-named claim) has it."""
+        claims = self._claims.get(ident)
+        return self._services[min(claims)].frontends[ident] if claims else None
 
     async def _sweep(self) -> int:
         """Delete the affinity entries that point where their frontend's
