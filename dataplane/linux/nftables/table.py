@@ -265,9 +265,9 @@ class NftTable:
         return await self._reads.apply(self._apply)
 
     async def _apply(self) -> bool:
-        trial = await self._begin()
+        actual, trial = await self._begin()
         while True:
-            script, written = self._script(self._actual or {}, trial)
+            script, written = self._script(actual, trial)
             if not script:
                 self._dirty.clear()
                 return False
@@ -279,9 +279,9 @@ class NftTable:
         self._wrote(written, trial)
         return True
 
-    async def _begin(self) -> set[str]:
-        """Ready for an apply: the kernel read if not known, the refused
-        chains whose retry is due (they go in as wanted)."""
+    async def _begin(self) -> tuple[dict[str, list[str | None]], set[str]]:
+        """Ready for an apply: what the kernel holds (read if not known),
+        and the refused chains whose retry is due (they go in as wanted)."""
         if self._actual is None:
             self._actual = await self._read()
             # Fresh knowledge of the kernel: compare every chain to it, and
@@ -289,7 +289,7 @@ class NftTable:
             self._dirty |= set(self._desired) | set(self._base) | set(self._actual)
         trial = {n for n in self.quarantine.due() if n in self._desired}
         self._dirty |= trial
-        return trial
+        return self._actual, trial
 
     def _refused(
         self, stderr: bytes, script: list[tuple[str, str | None]], trial: set[str]
@@ -318,13 +318,12 @@ class NftTable:
         for name in trial:
             self.quarantine.release(name)  # written as wanted: accepted
         self._writes.wrote(written)
-        actual = self._actual if self._actual is not None else {}
+        assert self._actual is not None  # known since _begin; only a raise forgets it
         for name, hashes in written.items():
             if hashes is None:
-                actual.pop(name, None)
+                self._actual.pop(name, None)
             else:
-                actual[name] = list(hashes)
-        self._actual = actual
+                self._actual[name] = list(hashes)
         self._dirty.clear()
 
     @staticmethod
@@ -435,8 +434,8 @@ async def apply_together(tables: Sequence[NftTable]) -> bool:
     async def joint() -> bool:
         plans = []
         for table in tables:
-            trial = await table._begin()
-            script, written = table._script(table._actual or {}, trial)
+            actual, trial = await table._begin()
+            script, written = table._script(actual, trial)
             plans.append((table, script, written, trial))
         text = "".join(line + "\n" for _, script, _, _ in plans for line, _ in script)
         if not text:
