@@ -245,10 +245,10 @@ async def connect_times(table: ServiceTable, services: int, rounds: int = 300) -
 
 
 async def refresh_times(table: ServiceTable) -> tuple[float, float]:
-    """One refresh of the loaded table (every set dumped and compared, the
-    rules hashed), twice (the first takes the rules' hash): the second's
-    time, and the longest the trio loop went without running meanwhile
-    (a task asking to wake every millisecond)."""
+    """A refresh of the loaded table (every set dumped and compared, the
+    rules by their comments), after one to warm up: its time, and the
+    longest the trio loop went without running meanwhile (the gap between
+    the wakes of a task asking to wake every millisecond)."""
     await table.refresh()
     gaps: list[float] = []
     done = trio.Event()
