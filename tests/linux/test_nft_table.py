@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 import trio
@@ -270,15 +270,23 @@ def test_the_listing_is_read_as_our_rule_hashes_per_chain() -> None:
     }
 
 
+async def _loaded(
+    netns: str, is_held: Callable[[Sequence[str]], bool]
+) -> tuple[HeldReads, NftTable, dict[str, int]]:
+    """A table applied through a runner that can hold the commands
+    ``is_held`` picks, and how many rules each chain then holds."""
+    runner = HeldReads(ProcessRunner(netns), is_held)
+    table = NftTable("ip", TABLE, runner)
+    _desired(table)
+    await table.apply()
+    return runner, table, {name: len(rules) for name, rules in held(netns).items()}
+
+
 def test_a_refresh_beside_the_applies_repairs_tampering_and_never_undoes_a_write(
     netns: str,
 ) -> None:
     async def main() -> None:
-        runner = HeldReads(ProcessRunner(netns), lambda argv: "list" in argv)
-        table = NftTable("ip", TABLE, runner)
-        _desired(table)
-        await table.apply()
-        wanted = {name: len(rules) for name, rules in held(netns).items()}
+        runner, table, wanted = await _loaded(netns, lambda argv: "list" in argv)
         # Nothing wrong: a refresh finds nothing, the next apply writes nothing.
         assert not await table.refresh()
         assert not await table.apply()
@@ -308,11 +316,7 @@ def test_a_refresh_beside_the_applies_repairs_tampering_and_never_undoes_a_write
 
 def test_a_refresh_that_comes_back_during_a_write_is_taken_in_after_it(netns: str) -> None:
     async def main() -> None:
-        runner = HeldReads(ProcessRunner(netns), lambda argv: "-f" in argv)
-        table = NftTable("ip", TABLE, runner)
-        _desired(table)
-        await table.apply()
-        wanted = {name: len(rules) for name, rules in held(netns).items()}
+        runner, table, wanted = await _loaded(netns, lambda argv: "-f" in argv)
         nft(netns, "flush", "chain", "ip", TABLE, "cali-leaf-0")  # tampering
         # An apply of another chain is writing (nft -f has not answered
         # yet) when the refresh's read of the tampering comes back.
