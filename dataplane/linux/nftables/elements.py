@@ -81,6 +81,7 @@ __all__ = [
     "proto",
     "ranged",
     "send",
+    "verdict_element",
     "with_key",
 ]
 
@@ -265,16 +266,20 @@ def _element(element: Element | bytes) -> bytes:
         return element
     if element.verdict is None:
         return encoded(concat(element.key), concat(element.data) if element.data else b"")
-    body = nested(_ELEM_KEY, attr(_DATA_VALUE, concat(element.key)))
-    if element.data:
-        body += nested(_ELEM_DATA, attr(_DATA_VALUE, concat(element.data)))
-    if element.verdict is not None:
-        code = _VERDICTS.get(element.verdict.kind)
-        if code is None:
-            raise ValueError(f"verdict {element.verdict.kind!r} is not jump or goto")
-        verdict = attr(_VERDICT_CODE, struct.pack("!i", code))
-        verdict += attr(_VERDICT_CHAIN, name(element.verdict.chain))
-        body += nested(_ELEM_DATA, nested(_DATA_VERDICT, verdict))
+    return verdict_element(concat(element.key), element.verdict)
+
+
+def verdict_element(key: bytes, verdict: Verdict) -> bytes:
+    """A verdict map's element (``key`` from :func:`concat`), encoded: its
+    identity for writers that keep elements as bytes, as the reader
+    encodes it again."""
+    code = _VERDICTS.get(verdict.kind)
+    if code is None:
+        raise ValueError(f"verdict {verdict.kind!r} is not jump or goto")
+    body = nested(_ELEM_KEY, attr(_DATA_VALUE, key))
+    value = attr(_VERDICT_CODE, struct.pack("!i", code))
+    value += attr(_VERDICT_CHAIN, name(verdict.chain))
+    body += nested(_ELEM_DATA, nested(_DATA_VERDICT, value))
     return nested(_LIST_ELEM, body)
 
 

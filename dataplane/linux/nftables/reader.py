@@ -19,7 +19,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from dataplane.linux.nftables.elements import encoded, interval_end, ranged
+from dataplane.linux.nftables.elements import (
+    Verdict,
+    encoded,
+    interval_end,
+    ranged,
+    verdict_element,
+)
 from dataplane.linux.nftables.nfnetlink import (
     ERR,
     F_DUMP,
@@ -44,7 +50,9 @@ _RULE_TABLE, _RULE_CHAIN, _RULE_USERDATA = 1, 2, 7
 _UDATA_RULE_COMMENT = 0  # libnftnl's type-length-value, in the rule's userdata
 _LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
 _ELEM_KEY, _ELEM_DATA, _ELEM_FLAGS, _ELEM_KEY_END = 1, 2, 3, 10
-_DATA_VALUE = 1
+_DATA_VALUE, _DATA_VERDICT = 1, 2
+_VERDICT_CODE, _VERDICT_CHAIN = 1, 2
+_VERDICT_KINDS = {-3: "jump", -4: "goto"}  # NFT_JUMP, NFT_GOTO
 _INTERVAL_END = 1  # NFT_SET_ELEM_INTERVAL_END
 
 
@@ -56,9 +64,12 @@ class ReadElement:
     data: bytes = b""  # a data map's value
     key_end: bytes = b""  # a concatenated range's last key
     interval_end: bool = False  # a single-field interval set's end element
+    verdict: Verdict | None = None  # a verdict map's value (jumps and gotos only)
 
     def encoded(self) -> bytes:
         """As :mod:`~dataplane.linux.nftables.elements` encodes it for writing."""
+        if self.verdict is not None:
+            return verdict_element(self.key, self.verdict)
         if self.key_end:
             return ranged(self.key, self.key_end)
         if self.interval_end:
@@ -97,14 +108,29 @@ def _value(payload: bytes) -> bytes:
     return attrs(payload).get(_DATA_VALUE, b"")
 
 
+def _verdict(data: bytes) -> Verdict | None:
+    """A verdict map element's jump or goto (None: not a verdict, or
+    another verdict, which our maps never hold)."""
+    verdict = attrs(data).get(_DATA_VERDICT)
+    if verdict is None:
+        return None
+    found = attrs(verdict)
+    (code,) = struct.unpack("!i", found.get(_VERDICT_CODE, b"\0\0\0\0"))
+    kind = _VERDICT_KINDS.get(code)
+    chain = found.get(_VERDICT_CHAIN, b"").rstrip(b"\0").decode(errors="replace")
+    return Verdict(kind, chain) if kind else None
+
+
 def _element(payload: bytes) -> ReadElement:
     found = attrs(payload)
     flags = found.get(_ELEM_FLAGS)
+    data = found.get(_ELEM_DATA, b"")
     return ReadElement(
         _value(found.get(_ELEM_KEY, b"")),
-        _value(found.get(_ELEM_DATA, b"")),
+        _value(data),
         _value(found.get(_ELEM_KEY_END, b"")),
         bool(flags and struct.unpack("!I", flags)[0] & _INTERVAL_END),
+        _verdict(data),
     )
 
 
