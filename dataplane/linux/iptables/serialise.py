@@ -18,6 +18,7 @@ from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.rules.action import (
     Accept,
     Action,
+    Dispatch,
     Dnat,
     Drop,
     Goto,
@@ -73,6 +74,8 @@ def _protocol(name: str) -> str:
 
 
 def _set_match(name: str, side: Side, kind: SetKind, *, negate: bool) -> str:
+    if kind is SetKind.INTERFACE_ADDRESSES:
+        raise ValueError("an IP set holds no interfaces: nftables only")
     direction = side.value if kind is SetKind.ADDRESSES else f"{side.value},{side.value}"
     bang = "! " if negate else ""
     return f"-m set {bang}--match-set {name} {direction}"
@@ -113,6 +116,8 @@ def action_text(action: Action | None) -> str:
             return f"-j MASQUERADE --to-ports {first}" + (f"-{last}" if last != first else "")
         case Log(prefix, level):
             return f'-j LOG --log-prefix "{prefix}" --log-level {level}'
+        case Dispatch():
+            raise ValueError("iptables has no verdict maps: dispatch is a tree of rules")
 
 
 @dataclass(slots=True)

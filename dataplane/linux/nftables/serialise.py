@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from dataplane.linux.rules.action import (
     Accept,
     Action,
+    Dispatch,
     Dnat,
     Drop,
     Goto,
@@ -165,6 +166,8 @@ def action_text(action: Action | None, chain_prefix: str = "") -> str:
         case Log(prefix, level):
             # The prefix is configuration (LogPrefix), checked at the edge.
             return f'log prefix "{prefix}" level {_LEVELS[level]}'
+        case Dispatch(name, inbound):
+            return f"{'iifname' if inbound else 'oifname'} vmap @{nft_name(name)}"
 
 
 @dataclass(slots=True)
@@ -186,6 +189,8 @@ class _Rendering:
     def set_key(self, side: Side, kind: SetKind) -> str:
         if kind is SetKind.ADDRESSES:
             return self.address(side)
+        if kind is SetKind.INTERFACE_ADDRESSES:
+            return f"{'iifname' if side is Side.SRC else 'oifname'} . {self.address(side)}"
         port = "th sport" if side is Side.SRC else "th dport"
         return f"{self.address(side)} . meta l4proto . {port}"
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 __all__ = [
     "Accept",
     "Action",
+    "Dispatch",
     "Dnat",
     "Drop",
     "Goto",
@@ -107,6 +108,19 @@ class Masquerade:
     ports: tuple[int, int] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """Go to the chain verdict map ``map`` holds for the packet's incoming
+    (``inbound``) or outgoing interface; go on here if it holds none.
+
+    nftables only: one element per interface replaces a tree of rules, so
+    an endpoint added is data, not a rule (``docs/nftables.md``).
+    """
+
+    map: str
+    inbound: bool
+
+
 Action = (
     Accept
     | Drop
@@ -120,6 +134,7 @@ Action = (
     | Dnat
     | Snat
     | Masquerade
+    | Dispatch
 )
 
 _NAMED: dict[str, Action] = {

@@ -43,6 +43,9 @@ class SetKind(enum.Enum):
 
     ADDRESSES = "addresses"  # addresses and networks
     ADDRESS_PORTS = "address-ports"  # (address, protocol, port): named ports, services
+    # (interface, address): the packet's incoming interface with its source
+    # address, or outgoing with destination; nftables only.
+    INTERFACE_ADDRESSES = "interface-addresses"
 
 
 @dataclass(frozen=True, slots=True)
