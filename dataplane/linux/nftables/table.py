@@ -18,6 +18,12 @@ same reading beside the applies, so a periodic check never delays one.
 Base chains (the hooks into the kernel's packet path) are chains of this
 table too, declared with their hook; other tables are never touched.
 
+Per-interface sets and maps (endpoint dispatch,
+:mod:`~dataplane.linux.nftables.iface_data`) are declared in every script
+and their elements written after it, through the element writer, once the
+chains they reach exist; a chain an element still reaches is deleted
+after the elements move away (a second script, only then).
+
 A chain nft refuses is quarantined (``docs/quarantine.md``): nft names
 the script line it refused, the chain that line writes is set aside --
 the kernel keeps its last good version, or a fail-closed ``drop`` if it
@@ -38,6 +44,7 @@ from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner, output_lines
 from dataplane.linux.kernel.written import ReadsBesideApplies, Writes
+from dataplane.linux.nftables.iface_data import InterfaceData
 from dataplane.linux.nftables.serialise import NftRule, nft_name
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
@@ -88,6 +95,7 @@ class NftTable:
         *,
         clock: Callable[[], float] = time.monotonic,
         fail_closed: tuple[NftRule, ...] = FAIL_CLOSED,
+        data: InterfaceData | None = None,
     ) -> None:
         if family not in ("ip", "ip6"):
             raise ValueError(f"not an nft family we write: {family}")
@@ -114,6 +122,10 @@ class NftTable:
             ReadsBesideApplies(self._take_read)
         )
         self._refused_rules: dict[str, int | None] = {}  # chain -> the rule nft named
+        # The table's per-interface sets and maps (endpoint dispatch), and
+        # chains left for after their elements: one may still reach them.
+        self.data = data
+        self._deferred: set[str] = set()
         self.reads = 0  # read-backs of the table
 
     @property
@@ -154,6 +166,8 @@ class NftTable:
     def mark_for_resync(self) -> None:
         """Read the table back at the next apply and repair what differs."""
         self._actual = None
+        if self.data is not None:
+            self.data.forget()
 
     async def refresh(self) -> bool:
         """Read the table back beside the applies; True if something differs.
@@ -164,7 +178,10 @@ class NftTable:
         predate it.
         """
         began = self.writes
-        return self._reads.offer((began, await self._read()))
+        differs = self._reads.offer((began, await self._read()))
+        if self.data is not None:
+            differs |= await self.data.check()
+        return differs
 
     def _take_read(self, began_read: tuple[int, dict[str, list[str | None]]]) -> bool:
         began, read = began_read
@@ -228,6 +245,7 @@ class NftTable:
         fill: list[tuple[str, str | None]] = []
         rewritten: dict[str, list[str] | None] = {}
         stale: list[str] = []
+        self._deferred = set()
         for name in sorted(self._dirty):
             if self._rules(name) is None:
                 if name in actual:
@@ -247,12 +265,20 @@ class NftTable:
                 (f"add rule {where} {name} {rule.written(HASH_TAG + h)}", name)
                 for rule, h in zip(rules, hashes, strict=True)
             )
+        if self.data is not None and any(self.data.reaches(n) for n in stale):
+            # An element held reaches one: all go after the elements (the
+            # one reached may jump to the others).
+            self._deferred, stale = set(stale), []
         # Flush every stale chain before deleting any: one may jump to another.
         drop: list[tuple[str, str | None]] = [(f"flush chain {where} {n}", n) for n in stale]
         drop += [(f"delete chain {where} {n}", n) for n in stale]
-        if not (declare or fill or drop):
+        sets: list[tuple[str, str | None]] = []
+        if self.data is not None:
+            sets = [(line, None) for line in self.data.declarations(where)]
+        if not (declare or fill or drop or (self.data is not None and self.data.missing)):
             return [], {}
-        script = [(f"add table {where}", None), *declare, *fill, *drop]
+        # The sets before the chains whose rules look them up.
+        script = [(f"add table {where}", None), *sets, *declare, *fill, *drop]
         return script, {**rewritten, **dict.fromkeys(stale)}
 
     async def apply(self) -> bool:
@@ -265,6 +291,23 @@ class NftTable:
         return await self._reads.apply(self._apply)
 
     async def _apply(self) -> bool:
+        wrote = await self._apply_chains()
+        return await self._apply_data() or wrote
+
+    async def _apply_data(self) -> bool:
+        """The interface elements, once the chains they reach exist; then
+        the chains no element reaches any more. True if anything was written."""
+        if self.data is None:
+            return False
+        # Dirty again first: if the elements are refused, the next apply
+        # still deletes them.
+        self._dirty |= self._deferred
+        wrote = await self.data.write()
+        if self._deferred:
+            wrote |= await self._apply_chains()
+        return wrote
+
+    async def _apply_chains(self) -> bool:
         actual, trial = await self._begin()
         while True:
             script, written = self._script(actual, trial)
@@ -287,6 +330,8 @@ class NftTable:
             # Fresh knowledge of the kernel: compare every chain to it, and
             # notice chains of our table that nobody wants.
             self._dirty |= set(self._desired) | set(self._base) | set(self._actual)
+        if self.data is not None and not self.data.known:
+            await self.data.read()
         trial = {n for n in self.quarantine.due() if n in self._desired}
         self._dirty |= trial
         return self._actual, trial
@@ -325,6 +370,8 @@ class NftTable:
             else:
                 self._actual[name] = list(hashes)
         self._dirty.clear()
+        if self.data is not None:
+            self.data.declared()  # every script declares the sets
 
     @staticmethod
     def _blame(
@@ -387,6 +434,8 @@ class NftTable:
         await self._runner.run(["nft", "delete", "table", self.family, self.name], check=False)
         self._actual = None
         self._dirty = set(self._desired) | set(self._base)
+        if self.data is not None:
+            self.data.forget()
 
 
 def listed_chains(listing: bytes) -> dict[str, list[str | None]]:
@@ -439,9 +488,11 @@ async def apply_together(tables: Sequence[NftTable]) -> bool:
             plans.append((table, script, written, trial))
         text = "".join(line + "\n" for _, script, _, _ in plans for line, _ in script)
         if not text:
+            wrote = False
             for table in tables:
                 table._dirty.clear()
-            return False
+                wrote |= await table._apply_data()
+            return wrote
         result = await tables[0]._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
         if result.returncode != 0:
             # Nothing of it was applied: each on its own, to blame one chain.
@@ -451,6 +502,8 @@ async def apply_together(tables: Sequence[NftTable]) -> bool:
             return wrote
         for table, _, written, trial in plans:
             table._wrote(written, trial)
+        for table in tables:
+            await table._apply_data()
         return True
 
     # A refresh read that comes back meanwhile waits for the end, for each.

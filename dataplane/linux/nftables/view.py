@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from dataplane.linux.nftables.elements import Verdict, ifname, verdict_element
+from dataplane.linux.nftables.iface_data import DataSet, Held, InterfaceData
 from dataplane.linux.nftables.serialise import NftRule
 from dataplane.linux.nftables.table import BaseChain, NftTable
 from dataplane.linux.rules.chain import Chain
@@ -108,3 +110,32 @@ class NftTableView:
         if spec is None:
             raise ValueError(f"{self.name} has no built-in chain {builtin}")
         self.table.set_base_chain(BaseChain(self.prefix + builtin, spec, tuple(rules)))
+
+    # --- per-interface data (endpoint dispatch) ------------------------------------
+
+    @property
+    def has_data(self) -> bool:
+        """Whether the table keeps per-interface sets (the driver's tables do)."""
+        return self.table.data is not None
+
+    def _data(self) -> InterfaceData:
+        if self.table.data is None:
+            raise ValueError(f"table {self.table.name} keeps no per-interface data")
+        return self.table.data
+
+    def declare(self, data_set: DataSet) -> None:
+        self._data().declare(data_set)
+
+    def put_goto(self, name: str, iface: str, chain: str | None) -> None:
+        """``iface``'s element of verdict map ``name``: goto this view's
+        ``chain`` (None: no element)."""
+        if chain is None:
+            self._data().put(name, iface, Held())
+            return
+        target = self.prefix + chain
+        element = verdict_element(ifname(iface).value, Verdict("goto", target))
+        self._data().put(name, iface, Held(frozenset((element,)), target))
+
+    def put_elements(self, name: str, iface: str, elements: frozenset[bytes]) -> None:
+        """``iface``'s elements of set ``name``."""
+        self._data().put(name, iface, Held(elements))
