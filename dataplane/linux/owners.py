@@ -71,8 +71,11 @@ def find_owner(
     hosts: Iterable[tuple[HostEndpointKey, HostEndpoint]],
     users: PolicyUsers,
     service_of: Callable[[str], ServiceKey | None],
+    sharing: Callable[[str], frozenset[WorkloadEndpointKey]] = lambda _: frozenset(),
 ) -> ChainOwner:
-    """The object ``chain`` was rendered from (see :class:`ChainOwner`)."""
+    """The object ``chain`` was rendered from (see :class:`ChainOwner`);
+    ``sharing`` names the workload endpoints whose shared chain it is
+    (nftables)."""
     for key in policies:
         for inbound in (True, False):
             if names.policy(key, inbound) == chain:
@@ -96,6 +99,12 @@ def find_owner(
     for wkey, wep in workloads:
         if chain in (names.to_workload(wep.name), names.from_workload(wep.name)):
             return ChainOwner("workload endpoint", str(wkey), frozenset({wkey}))
+    shared = sharing(chain)
+    if shared:
+        # One chain for every endpoint with this policy: the first names it.
+        first = min(shared, key=str)
+        more = f" and {len(shared) - 1} more" if len(shared) > 1 else ""
+        return ChainOwner("workload endpoint", f"{first}{more}", shared)
     for hkey, hep in hosts:
         if hep.name and chain.endswith(f"-{hep.name}"):
             return ChainOwner("host endpoint", str(hkey), frozenset({hkey}))

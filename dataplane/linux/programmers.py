@@ -32,7 +32,13 @@ from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
-from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.elements import (
+    NFPROTO_IPV4,
+    NFPROTO_IPV6,
+    ElementWriter,
+    netfilter_socket,
+)
+from dataplane.linux.nftables.iface_data import InterfaceData
 from dataplane.linux.nftables.mode import nftables_chosen
 from dataplane.linux.nftables.reader import TableReader
 from dataplane.linux.nftables.serialise import nft_name
@@ -49,6 +55,7 @@ __all__ = ["NFTABLES", "TABLES", "HoldsBack", "NftNames", "Programmers", "nft_ta
 
 NFTABLES = "nftables"  # Programmers.backend on native nftables
 _FAMILY = {4: "ip", 6: "ip6"}
+_NFPROTO = {4: NFPROTO_IPV4, 6: NFPROTO_IPV6}
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +160,16 @@ class Programmers:
             sink = ElementWriter(lambda: socket_in(netns, netfilter_socket))
             reader = TableReader(lambda: socket_in(netns, netfilter_socket))
             names = nft_tables(prefix)
-            nft = {v: NftTable(_FAMILY[v], names.main, runner, clock=clock) for v in versions}
+            nft = {
+                v: NftTable(
+                    _FAMILY[v],
+                    names.main,
+                    runner,
+                    clock=clock,
+                    data=InterfaceData(_NFPROTO[v], names.main, sink, reader),
+                )
+                for v in versions
+            }
             ipsets: SetProgrammer = NftSets(
                 runner, sink, dict.fromkeys(versions, names.main), clock=clock
             )

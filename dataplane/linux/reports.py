@@ -66,6 +66,7 @@ class Reports:
             hosts=self._hosts,
             users=self._users,
             service_of=lambda name: self._services.service_of(table, version, name),
+            sharing=lambda name: self._workloads.sharing(version, name),
         )
 
     def log_refusals(self, kernel: Programmers) -> None:

@@ -181,6 +181,27 @@ class _Tamper:
             return self.node.run("nft", "list", "chain", "ip", "cali", f"filter-{name}").stdout
         return self.node.run("iptables", "-S", name).stdout
 
+    def ingress_chain(self, iface: str) -> str:
+        """The chain judging traffic to workload ``iface``: its own on
+        iptables, on nftables the shared one its element in the map reaches."""
+        if not self.nft:
+            return f"cali-tw-{iface}"
+        listed = self.node.run("nft", "list", "map", "ip", "cali", "wl-to").stdout
+        found = re.search(rf'"{re.escape(iface)}" : goto filter-(\S+?)[,\s}}]', listed)
+        assert found, listed
+        return found.group(1)
+
+    def drop_interface_data(self, iface: str) -> None:
+        """nftables: ``iface``'s dispatch element and allowed sources go."""
+        for name in ("wl-from", "wl-sources"):
+            listed = self.node.run(
+                "nft", "list", "set" if "sources" in name else "map", "ip", "cali", name
+            ).stdout
+            items = re.findall(rf'"{re.escape(iface)}" [.:] [^,}}\n]+', listed)
+            assert items, listed
+            element = "{ " + ", ".join(i.strip() for i in items) + " }"
+            self.node.run("nft", "delete", "element", "ip", "cali", name, element)
+
     def flush_chain(self, name: str) -> None:
         if self.nft:
             self.node.run("nft", "flush", "chain", "ip", "cali", f"filter-{name}")
@@ -231,9 +252,15 @@ def test_tampering_is_repaired_within_a_refresh_interval(
     api = cluster.pods["api-1"]
     try:
         # Someone flushes the api pod's ingress chain: prometheus would get in.
-        tamper.flush_chain(f"cali-tw-{api.iface}")
+        ingress = tamper.ingress_chain(api.iface)
+        tamper.flush_chain(ingress)
         cluster.wait_for(Probe("prom-1", "api-1", "tcp", 8080, 4, False), deadline=10)
-        assert re.search(r"-j DROP|\bdrop\b", tamper.chain(f"cali-tw-{api.iface}"))
+        assert re.search(r"-j DROP|\bdrop\b", tamper.chain(ingress))
+        if tamper.nft:
+            # Someone deletes the web pod's elements: its traffic meets the
+            # "unknown workload interface" drop until they are back.
+            tamper.drop_interface_data(cluster.pods["web-1"].iface)
+            cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True), deadline=10)
         # Someone empties the web selector set: web loses access until repaired.
         tamper.flush_set("s:web")
         cluster.wait_for(Probe("web-1", "api-1", "tcp", 8080, 4, True), deadline=10)

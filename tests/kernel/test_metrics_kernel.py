@@ -193,7 +193,10 @@ def _nft_tables(
         chain: tuple[str, str] | None = None
         for line in listed.splitlines():
             if line.startswith("\tset "):
-                sets[(version,)] = sets.get((version,), 0.0) + 1
+                # Felix's IP sets (cali4..., cali6...), not the endpoints'
+                # dispatch data (wl-sources).
+                if line.split()[1].startswith("cali"):
+                    sets[(version,)] = sets.get((version,), 0.0) + 1
                 chain = None
             elif line.startswith("\tchain "):
                 table, _, name = line.split()[1].partition("-")

@@ -48,6 +48,7 @@ from dataplane.linux.render.hostpolicy import HostPolicyRenderer
 from dataplane.linux.render.nat import NatRenderer
 from dataplane.linux.render.rule import RuleRenderer
 from dataplane.linux.render.service import ServiceRenderer
+from dataplane.linux.render.shared_workloads import map_dispatch, shared_workload_chains
 from dataplane.linux.rules.chain import Chain, Serialiser
 from dataplane.linux.rules.marks import Marks
 from dataplane.managers import convert
@@ -414,11 +415,14 @@ def render_model_tables(
     extra: Mapping[PolicyKey, Policy] | None = None,
     *,
     with_services: bool = False,
+    shared: Callable[[WorkloadEndpoint, str, str, tuple[str, ...]], None] | None = None,
 ) -> dict[str, tuple[list[Chain[R]], Mapping[str, tuple[R, ...]]]]:
     """Every table of ``state`` spelled by ``out`` (given the marks, or None
     for the nat table); ``extra`` policies beside the state's own.
     kube-proxy's service chains are iptables' own layout: only
-    ``with_services``."""
+    ``with_services``. With ``shared``, workloads take nftables' layout
+    (chains shared by policy, dispatch by verdict maps), and ``shared``
+    is told each one's (to, from) chains and allowed sources."""
     # A ConfigUpdate the edge refuses leaves the previous config (here:
     # Felix's defaults) in force, as in the loop.
     config = _accepted(parse_config, state.config) or Config()
@@ -438,10 +442,20 @@ def render_model_tables(
         chains += filt.policy_chains(key, policy)
     for name, profile in profiles.items():
         chains += filt.profile_chains(name, profile)
+    seen: set[str] = set()
     for wep in workloads:
         effective = workload_effective_policy(wep, policies.__contains__, profiles.__contains__)
-        chains += filt.workload_chains(wep, effective)
-    chains += filt.workload_dispatch(w.name for w in workloads)
+        if shared is None:
+            chains += filt.workload_chains(wep, effective)
+            continue
+        pair = shared_workload_chains(filt, wep, effective)
+        chains += [c for c in pair if c.name not in seen]
+        seen |= {c.name for c in pair}
+        shared(wep, pair[0].name, pair[1].name, filt.allowed_sources(wep))
+    if shared is None:
+        chains += filt.workload_dispatch(w.name for w in workloads)
+    else:
+        chains += map_dispatch(filt)
     resolved = [
         (hep, host_effective_policy(hep, policies.get, profiles.__contains__)) for hep in hosts
     ]

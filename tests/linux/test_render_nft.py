@@ -36,18 +36,27 @@ from dataplane.config import Config, parse_config
 from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.kernel.netns import socket_in
-from dataplane.linux.nftables.elements import ElementWriter, netfilter_socket
+from dataplane.linux.nftables.elements import (
+    NFPROTO_IPV4,
+    NFPROTO_IPV6,
+    ElementWriter,
+    netfilter_socket,
+)
+from dataplane.linux.nftables.iface_data import DataSet, InterfaceData
+from dataplane.linux.nftables.reader import TableReader
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
+from dataplane.linux.nftables.set_elements import interface_ranges
 from dataplane.linux.nftables.sets import NftSets
 from dataplane.linux.nftables.table import NftTable
 from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.rule import RuleRenderer
+from dataplane.linux.render.shared_workloads import FROM_MAP, SOURCES, TO_MAP
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.rules.rule import PROFILE_TIER, TableRule
 from dataplane.managers import convert
-from dataplane.model import IPSet, Policy, PolicyKey, Rule
+from dataplane.model import IPSet, Policy, PolicyKey, Rule, WorkloadEndpoint
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.linux.test_render_kernel import (
     _KINDS,
@@ -71,6 +80,9 @@ from tests.linux.test_render_kernel import rules as felix_rules
 # Each example runs nft a few times (~0.3 s each): fewer than the iptables
 # tests' 800 in CI, which keeps the three tests to a few minutes there.
 EXAMPLES = int(os.environ.get("DP_NFT_EXAMPLES", "200" if os.environ.get("CI") == "true" else "30"))
+
+
+_NFPROTO = {4: NFPROTO_IPV4, 6: NFPROTO_IPV6}
 
 
 def nft_set_name(set_id: str, version: int) -> str:
@@ -274,26 +286,53 @@ def test_a_whole_node_lands_in_one_table_per_family(
 ) -> None:
     """The programmers' own path: the node's IP sets as native sets
     (NftSets), the four tables as views of one NftTable per family, chains
-    named by their table and jumps with them; the kernel takes it all in
-    one transaction per family and holds what was rendered."""
+    named by their table and jumps with them, workloads as nftables holds
+    them (chains shared by policy; their interfaces and sources as map and
+    set elements); the kernel takes it all and holds what was rendered."""
     kinds = {**ADDRESS_SETS, **PORT_SETS}
     runner = ProcessRunner(module_netns)
-    writer = ElementWriter(lambda: socket_in(module_netns, netfilter_socket))
+    socket = partial(socket_in, module_netns, netfilter_socket)
+    writer = ElementWriter(socket)
     sets = NftSets(runner, writer, {4: "dp-node", 6: "dp-node"})
     for set_id in _ALL_SETS:
         sets.replace(IPSet(set_id, _KINDS[kinds.get(set_id, "hash:net")], frozenset()))
     for version in (4, 6):
         family = "ip" if version == 4 else "ip6"
-        table = NftTable(family, "dp-node", runner)
+        data = InterfaceData(_NFPROTO[version], "dp-node", writer, TableReader(socket))
+        table = NftTable(family, "dp-node", runner, data=data)
+        filter_view = NftTableView(table, "filter", version)
+        address = "ipv4_addr" if version == 4 else "ipv6_addr"
+        filter_view.declare(DataSet(FROM_MAP, "type ifname : verdict"))
+        filter_view.declare(DataSet(TO_MAP, "type ifname : verdict"))
+        filter_view.declare(DataSet(SOURCES, f"type ifname . {address}; flags interval"))
+
+        reached: dict[str, str] = {}
+
+        def endpoint(
+            wep: WorkloadEndpoint,
+            to: str,
+            from_: str,
+            sources: tuple[str, ...],
+            *,
+            view: NftTableView = filter_view,
+            version: int = version,
+            reached: dict[str, str] = reached,
+        ) -> None:
+            reached[wep.name] = view.prefix + to
+            view.put_goto(TO_MAP, wep.name, to)
+            view.put_goto(FROM_MAP, wep.name, from_)
+            view.put_elements(SOURCES, wep.name, interface_ranges(wep.name, sources, version))
+
         wanted: dict[str, int] = {}
         for name in ("raw", "mangle", "nat", "filter"):
-            view = NftTableView(table, name, version)
+            view = filter_view if name == "filter" else NftTableView(table, name, version)
             rendered = render_model_tables(
                 state,
                 version,
                 partial(NftSerialiser, version, chain_prefix=view.prefix),
                 sets.kernel_name,
                 {PolicyKey("drawn"): Policy("t", extra.inbound, extra.outbound)},
+                shared=endpoint,
             )
             chains, hooks = rendered[name]
             view.set_chains(chains)
@@ -310,5 +349,10 @@ def test_a_whole_node_lands_in_one_table_per_family(
             trio.run(program)
             assert table.held_back() == {}
             assert held_in(module_netns, family, "dp-node") == wanted
+            # Each workload's interface reaches its shared chain.
+            read = TableReader(socket).elements(_NFPROTO[version], "dp-node", TO_MAP)
+            assert {
+                e.key.rstrip(b"\0").decode(): e.verdict.chain for e in read if e.verdict
+            } == reached
         finally:
             trio.run(table.cleanup)

@@ -27,10 +27,28 @@ import socket
 import sys
 from collections.abc import Iterable
 
-from dataplane.linux.nftables.elements import addr, concat, encoded, interval, port, proto
+from dataplane.linux.nftables.elements import (
+    Field,
+    addr,
+    concat,
+    encoded,
+    ifname,
+    interval,
+    port,
+    proto,
+    ranged,
+)
 from dataplane.model import IPSetType
 
-__all__ = ["elements_of", "expand", "listed_members", "member_version", "set_name", "set_type"]
+__all__ = [
+    "elements_of",
+    "expand",
+    "interface_ranges",
+    "listed_members",
+    "member_version",
+    "set_name",
+    "set_type",
+]
 
 _LETTER = {IPSetType.IP: "0", IPSetType.NET: "n", IPSetType.IP_AND_PORT: "p"}
 _PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
@@ -147,3 +165,18 @@ def expand(items: Iterable[bytes]) -> tuple[bytes, ...]:
             out.append(item[at : at + size])
             at += size
     return tuple(out)
+
+
+def interface_ranges(iface: str, nets: Iterable[str], version: int) -> frozenset[bytes]:
+    """Elements of an ``ifname . address`` interval set: ``iface`` with
+    each of ``nets`` (one family, merged into ranges: the kernel takes no
+    two of one interface that overlap)."""
+    width = 4 if version == 4 else 16
+    name = ifname(iface)
+    return frozenset(
+        ranged(
+            concat((name, Field(start.to_bytes(width, "big")))),
+            concat((name, Field((end - 1).to_bytes(width, "big")))),
+        )
+        for start, end in _ranges(nets, version)
+    )

@@ -55,6 +55,11 @@ class ChainNames:
     def from_workload(self, iface: str) -> str:
         return f"{self.prefix}fw-{iface}"
 
+    def shared_workload(self, digest: str, inbound: bool) -> str:
+        """A workload chain every endpoint with the same policy shares
+        (nftables), named by a digest of what it holds."""
+        return self._named("tws" if inbound else "fws", digest)
+
     def to_host_endpoint(self, iface: str) -> str:
         return f"{self.prefix}th-{iface}"
 

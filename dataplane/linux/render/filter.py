@@ -80,12 +80,21 @@ from dataplane.model import (
     WorkloadEndpoint,
 )
 
-__all__ = ["ESTABLISHED", "FilterRenderer"]
+__all__ = [
+    "ANTI_SPOOF",
+    "ENDPOINT_DOWN",
+    "ESTABLISHED",
+    "UNKNOWN_WORKLOAD",
+    "FilterRenderer",
+]
 
 # Comments of the drops an endpoint chain ends its tiers and its profiles
 # with, for people reading the ruleset (counters name them by origin).
 END_OF_TIER = "end of tier "
 NOTHING_ALLOWED = "no policy or profile allowed it"
+ANTI_SPOOF = "source address is not the endpoint's"
+ENDPOINT_DOWN = (TableRule((), Drop(), comment="endpoint is not active"),)
+UNKNOWN_WORKLOAD = TableRule((), Drop(), comment="unknown workload interface")
 _DISPATCH_LEAF = 16  # interfaces matched directly before the tree branches
 # A dispatch subtree's inputs within its tree: its chain, interfaces, last rule.
 _SubtreeKey = tuple[str, tuple[str, ...], TableRule | None]
@@ -196,14 +205,18 @@ class FilterRenderer(Generic[R]):
                 )
         return out
 
-    def _anti_spoof(self, endpoint: WorkloadEndpoint) -> list[TableRule]:
+    def allowed_sources(self, endpoint: WorkloadEndpoint) -> tuple[str, ...]:
+        """The source networks ``endpoint`` may send from, of this version."""
         own = endpoint.ipv4_nets if self.version == 4 else endpoint.ipv6_nets
-        allowed = tuple(
+        return tuple(
             n
             for n in own + endpoint.allow_spoofed_source_prefixes
             if (":" in n) == (self.version == 6)
         )
-        comment = "source address is not the endpoint's"
+
+    def _anti_spoof(self, endpoint: WorkloadEndpoint) -> list[TableRule]:
+        allowed = self.allowed_sources(endpoint)
+        comment = ANTI_SPOOF
         if any(is_whole_family(n) for n in allowed):
             # Every source is allowed; and nft refuses "! -s 0.0.0.0/0" at
             # commit (EINVAL) though its parser passes it.
@@ -218,8 +231,7 @@ class FilterRenderer(Generic[R]):
         to_name = self.names.to_workload(endpoint.name)
         from_name = self.names.from_workload(endpoint.name)
         if not endpoint.admin_up:
-            down = (TableRule((), Drop(), comment="endpoint is not active"),)
-            return [self._chain(to_name, down), self._chain(from_name, down)]
+            return [self._chain(to_name, ENDPOINT_DOWN), self._chain(from_name, ENDPOINT_DOWN)]
         ingress = self.tiered_rules(policy.ingress, True)
         egress = (
             self._anti_spoof(endpoint)
@@ -343,12 +355,11 @@ class FilterRenderer(Generic[R]):
 
     def workload_dispatch(self, ifaces: Iterable[str]) -> list[Chain[R]]:
         n = self.names
-        unknown = TableRule((), Drop(), comment="unknown workload interface")
         names = sorted(ifaces)
         return self.dispatch_chains(
-            n.top("from-wl-dispatch"), "fwd", True, names, n.from_workload, unknown
+            n.top("from-wl-dispatch"), "fwd", True, names, n.from_workload, UNKNOWN_WORKLOAD
         ) + self.dispatch_chains(
-            n.top("to-wl-dispatch"), "twd", False, names, n.to_workload, unknown
+            n.top("to-wl-dispatch"), "twd", False, names, n.to_workload, UNKNOWN_WORKLOAD
         )
 
     def host_dispatch(self, ifaces: Iterable[str]) -> list[Chain[R]]:

@@ -2,13 +2,30 @@
 
 An endpoint's chains are rendered from its effective policy, which the
 managers resolved; only the dispatch trees change shape when endpoints come
-and go.
+and go. On nftables the chains are shared by every endpoint with the same
+policy and dispatch is by verdict maps, so an endpoint is mostly elements
+(:mod:`dataplane.linux.render.shared_workloads`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from collections.abc import Set as AbstractSet
+from typing import cast
 
+from dataplane.linux.nftables.iface_data import DataSet
+from dataplane.linux.nftables.serialise import NftRule
+from dataplane.linux.nftables.set_elements import interface_ranges
+from dataplane.linux.nftables.view import NftTableView
+from dataplane.linux.render.filter import FilterRenderer
+from dataplane.linux.render.shared_workloads import (
+    FROM_MAP,
+    SOURCES,
+    TO_MAP,
+    map_dispatch,
+    shared_workload_chains,
+)
+from dataplane.linux.rules.chain import Chain
 from dataplane.linux.writers.target import R, Target
 from dataplane.model import EffectivePolicy, WorkloadEndpoint, WorkloadEndpointKey
 
@@ -22,6 +39,10 @@ class WorkloadWriter:
         self._removed_ifaces: set[str] = set()
         self._dispatch_dirty = True
         self._dispatch_chains: dict[int, set[str]] = {}
+        # nftables: the shared (to, from) chains each interface reaches, and
+        # the shared chains in the table, per version.
+        self._reaches: dict[int, dict[str, tuple[str, str]]] = {}
+        self._shared: dict[int, set[str]] = {}
 
     def __iter__(self) -> Iterator[tuple[WorkloadEndpointKey, WorkloadEndpoint]]:
         for key, (endpoint, _) in self._endpoints.items():
@@ -30,6 +51,16 @@ class WorkloadWriter:
     def get(self, key: WorkloadEndpointKey) -> WorkloadEndpoint | None:
         entry = self._endpoints.get(key)
         return entry[0] if entry else None
+
+    def sharing(self, version: int, chain: str) -> frozenset[WorkloadEndpointKey]:
+        """The endpoints whose interface reaches shared chain ``chain``
+        (nftables; none on iptables, where each endpoint has its own)."""
+        reaches = self._reaches.get(version, {})
+        return frozenset(
+            key
+            for key, (endpoint, _) in self._endpoints.items()
+            if chain in reaches.get(endpoint.name, ())
+        )
 
     def set(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
         old = self.get(endpoint.key)
@@ -53,6 +84,9 @@ class WorkloadWriter:
         for version in target.versions:
             table = target.table("filter", version)
             render = target.renderer("filter", version)
+            if isinstance(table, NftTableView) and table.has_data:
+                self._write_shared(table, render, version, dirty, in_use, everything=everything)
+                continue
             for iface in self._removed_ifaces - in_use:
                 table.remove_chain(names.to_workload(iface))
                 table.remove_chain(names.from_workload(iface))
@@ -72,3 +106,49 @@ class WorkloadWriter:
         self._dirty.clear()
         self._removed_ifaces.clear()
         self._dispatch_dirty = False
+
+    def _write_shared(
+        self,
+        table: NftTableView,
+        render: FilterRenderer[R],
+        version: int,
+        dirty: Collection[WorkloadEndpointKey],
+        in_use: AbstractSet[str],
+        *,
+        everything: bool,
+    ) -> None:
+        """nftables: shared chains, and each interface's map and set elements."""
+        address = "ipv4_addr" if version == 4 else "ipv6_addr"
+        table.declare(DataSet(FROM_MAP, "type ifname : verdict"))
+        table.declare(DataSet(TO_MAP, "type ifname : verdict"))
+        table.declare(DataSet(SOURCES, f"type ifname . {address}; flags interval"))
+        reaches = self._reaches.setdefault(version, {})
+        for iface in self._removed_ifaces - in_use:
+            reaches.pop(iface, None)
+            table.put_goto(FROM_MAP, iface, None)
+            table.put_goto(TO_MAP, iface, None)
+            table.put_elements(SOURCES, iface, frozenset())
+        for key in dirty:
+            entry = self._endpoints.get(key)
+            if entry is None:
+                continue
+            endpoint = entry[0]
+            to_chain, from_chain = shared_workload_chains(render, *entry)
+            table.update_chain(cast("Chain[NftRule]", to_chain))
+            table.update_chain(cast("Chain[NftRule]", from_chain))
+            reaches[endpoint.name] = (to_chain.name, from_chain.name)
+            table.put_goto(TO_MAP, endpoint.name, to_chain.name)
+            table.put_goto(FROM_MAP, endpoint.name, from_chain.name)
+            sources = render.allowed_sources(endpoint)
+            table.put_elements(
+                SOURCES, endpoint.name, interface_ranges(endpoint.name, sources, version)
+            )
+        if everything or version not in self._dispatch_chains:
+            dispatch = map_dispatch(render)
+            for chain in dispatch:
+                table.update_chain(cast("Chain[NftRule]", chain))
+            self._dispatch_chains[version] = {c.name for c in dispatch}
+        live = {name for pair in reaches.values() for name in pair}
+        for stale in self._shared.get(version, set()) - live:
+            table.remove_chain(stale)
+        self._shared[version] = live
