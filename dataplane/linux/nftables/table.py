@@ -19,10 +19,12 @@ Base chains (the hooks into the kernel's packet path) are chains of this
 table too, declared with their hook; other tables are never touched.
 
 Per-interface sets and maps (endpoint dispatch,
-:mod:`~dataplane.linux.nftables.iface_data`) are declared in every script
-and their elements written after it, through the element writer, once the
-chains they reach exist; a chain an element still reaches is deleted
-after the elements move away (a second script, only then).
+:mod:`~dataplane.linux.nftables.iface_data`) are declared in every script.
+When a script runs, the verdict elements that changed go in it, after the
+chains they reach and before the chains no element reaches any more are
+deleted (one transaction, one validation of the table by the kernel); the
+other elements, and all of them when no script is needed, go through the
+element writer after it.
 
 A chain nft refuses is quarantined (``docs/quarantine.md``): nft names
 the script line it refused, the chain that line writes is set aside --
@@ -122,10 +124,8 @@ class NftTable:
             ReadsBesideApplies(self._take_read)
         )
         self._refused_rules: dict[str, int | None] = {}  # chain -> the rule nft named
-        # The table's per-interface sets and maps (endpoint dispatch), and
-        # chains left for after their elements: one may still reach them.
+        # The table's per-interface sets and maps (endpoint dispatch).
         self.data = data
-        self._deferred: set[str] = set()
         self.reads = 0  # read-backs of the table
 
     @property
@@ -245,7 +245,6 @@ class NftTable:
         fill: list[tuple[str, str | None]] = []
         rewritten: dict[str, list[str] | None] = {}
         stale: list[str] = []
-        self._deferred = set()
         for name in sorted(self._dirty):
             if self._rules(name) is None:
                 if name in actual:
@@ -265,10 +264,11 @@ class NftTable:
                 (f"add rule {where} {name} {rule.written(HASH_TAG + h)}", name)
                 for rule, h in zip(rules, hashes, strict=True)
             )
-        if self.data is not None and any(self.data.reaches(n) for n in stale):
-            # An element held reaches one: all go after the elements (the
-            # one reached may jump to the others).
-            self._deferred, stale = set(stale), []
+        elements: list[tuple[str, str | None]] = []
+        if self.data is not None:
+            # Verdict elements ride along when a script runs anyway.
+            running = where if (declare or fill or stale) else None
+            elements = [(line, None) for line in self.data.script_verdicts(running)]
         # Flush every stale chain before deleting any: one may jump to another.
         drop: list[tuple[str, str | None]] = [(f"flush chain {where} {n}", n) for n in stale]
         drop += [(f"delete chain {where} {n}", n) for n in stale]
@@ -278,7 +278,7 @@ class NftTable:
         if not (declare or fill or drop or (self.data is not None and self.data.missing)):
             return [], {}
         # The sets before the chains whose rules look them up.
-        script = [(f"add table {where}", None), *sets, *declare, *fill, *drop]
+        script = [(f"add table {where}", None), *sets, *declare, *fill, *elements, *drop]
         return script, {**rewritten, **dict.fromkeys(stale)}
 
     async def apply(self) -> bool:
@@ -295,17 +295,12 @@ class NftTable:
         return await self._apply_data() or wrote
 
     async def _apply_data(self) -> bool:
-        """The interface elements, once the chains they reach exist; then
-        the chains no element reaches any more. True if anything was written."""
+        """The interface elements the script did not carry (all of them
+        when no script ran), once the chains they reach exist. True if
+        anything was written."""
         if self.data is None:
             return False
-        # Dirty again first: if the elements are refused, the next apply
-        # still deletes them.
-        self._dirty |= self._deferred
-        wrote = await self.data.write()
-        if self._deferred:
-            wrote |= await self._apply_chains()
-        return wrote
+        return await self.data.write()
 
     async def _apply_chains(self) -> bool:
         actual, trial = await self._begin()
@@ -351,6 +346,8 @@ class NftTable:
         set_aside = chain in self.quarantine and chain not in trial
         if chain is None or chain in self._base or set_aside:
             self._actual = None  # read again before the next try
+            if self.data is not None:
+                self.data.forget()
             raise ProgrammingError(
                 f"nft refused the {self.family} {self.name} transaction: {message}"
             )
