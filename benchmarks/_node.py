@@ -47,6 +47,10 @@ class Sizes:
     spare: int  # extra interfaces, each added as one endpoint after the load
 
 
+# The workload id's name of a replica addition (see NodeBuilder.additions).
+REPLICA = "replica"
+
+
 def add_size_arguments(parser: argparse.ArgumentParser) -> None:
     """The generated node's size: the defaults are the README's node."""
     parser.add_argument("--endpoints", type=int, default=1000)
@@ -80,6 +84,7 @@ class NodeBuilder:
         self.rng = random.Random(seed)
         self.namespaces = [f"ns-{i:03d}" for i in range(max(1, sizes.endpoints // 20))]
         self._counter = 0
+        self._tiers_of: dict[int, list[pb.TierInfo]] = {}  # endpoint -> its tiers
         self.sets = self._plan_sets()
         self.ip_sets = [s.id for s in self.sets if s.type == pb.IPSetUpdate.IP]
         self.port_sets = [s.id for s in self.sets if s.type == pb.IPSetUpdate.IP_AND_PORT]
@@ -326,15 +331,22 @@ class NodeBuilder:
             )
         return tiers
 
-    def endpoint_update(self, index: int) -> pb.WorkloadEndpointUpdate:
-        ns = self.namespaces[index % len(self.namespaces)]
+    def endpoint_update(self, index: int, like: int | None = None) -> pb.WorkloadEndpointUpdate:
+        """Endpoint ``index``; ``like`` another endpoint: a replica of it
+        (its namespace and policies, as a Deployment scaled up), named so."""
+        ns = self.namespaces[(index if like is None else like) % len(self.namespaces)]
+        if like is None:
+            tiers = self._tiers_of[index] = self._tiers(index, ns)
+        else:
+            tiers = self._tiers_of[like]
+        name = "pod" if like is None else REPLICA
         return workload_update(
-            f"{ns}/pod-{index:05d}",
+            f"{ns}/{name}-{index:05d}",
             iface_name(index),
             ipv4=[pod_ipv4(index + 1)],
             ipv6=[pod_ipv6(index + 1)],
             profiles=[f"kns.{ns}", f"ksa.{ns}.default"],
-            tiers=self._tiers(index, ns),
+            tiers=tiers,
             mac="ee:ee:ee:" + ":".join(f"{(index >> b) & 255:02x}" for b in (16, 8, 0)),
         )
 
@@ -369,10 +381,15 @@ class NodeBuilder:
         msgs.append(pb.InSync())
         return msgs
 
-    def additions(self) -> list[Message]:
-        """One WorkloadEndpointUpdate per spare interface."""
+    def additions(self, replicas: bool = False) -> list[Message]:
+        """One WorkloadEndpointUpdate per spare interface. With ``replicas``
+        every other one is a replica of a loaded endpoint (after
+        :meth:`snapshot`), the others have policy combinations of their own."""
         first = self.sizes.endpoints
-        return [self.endpoint_update(i) for i in range(first, first + self.sizes.spare)]
+        return [
+            self.endpoint_update(i, i - first if replicas and (i - first) % 2 == 0 else None)
+            for i in range(first, first + self.sizes.spare)
+        ]
 
 
 @contextlib.contextmanager

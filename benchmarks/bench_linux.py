@@ -21,7 +21,10 @@ fresh network namespace of its own:
    the loaded node, each one ``WorkloadEndpointUpdate`` for a spare
    interface that already exists, measured until that endpoint's
    ``WorkloadEndpointStatusUpdate`` comes out (statuses are sent after each
-   successful apply).
+   successful apply). The additions alternate: a replica of a loaded
+   endpoint (its namespace and policies, as a Deployment scaled up), then
+   one with a policy combination of its own; each kind has its figures
+   (on nftables a replica writes only elements).
 5. **peak RSS** of the driver process after the load (``ru_maxrss``).
 
 Interfaces: one veth pair per endpoint (the kernel may lack the dummy
@@ -73,7 +76,14 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, markdown_table, percentile, timed_tool
-from benchmarks._node import ROUTE_PROTOCOL, NodeBuilder, Sizes, add_size_arguments, veth_node
+from benchmarks._node import (
+    REPLICA,
+    ROUTE_PROTOCOL,
+    NodeBuilder,
+    Sizes,
+    add_size_arguments,
+    veth_node,
+)
 from benchmarks._runs import (
     STAGES,
     GCTimes,
@@ -232,6 +242,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         rng = random.Random(3)
         applies_before = dp.stats.applies
         latencies = []
+        replicas: list[str] = []
         for envelope in additions:
             await trio.sleep(rng.uniform(0.0, 0.05))  # spread additions out in time
             want = _key(envelope.workload_endpoint_update.id)
@@ -245,7 +256,14 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     if _key(msg.workload_endpoint_status_update.id) == want:
                         break
             latencies.append(time.perf_counter() - sent)
+            replicas.append(envelope.workload_endpoint_update.id.workload_id.split("/")[1])
         result["latencies_s"] = latencies
+        for kind, is_replica in (("replica", True), ("new", False)):
+            result[f"{kind}_latencies_s"] = [
+                t
+                for t, name in zip(latencies, replicas, strict=True)
+                if name.startswith(REPLICA) is is_replica
+            ]
         result["latency_applies"] = dp.stats.applies - applies_before
         result["latency_stages"] = {k: list(v) for k, v in STAGES.items()}
         result["apply_failures_total"] = dp.stats.apply_failures
@@ -343,7 +361,8 @@ def run_backend(
 def _summary_row(r: dict[str, Any]) -> list[str]:
     floor = r["floor"]
     floor_total = sum(floor.values())
-    lat = [x * 1000 for x in r["latencies_s"]]
+    replica = [x * 1000 for x in r["replica_latencies_s"]]
+    new = [x * 1000 for x in r["new_latencies_s"]]
     if "nft" in floor:
         parts = f"{floor['nft']:.2f} nft -f + {floor['routes']:.2f} routes"
     else:
@@ -356,7 +375,10 @@ def _summary_row(r: dict[str, Any]) -> list[str]:
         f"{r['programmed_s']:.2f} s",
         f"{floor_total:.2f} s ({parts})",
         f"{r['programmed_s'] / floor_total:.1f}x",
-        f"{percentile(lat, 50):.0f} / {percentile(lat, 99):.0f} ms" if lat else "-",
+        *(
+            f"{percentile(part, 50):.0f} / {percentile(part, 99):.0f} ms" if part else "-"
+            for part in (replica, new)
+        ),
         f"{r['rss_kb_after_load'] / 1024:.0f} MB",
     ]
 
@@ -385,7 +407,8 @@ def report(results: list[dict[str, Any]], sizes: Sizes, elapsed: float) -> None:
         "programmed (all messages → DataplaneInSync)",
         "floor (ipset + iptables/ip6tables-restore, or nft -f; + ip -batch routes)",
         "programmed / floor",
-        f"add one endpoint p50 / p99 ({len(results[0]['latencies_s'])} additions)",
+        f"add one endpoint p50 / p99, a replica ({len(results[0]['replica_latencies_s'])})",
+        "add one endpoint p50 / p99, a new policy combination",
         "peak RSS after load",
     ]
     print(markdown_table(header, [_summary_row(r) for r in results]))
@@ -477,7 +500,8 @@ def main() -> None:
         for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
             built = time.perf_counter()
             builder = NodeBuilder(sizes, backend)
-            logs = (build_log(builder.snapshot()), build_log(builder.additions(), first_seq=10**6))
+            snapshot = build_log(builder.snapshot())
+            logs = (snapshot, build_log(builder.additions(replicas=True), first_seq=10**6))
             print(
                 f"[{backend}] generated the node's messages in {time.perf_counter() - built:.2f} s",
                 flush=True,
