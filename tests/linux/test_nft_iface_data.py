@@ -57,6 +57,14 @@ def _shared(name: str, *, allow: bool) -> Chain:  # type: ignore[type-arg]
     return Chain(name, NFT.rules([TableRule((SPOOFED,), Drop()), TableRule((), verdict)]))
 
 
+def _with_allow(netns: str) -> tuple[NftTableView, NftTable, InterfaceData]:
+    """A fresh programmer of the table, the shared "allow" chain desired."""
+    view = _view(netns)
+    assert view.table.data is not None
+    view.update_chain(_shared("allow", allow=True))
+    return view, view.table, view.table.data
+
+
 def _endpoint(view: NftTableView, iface: str, chain: str, net: str) -> None:
     view.put_goto("wl-from", iface, chain)
     view.put_elements("wl-sources", iface, interface_ranges(iface, (net,), 4))
@@ -69,10 +77,7 @@ def _map(netns: str) -> dict[str, str]:
 
 def test_an_endpoint_is_elements_and_a_chain_goes_after_its_elements(netns: str) -> None:
     async def main() -> None:
-        view = _view(netns)
-        table, data = view.table, view.table.data
-        assert data is not None
-        view.update_chain(_shared("allow", allow=True))
+        view, table, data = _with_allow(netns)
         _endpoint(view, "cali1", "allow", "10.0.1.0/24")
         assert await table.apply()
         assert (table.writes, data.writes) == (1, 1)
@@ -110,10 +115,7 @@ def test_an_endpoint_is_elements_and_a_chain_goes_after_its_elements(netns: str)
 
 def test_tampered_elements_are_rewritten_and_a_restart_writes_nothing(netns: str) -> None:
     async def main() -> None:
-        view = _view(netns)
-        table, data = view.table, view.table.data
-        assert data is not None
-        view.update_chain(_shared("allow", allow=True))
+        view, table, _ = _with_allow(netns)
         for i in range(3):
             _endpoint(view, f"cali{i}", "allow", f"10.0.{i}.0/24")
         await table.apply()
@@ -132,12 +134,10 @@ def test_tampered_elements_are_rewritten_and_a_restart_writes_nothing(netns: str
         assert await table.apply()
         assert _map(netns) == {f"cali{i}": "filter-allow" for i in range(3)}
         # A restart with the same desired state writes nothing.
-        again = _view(netns)
-        again.update_chain(_shared("allow", allow=True))
+        again, again_table, again_data = _with_allow(netns)
         for i in range(3):
             _endpoint(again, f"cali{i}", "allow", f"10.0.{i}.0/24")
-        assert not await again.table.apply()
-        assert again.table.data is not None
-        assert (again.table.writes, again.table.data.writes) == (0, 0)
+        assert not await again_table.apply()
+        assert (again_table.writes, again_data.writes) == (0, 0)
 
     trio.run(main)
