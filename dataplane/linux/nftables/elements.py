@@ -367,6 +367,33 @@ class ElementWriter:
         if not changes:
             return
         batch, owners = encode_batch(changes)
+
+        def describe(index: int) -> str:
+            change = changes[index]
+            size = len(change.elements)
+            where = f"{change.table} {change.set}"
+            return f"change {index} ({change.op} of {size} elements in {where})"
+
+        self._transact(batch, owners, describe)
+
+    def send_rules(self, rules: Sequence[bytes]) -> None:
+        """Other messages (rules, :mod:`~dataplane.linux.nftables.rule_messages`)
+        as one transaction, each acknowledged; their sequence numbers are
+        set here.
+
+        Raises:
+            OSError: as for element changes.
+        """
+        if not rules:
+            return
+        out = [message(BATCH_BEGIN, F_REQUEST, 0, socket.AF_UNSPEC)]
+        for seq, rule in enumerate(rules, start=1):
+            out.append(rule[:8] + struct.pack("=I", seq) + rule[12:])
+        out.append(message(BATCH_END, F_REQUEST, len(rules) + 1, socket.AF_UNSPEC))
+        self._transact(b"".join(out), list(range(len(rules))), lambda i: f"rule {i}")
+
+    def _transact(self, batch: bytes, owners: list[int], describe: Callable[[int], str]) -> None:
+        """Send one batch; raise for the first message the kernel refused."""
         sock = self._socket()
         try:
             # The kernel takes a batch from one datagram: make room for it
@@ -381,13 +408,7 @@ class ElementWriter:
         refused = sorted((seq, code) for seq, code in answers.items() if code)
         if refused:
             seq, code = refused[0]
-            index = owners[seq - 1]
-            change = changes[index]
-            raise OSError(
-                code,
-                f"{os.strerror(code)}: change {index} ({change.op} of"
-                f" {len(change.elements)} elements in {change.table} {change.set})",
-            )
+            raise OSError(code, f"{os.strerror(code)}: {describe(owners[seq - 1])}")
 
     @staticmethod
     def _answers(sock: socket.socket, count: int) -> dict[int, int]:
