@@ -176,7 +176,13 @@ class Programmers:
             views = {(t, v): NftTableView(nft[v], t, v) for v in versions for t in TABLES}
             tables: dict[tuple[str, int], RuleTable[Any]] = dict(views)
             services = {
-                v: ServiceTable(ServiceLayout(v, names.services, marks.masq), runner, sink, reader)
+                v: ServiceTable(
+                    ServiceLayout(v, names.services, marks.masq),
+                    runner,
+                    sink,
+                    reader,
+                    sink.send_rules,
+                )
                 for v in versions
             }
             backend = NFTABLES

@@ -157,16 +157,10 @@ def test_cluster_ip_spreads_evenly_and_affinity_pins(
         pinned = served_by(web, "10.96.0.11", 80, 20)
         assert len(pinned) == 1 and next(iter(pinned)) in names, pinned
         pinned6 = served_by(web, "fd00:96::11", 80, 20)
-        if kernel_backend == "nftables":
-            # nft 1.0.6 cannot write IPv6 affinity (docs/nftables.md): said below.
-            assert set(pinned6) <= set(names), pinned6
-        else:
-            assert len(pinned6) == 1 and next(iter(pinned6)) in names, pinned6
+        assert len(pinned6) == 1 and next(iter(pinned6)) in names, pinned6
     finally:
         felix.close_input()
-        _, err = felix.wait()
-    said = "ClientIP affinity is not programmed for IPv6" in err
-    assert said == (kernel_backend == "nftables"), err[-2000:]
+        felix.wait()
 
 
 def test_host_network_reaches_a_cluster_ip_under_felix_defaults(topology: Topology) -> None:

@@ -490,10 +490,15 @@ def test_affinity_elements_name_each_frontend_and_its_live_backends() -> None:
         for a in ("10.65.1.1", "10.65.1.2")
     }
     assert front.elements["aff_live_10800"] == live
-    # No IPv6 affinity (nft cannot write it), none without the field.
+    # IPv6 the same (its keys 16-byte addresses); none without the field.
     v6 = ServiceLayout(6, "cali-svc", 0x4000000)
     dual = svc(b("fd00:65::1"), cluster_ips=("fd00:96::10",), session_affinity=True)
-    assert not any(f.affinity for f in v6.contribution(dual).frontends.values())
+    (front6,) = v6.contribution(dual).frontends.values()
+    vip6 = addr("fd00:96::10").value + key("10.96.0.10")[4:]  # protocol . port as above
+    assert front6.elements["aff"] == {encoded(vip6)}
+    assert front6.elements["aff_live_10800"] == {
+        encoded(vip6 + addr("fd00:65::1").value + port(8080).value + b"\0\0")
+    }
     assert "aff" not in contribution(svc(b("10.65.1.1")))
 
 

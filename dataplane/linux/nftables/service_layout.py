@@ -56,7 +56,7 @@ A load-balancer IP with ``loadBalancerSourceRanges`` is in set ``fw``,
 its allowed sources (the frontend and a source range) in interval set
 ``fw_allowed``; a new connection from elsewhere is dropped.
 
-ClientIP affinity (IPv4; nft 1.0.6 cannot write it for IPv6): a frontend
+ClientIP affinity (both families; IPv6's record rules through netlink): a frontend
 in set ``aff`` sends a client the packet path remembered (maps
 ``aff_addr``/``aff_port``) to the same backend; set ``aff_live_T`` (T its
 timeout) holds the frontend's usable ``frontend . backend`` pairs, the
@@ -292,10 +292,7 @@ class ServiceLayout:
             return
         everyone = service.usable(local_only=False)
         local = service.usable(local_only=True)
-        # IPv6: nft 1.0.6 cannot write the rules (service_rules._affinity).
-        sticky = None
-        if service.session_affinity and self.version == 4:
-            sticky = service.affinity_timeout
+        sticky = service.affinity_timeout if service.session_affinity else None
         for sp in service.ports:
             number = _PROTOCOLS.get(sp.protocol)
             if number is None:

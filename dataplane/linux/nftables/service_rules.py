@@ -6,11 +6,13 @@ transaction; after that only elements change
 means, :mod:`~dataplane.linux.nftables.service_table` writes them). One
 rule per slot count picks a frontend's slot, in each of two banks.
 
-ClientIP affinity (IPv4): the client's backend is remembered by the
-packet path in dynamic maps (``aff_addr``/``aff_port``, keyed by client
-and frontend) and looked up before the slots; what is recorded, and for
-how long, is one rule per distinct timeout in use and protocol, which is
-the only structure a service can add (once per new timeout value).
+ClientIP affinity: the client's backend is remembered by the packet path
+in dynamic maps (``aff_addr``/``aff_port``, keyed by client and
+frontend) and looked up before the slots; what is recorded, and for how
+long, is one rule per distinct timeout in use and protocol, which is the
+only structure a service can add (once per new timeout value). For IPv6
+the record rules are written through netlink into ``aff-record``
+(``affinity_records``), which this script makes and jumps to.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from collections.abc import Callable, Sequence
 
 __all__ = [
     "AFFINITY_MAPS",
+    "AFFINITY_PROTOCOLS",
     "AFFINITY_SIZE",
     "BANK",
     "EXACT",
     "FRONTEND_SETS",
     "MAPS",
     "MAX_SLOTS",
+    "RECORD_CHAIN",
     "element_sets",
     "expected_rules",
     "live_set",
@@ -49,7 +53,10 @@ AFFINITY_MAPS = ("aff_addr", "aff_port", "np_aff_addr", "np_aff_port")
 # affinity frontends on one node. When full, a new client is balanced
 # without being remembered (as xt_recent forgets its oldest).
 AFFINITY_SIZE = 1 << 18
-_AFFINITY_PROTOCOLS = ("tcp", "udp", "sctp")
+AFFINITY_PROTOCOLS = ("tcp", "udp", "sctp")
+# IPv6: the chain the record rules go in, written through netlink
+# (``affinity_records``): nft 1.0.6 cannot write them.
+RECORD_CHAIN = "aff-record"
 
 
 def live_set(timeout: int, *, node_port: bool) -> str:
@@ -112,7 +119,7 @@ def structure(
     set and map declared (``add`` leaves an existing one and its
     elements alone), every chain flushed and written again, the IP
     pools' prefixes replaced. One transaction. ``timeouts``: the ClientIP
-    affinity timeouts in use (IPv4 only, see :func:`_affinity`)."""
+    affinity timeouts in use (see :func:`_affinity`)."""
     ip = "ip" if version == 4 else "ip6"
     t = f"{ip} {table}"
     routed = f"{ip} daddr . meta l4proto . th dport"
@@ -143,6 +150,10 @@ def structure(
     declare("set", "hairpin", f"typeof {ip} saddr . {ip} daddr")
     declare("set", "remote", f"typeof {ip} daddr")
     lookups, records = _affinity(version, declare, timeouts)
+    # IPv6: made and emptied here, filled through netlink after this script.
+    netlink: dict[str, tuple[str | None, list[str]]] = {}
+    if version == 6 and timeouts:
+        netlink[RECORD_CHAIN] = (None, [])
     lines.append(f"flush set {t} pools")
     if pools:
         lines.append(f"add element {t} pools {{ {', '.join(pools)} }}")
@@ -172,6 +183,7 @@ def structure(
                 f"fib daddr type local {node} @np_fe jump nodeports",
             ],
         ),
+        **netlink,
         "nat-postrouting": (
             "type nat hook postrouting priority 100",
             [
@@ -260,51 +272,49 @@ def _affinity(
     "np_" node ports) the lookup that sends a remembered client to its
     backend, and the rules that remember, after DNAT.
 
-    IPv4 only: for IPv6, nft 1.0.6 cannot write either half (it aborts,
-    out of registers, on a map update with a key over 16 bytes and on a
-    ``dnat`` through a hashed key; ``docs/nftables.md``).
-
     The lookup runs before the slots and falls through for a client with
     no entry. The record runs in srcnat, where ``ct original`` still
     holds the frontend and ``ip daddr`` the backend chosen, and only for a
     pair in the frontend's live set; ``ct original proto-dst`` is typed
-    only after a protocol match, hence one rule per protocol.
+    only after a protocol match, hence one rule per protocol. For IPv6
+    nft 1.0.6 aborts on those updates (a key over 16 bytes): the record
+    rules are a jump to :data:`RECORD_CHAIN`, which ``affinity_records``
+    fills.
     """
     lookups: dict[str, list[str]] = {"": [], "np_": []}
     records: list[str] = []
     ip = "ip" if version == 4 else "ip6"
     routed, node = f"{ip} daddr . meta l4proto . th dport", "meta l4proto . th dport"
-    for prefix, key in (("", routed), ("np_", node)):
-        # Every table has them (element_sets() is the same for both
-        # families); an IPv6 table's stay empty.
-        declare("set", f"{prefix}aff", f"typeof {key}")
-    if version != 4:
-        return lookups, records
     original = {
-        "": "ct original ip daddr . meta l4proto . ct original proto-dst",
+        "": f"ct original {ip} daddr . meta l4proto . ct original proto-dst",
         "np_": "meta l4proto . ct original proto-dst",
     }
     for prefix, key in (("", routed), ("np_", node)):
-        for name, value in (("addr", "ip daddr"), ("port", "th dport")):
+        declare("set", f"{prefix}aff", f"typeof {key}")
+        for name, value in (("addr", f"{ip} daddr"), ("port", "th dport")):
             declare(
                 "map",
                 f"{prefix}aff_{name}",
-                f"typeof ip saddr . {key} : {value}; flags dynamic,timeout; size {AFFINITY_SIZE}",
+                f"typeof {ip} saddr . {key} : {value}; flags dynamic,timeout; size {AFFINITY_SIZE}",
             )
-        client = f"ip saddr . {key}"
+        client = f"{ip} saddr . {key}"
         lookups[prefix].append(
-            f"{key} @{prefix}aff dnat ip to {client} map @{prefix}aff_addr"
+            f"{key} @{prefix}aff dnat {ip} to {client} map @{prefix}aff_addr"
             f" : {client} map @{prefix}aff_port"
         )
         for timeout in sorted(set(timeouts)):
             live = live_set(timeout, node_port=bool(prefix))
-            declare("set", live, f"typeof {key} . ip daddr . th dport")
+            declare("set", live, f"typeof {key} . {ip} daddr . th dport")
+            if version == 6:
+                continue
             seen = f"ip saddr . {original[prefix]} timeout {timeout}s"
             records += [
                 f"meta l4proto {protocol} ct status dnat"
                 f" {original[prefix]} . ip daddr . th dport @{live}"
                 f" update @{prefix}aff_addr {{ {seen} : ip daddr }}"
                 f" update @{prefix}aff_port {{ {seen} : th dport }}"
-                for protocol in _AFFINITY_PROTOCOLS
+                for protocol in AFFINITY_PROTOCOLS
             ]
+    if version == 6 and timeouts:
+        records.append(f"jump {RECORD_CHAIN}")
     return lookups, records

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import trio
 
@@ -58,6 +58,7 @@ from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
+from dataplane.linux.nftables.affinity_records import RecordRule, records
 from dataplane.linux.nftables.elements import (
     ElementChange,
     ElementSink,
@@ -66,6 +67,7 @@ from dataplane.linux.nftables.elements import (
     send,
 )
 from dataplane.linux.nftables.reader import ReadRule, TableSource
+from dataplane.linux.nftables.rule_messages import rule_message
 from dataplane.linux.nftables.service_layout import (
     NOTHING,
     Affinity,
@@ -75,7 +77,7 @@ from dataplane.linux.nftables.service_layout import (
     second_bank,
     split,
 )
-from dataplane.linux.nftables.service_rules import expected_rules
+from dataplane.linux.nftables.service_rules import RECORD_CHAIN, expected_rules
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
@@ -94,11 +96,15 @@ class ServiceTable:
         runner: CommandRunner,
         writer: ElementSink,
         reader: TableSource,
+        rules: Callable[[Sequence[bytes]], None] | None = None,
     ) -> None:
         self.layout = layout
         self._runner = runner
         self._writer = writer
         self._reader = reader
+        # Who writes the rules nft cannot (IPv6 affinity records): the
+        # element writer's rule batches, or a fake.
+        self._rules = rules
         self._services: dict[ServiceKey, Contribution] = {}
         self._claims: dict[bytes, set[ServiceKey]] = {}  # frontend -> services claiming it
         self._unsaid: Unsaid[str] = Unsaid()
@@ -452,10 +458,19 @@ class ServiceTable:
         for rule in rules:
             held.setdefault(rule.chain, []).append(rule.comment)
         script = self.layout.structure(self._pools, sorted(self._timeouts))
+        expected = expected_rules(script)
+        netlink = self._netlink_rules()
+        if netlink:
+            expected[RECORD_CHAIN] = [r.comment for r in netlink]
         # nft may add an end at the lowest address (it does when a flush
         # and an add of the set share a transaction): it ends nothing.
         zero_end = interval_end(bytes(4 if self.layout.version == 4 else 16))
-        return held == expected_rules(script) and pools - {zero_end} == self._pool_elements()
+        return held == expected and pools - {zero_end} == self._pool_elements()
+
+    def _netlink_rules(self) -> list[RecordRule]:
+        """The rules written through netlink after the script: IPv6's
+        affinity records, for the timeouts in use."""
+        return records(sorted(self._timeouts)) if self.layout.version == 6 else []
 
     def _pool_elements(self) -> set[bytes]:
         """The pools set's elements as the kernel holds the prefixes: a
@@ -517,7 +532,7 @@ class ServiceTable:
             ProgrammingError: the kernel refused the read or the delete
                 (the sweep stays due).
         """
-        if self.layout.version != 4 or not (self._sweep_all or self._sweeps):
+        if not (self._sweep_all or self._sweeps):
             return 0
         # Taken now: a change while the maps are read is the next sweep's.
         everything, self._sweep_all = self._sweep_all, False
@@ -525,7 +540,7 @@ class ServiceTable:
         # Judged by what is in force now, not when the frontend narrowed.
         rules: dict[_Sticky, Affinity | None] = {}
         rules.update(self._sticky() if everything else {s: self._affinity_of(s) for s in taken})
-        pools = [ipaddress.IPv4Network(p) for p in self._pools]
+        pools = [ipaddress.ip_network(p) for p in self._pools]
         changes: list[ElementChange] = []
         for attempt in range(_SWEEP_ATTEMPTS):
             try:
@@ -551,11 +566,12 @@ class ServiceTable:
         self,
         rules: Mapping[_Sticky, Affinity | None],
         everything: bool,
-        pools: list[ipaddress.IPv4Network],
+        pools: list[ipaddress.IPv4Network | ipaddress.IPv6Network],
     ) -> list[ElementChange]:
         """The deletes of every stale entry (in a worker thread: the maps
         hold up to AFFINITY_SIZE entries each)."""
         family, table = self.layout.nfproto, self.layout.table
+        width = 4 if self.layout.version == 4 else 16  # the client's address, first
         changes = []
         for node_port, prefix in ((False, ""), (True, "np_")):
             held = {
@@ -567,12 +583,12 @@ class ServiceTable:
             }
             doomed = []
             for entry in held["addr"].keys() | held["port"].keys():
-                client, frontend = entry[:4], entry[4:]  # the client's IPv4 address first
+                client, frontend = entry[:width], entry[width:]
                 if (node_port, frontend) not in rules and not everything:
                     continue
                 rule = rules.get((node_port, frontend))
                 target = (held["addr"].get(entry, b""), held["port"].get(entry, b""))
-                address = ipaddress.IPv4Address(client)
+                address = ipaddress.ip_address(client)
                 if rule is None or not rule.allows(
                     target, from_pools=any(address in p for p in pools)
                 ):
@@ -598,6 +614,7 @@ class ServiceTable:
         script = layout.structure(self._pools, sorted(self._timeouts))
         result = await self._runner.run(["nft", "-f", "-"], stdin=script.encode(), check=False)
         if result.returncode == 0:
+            await self._write_netlink_rules()
             return
         where = f"{layout.family} {layout.table}"
         replace = f"add table {where}\ndelete table {where}\n{script}"
@@ -609,6 +626,32 @@ class ServiceTable:
                 + (lines[0] if lines else f"exit {again.returncode}")
             )
         self._whole = True
+        await self._write_netlink_rules()
+
+    async def _write_netlink_rules(self) -> None:
+        """Fill the chain the script made and flushed for the rules nft
+        cannot write (IPv6 affinity records). Between the two transactions
+        new clients of an affinity service are balanced without being
+        remembered: only when the structure is written (start, resync, a
+        new timeout).
+
+        Raises:
+            ProgrammingError: the kernel refused them.
+        """
+        wanted = self._netlink_rules()
+        if not wanted or self._rules is None:
+            return
+        layout = self.layout
+        messages = [
+            rule_message(layout.nfproto, layout.table, RECORD_CHAIN, r.exprs(), r.comment)
+            for r in wanted
+        ]
+        try:
+            self._rules(messages)
+        except OSError as exc:
+            raise ProgrammingError(
+                f"the kernel refused the {layout.family} {layout.table} affinity records: {exc}"
+            ) from exc
 
     async def _write(self, changes: list[ElementChange]) -> None:
         await send(self._writer, changes)

@@ -53,7 +53,6 @@ class ServiceWriter:
         self._local_endpoints: dict[ServiceKey, int] = {}
         self._groups = ChainGroups()
         self._pools: frozenset[str] = frozenset()
-        self._affinity_said: set[ServiceKey] = set()  # warned once each
         self._pools_dirty = True
 
     def set_pools(self, cidrs: Iterable[str]) -> None:
@@ -153,21 +152,7 @@ class ServiceWriter:
                 table.remove_service(key)
                 continue
             table.set_service(service)
-            if version == 6 and _sticky_v6(service) and key not in self._affinity_said:
-                self._affinity_said.add(key)
-                log.warning(
-                    "service %s: ClientIP affinity is not programmed for IPv6 on nftables"
-                    " (nft cannot write it); its IPv6 connections are balanced one by one",
-                    key,
-                )
             local = service.usable(local_only=True)
             self._local_endpoints[key] = max(
                 local_endpoints(local, version), self._local_endpoints.get(key, 0)
             )
-
-
-def _sticky_v6(service: Service) -> bool:
-    """Whether ``service`` has ClientIP affinity on an IPv6 frontend."""
-    addresses = (*service.cluster_ips, *service.external_ips, *service.load_balancer_ips)
-    v6 = any(":" in a for a in addresses) or any(p.node_port for p in service.ports)
-    return service.session_affinity and v6
