@@ -469,8 +469,11 @@ class ServiceTable:
 
     def _netlink_rules(self) -> list[RecordRule]:
         """The rules written through netlink after the script: IPv6's
-        affinity records, for the timeouts in use."""
-        return records(sorted(self._timeouts)) if self.layout.version == 6 else []
+        affinity records, for the timeouts in use (none without a writer
+        for them: the chain the script makes then stays empty)."""
+        if self.layout.version != 6 or self._rules is None:
+            return []
+        return records(sorted(self._timeouts))
 
     def _pool_elements(self) -> set[bytes]:
         """The pools set's elements as the kernel holds the prefixes: a
@@ -639,7 +642,7 @@ class ServiceTable:
             ProgrammingError: the kernel refused them.
         """
         wanted = self._netlink_rules()
-        if not wanted or self._rules is None:
+        if not wanted or self._rules is None:  # (the second: for the type checker)
             return
         layout = self.layout
         messages = [
