@@ -87,6 +87,7 @@ def meta(key: int, dreg: int) -> Expr:
 
 
 def cmp(sreg: int, op: int, value: bytes) -> Expr:
+    # SREG, OP, DATA
     return Expr("cmp", _u32(1, sreg) + _u32(2, op) + nested(3, attr(_DATA_VALUE, value)))
 
 
@@ -102,12 +103,12 @@ def bitwise(reg: int, mask: bytes, xor: bytes) -> Expr:
     if len(mask) != len(xor):
         raise ValueError("mask and xor differ in length")
     data = _u32(1, reg) + _u32(2, reg) + _u32(3, len(mask))  # SREG, DREG, LEN
-    data += nested(4, attr(_DATA_VALUE, mask)) + nested(5, attr(_DATA_VALUE, xor))
+    data += nested(4, attr(_DATA_VALUE, mask)) + nested(5, attr(_DATA_VALUE, xor))  # MASK, XOR
     return Expr("bitwise", data)
 
 
 def payload(base: int, offset: int, length: int, dreg: int) -> Expr:
-    data = _u32(1, dreg) + _u32(2, base) + _u32(3, offset) + _u32(4, length)
+    data = _u32(1, dreg) + _u32(2, base) + _u32(3, offset) + _u32(4, length)  # DREG BASE OFFSET LEN
     return Expr("payload", data)
 
 
@@ -116,6 +117,7 @@ def lookup(set_name: str, sreg: int) -> Expr:
 
 
 def dynset(set_name: str, op: int, sreg_key: int, sreg_data: int, timeout_ms: int) -> Expr:
+    # SET_NAME, OP, SREG_KEY, SREG_DATA
     data = attr(1, name(set_name)) + _u32(3, op) + _u32(4, sreg_key) + _u32(5, sreg_data)
     data += attr(6, struct.pack("!Q", timeout_ms))  # TIMEOUT: milliseconds
     return Expr("dynset", data)

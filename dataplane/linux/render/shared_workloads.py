@@ -44,7 +44,7 @@ R = TypeVar("R")
 FROM_MAP = "wl-from"
 TO_MAP = "wl-to"
 SOURCES = "wl-sources"
-_DIGEST = 16  # base32 characters of the chain's digest: 80 bits
+_DIGEST = 16  # hex characters of the chain's digest: 64 bits
 
 
 def _digest(rules: Sequence[R]) -> str:
