@@ -264,18 +264,19 @@ class NftTable:
                 (f"add rule {where} {name} {rule.written(HASH_TAG + h)}", name)
                 for rule, h in zip(rules, hashes, strict=True)
             )
+        sets: list[tuple[str, str | None]] = []
         elements: list[tuple[str, str | None]] = []
+        missing = False  # a set of ours the kernel may lack: a script declares it
         if self.data is not None:
+            sets = [(line, None) for line in self.data.declarations(where)]
             # Verdict elements ride along when a script runs anyway.
             running = where if (declare or fill or stale) else None
             elements = [(line, None) for line in self.data.script_verdicts(running)]
+            missing = self.data.missing
         # Flush every stale chain before deleting any: one may jump to another.
         drop: list[tuple[str, str | None]] = [(f"flush chain {where} {n}", n) for n in stale]
         drop += [(f"delete chain {where} {n}", n) for n in stale]
-        sets: list[tuple[str, str | None]] = []
-        if self.data is not None:
-            sets = [(line, None) for line in self.data.declarations(where)]
-        if not (declare or fill or drop or (self.data is not None and self.data.missing)):
+        if not (declare or fill or drop or missing):
             return [], {}
         # The sets before the chains whose rules look them up.
         script = [(f"add table {where}", None), *sets, *declare, *fill, *elements, *drop]
