@@ -95,6 +95,29 @@ def test_malformed_input_stops_with_one_line(garbage: bytes, expect: str) -> Non
     assert "(frame 2, last good seq 2)" in line
 
 
+def test_a_frame_master_never_sends_after_in_sync_is_refused_and_the_driver_goes_on() -> None:
+    """A v3.33 stream settled, then tag 37 (only v3.30-v3.32 define it): one line, no exit."""
+    felix = FelixHarness("--platform", "sim")
+    felix.send(
+        pb.ConfigUpdate(config={"FelixHostname": "node-1"}),
+        ipset("s:web", "10.0.0.1"),
+        POLICY,
+        pb.HostMetadataUpdate(hostname="node-1", ipv4_addr="192.0.2.1/24"),
+        pb.InSync(),
+    )
+    felix.recv_until("dataplane_in_sync")
+    felix.send(pb.HostMetadataV4V6Update(hostname="node-2", ipv4_addr="192.0.2.2/24"))
+    felix.send(workload("ns/web-1", "cali1234", "10.0.0.1/32"))
+    status = felix.recv_until("workload_endpoint_status_update")[-1]
+    assert status.workload_endpoint_status_update.status.status == "up"
+    felix.close_input()
+    code, err = felix.wait()
+    assert code == 0, err
+    refused = [line for line in err.splitlines() if "message refused" in line]
+    assert len(refused) == 1, err
+    assert "seq=6 HostMetadataV4V6Update (field 37) arrived" in refused[0]
+
+
 def test_without_felix_pipes_it_explains_itself() -> None:
     result = subprocess.run(
         [sys.executable, str(REPO / "driver.py")],

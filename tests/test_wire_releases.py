@@ -28,7 +28,7 @@ from dataplane.wire.framing import FrameDecoder, encode_frame
 from dataplane.wire.legacy_hosts import LegacyHosts
 from dataplane.wire.legacy_policy import legacy_policy_id
 from dataplane.wire.releases import Release, parse_release
-from dataplane.wire.transport import FileSource
+from dataplane.wire.transport import FileSource, QueueSource
 from tests.felix_releases import RELEASES, schema
 from tests.felix_releases.session import after_sync, master_session
 from tests.felix_releases.speak import legacy_name, speak
@@ -226,21 +226,24 @@ def test_a_v3_32_stream_is_told_from_master_by_its_host_messages() -> None:
     )
 
 
-def test_evidence_that_contradicts_itself_is_one_line_naming_both() -> None:
-    first = _frames("v3.31", _old_policy("v3.31"))
-    second = _frames("v3.33", _new_policy("v3.33")).replace(b"\x78\x01", b"\x78\x02")
+def test_evidence_that_contradicts_itself_before_the_format_settles_is_one_line() -> None:
+    """A bare IPv4 host address leaves the policy format open; master's field then is fatal."""
+    first = _frames("v3.31", ("host_metadata_update", {"hostname": "n", "ipv4_addr": "192.0.2.1"}))
+    second = encode_frame(
+        pb.ToDataplane(sequence_number=2, encapsulation=pb.Encapsulation(no_encap_enabled=True))
+    )
     with pytest.raises(ProtocolError) as info:
         _decoded(first + second)
     assert "\n" not in str(info.value)
     assert str(info.value) == (
         f"malformed input at byte offset {len(first)} (frame 1, last good seq 1): unrecognised"
-        " Felix wire format: seq=2 ActivePolicyUpdate: PolicyID has namespace/kind (fields 3/4)"
-        " (only v3.32-v3.33 send that) but earlier seq=1 ActivePolicyUpdate: PolicyID.tier"
-        " (field 1) is set (only v3.30-v3.31)"
+        " Felix wire format: seq=2 Encapsulation.no_encap_enabled (field 4) is set (only v3.33"
+        " send that) but earlier seq=1 HostMetadataUpdate carries a bare IPv4 address (only"
+        " v3.30-v3.32)"
     )
 
 
-def test_a_v3_31_stream_refuses_a_later_v3_32_endpoint() -> None:
+def _v3_33_endpoint(seq: int) -> bytes:
     s = schema("v3.33")
     tier = s.new("TierInfo", name="default", ingress_policies=[s.new("PolicyID", name="p")])
     wep = s.new(
@@ -248,9 +251,86 @@ def test_a_v3_31_stream_refuses_a_later_v3_32_endpoint() -> None:
         id=s.new("WorkloadEndpointID", workload_id="default/a"),
         endpoint=s.new("WorkloadEndpoint", name="cali1", tiers=[tier]),
     )
-    second = encode_frame(s.new("ToDataplane", sequence_number=2, workload_endpoint_update=wep))
-    with pytest.raises(ProtocolError, match=r"seq=2 WorkloadEndpointUpdate: TierInfo policies"):
-        _decoded(_frames("v3.31", _old_policy("v3.31")) + second)
+    return encode_frame(s.new("ToDataplane", sequence_number=seq, workload_endpoint_update=wep))
+
+
+def test_a_settled_v3_31_stream_refuses_one_v3_32_message_and_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = _frames("v3.31", _old_policy("v3.31"))
+    second = _v3_33_endpoint(2)
+    third = _frames("v3.31", _old_policy("v3.31")).replace(b"\x78\x01", b"\x78\x03")
+    decoder = FrameDecoder()
+    with caplog.at_level(logging.WARNING, logger="dataplane.wire"):
+        out = decoder.feed(first + second + third)
+    decoder.close()
+    assert [e.sequence_number for e in out] == [1, 3]
+    assert decoder.refused == 1
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (
+        "frame 1: seq=2 WorkloadEndpointUpdate: TierInfo policies are PolicyID messages,"
+        " which only v3.32-v3.33 send, but this Felix speaks v3.30-v3.31 (seq=1"
+        " ActivePolicyUpdate: PolicyID.tier (field 1) is set); message refused"
+    )
+
+
+def _settled_master() -> bytes:
+    return _frames(
+        "v3.33",
+        _new_policy("v3.33"),
+        ("host_metadata_update", {"hostname": "n", "ipv4_addr": "192.0.2.1/24"}),
+    )
+
+
+def test_a_tag_master_does_not_define_after_master_settled_is_one_refused_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Felix v3.33 never sends 37 (HostMetadataV4V6Update): refuse it, keep going."""
+    v4v6 = _frames(
+        "v3.32", ("host_metadata_v4v6_update", {"hostname": "m", "ipv4_addr": "192.0.2.9/24"})
+    ).replace(b"\x78\x01", b"\x78\x03")
+    later = _frames(
+        "v3.33", ("host_metadata_update", {"hostname": "m", "ipv4_addr": "192.0.2.7/24"})
+    ).replace(b"\x78\x01", b"\x78\x04")
+    decoder = FrameDecoder()
+    with caplog.at_level(logging.WARNING, logger="dataplane.wire"):
+        out = decoder.feed(_settled_master() + v4v6 + later)
+    decoder.close()
+    assert [e.sequence_number for e in out] == [1, 2, 4]
+    assert out[-1].host_metadata_update.ipv4_addr == "192.0.2.7/24"
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith(
+        "frame 2: seq=3 HostMetadataV4V6Update (field 37) arrived, which only v3.30-v3.32"
+        " send, but this Felix speaks v3.33 ("
+    )
+    assert line.endswith("; message refused")
+
+
+def test_an_embedder_s_contradicting_message_is_refused_alone() -> None:
+    source = QueueSource()
+    for envelope in _decoded(_settled_master()):
+        source.put(envelope)
+    source.put(
+        pb.ToDataplane(
+            sequence_number=3,
+            host_metadata_v4v6_update=pb.HostMetadataV4V6Update(
+                hostname="m", ipv4_addr="1.2.3.4/8"
+            ),
+        )
+    )
+    kinds = [e.WhichOneof("payload") for e in source.poll()]
+    assert kinds == ["active_policy_update", "host_metadata_update"]
+
+
+def test_a_settled_stream_refuses_a_v3_29_route_alone() -> None:
+    old_route = b"\x08\x01" + b"\x1a\x0b10.0.1.0/26"
+    envelope = b"\x78\x05" + b"\xba\x01" + bytes([len(old_route)]) + old_route
+    frame = len(envelope).to_bytes(8, "little") + envelope
+    decoder = FrameDecoder()
+    out = decoder.feed(_frames("v3.31", _old_policy("v3.31")) + frame)
+    decoder.close()
+    assert [e.sequence_number for e in out] == [1]
+    assert decoder.refused == 1
 
 
 def test_a_forced_release_refuses_another_releases_stream() -> None:

@@ -24,7 +24,7 @@ from dataplane.errors import ProtocolError
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.decode import EnvelopeDecoder
 from dataplane.wire.pbwire import WireError
-from dataplane.wire.releases import FormatError, Release
+from dataplane.wire.releases import ContradictionError, FormatError, Release
 
 __all__ = ["DEFAULT_MAX_FRAME_BYTES", "FrameDecoder", "encode_frame", "encode_frames"]
 
@@ -93,6 +93,7 @@ class FrameDecoder:
         self.frame_index = 0  # index of the next frame to decode
         self.last_good_seq: int | None = None
         self.skipped_unknown = 0
+        self.refused = 0  # messages that contradicted the settled Felix format
         self.error: ProtocolError | None = None  # the stream broke here; it stays broken
 
     @property
@@ -169,6 +170,9 @@ class FrameDecoder:
         except (DecodeError, WireError) as exc:
             reason = f"undecodable envelope ({exc or 'protobuf parse failed'})"
             raise self._error(reason, pos) from None
+        except ContradictionError as exc:
+            self._refuse(str(exc))  # only the text: the traceback holds a view of the buffer
+            return None
         except FormatError as exc:
             raise self._error(str(exc), pos) from None
         kind = envelope.WhichOneof("payload")
@@ -212,11 +216,19 @@ class FrameDecoder:
     def _accept(self, envelope: pb.ToDataplane, pos: int) -> pb.ToDataplane | None:
         try:
             accepted = self.envelopes.accept(envelope)
+        except ContradictionError as exc:
+            self._refuse(str(exc))  # only the text: the traceback holds a view of the buffer
+            return None
         except FormatError as exc:
             raise self._error(str(exc), pos) from None
         if accepted is None:  # consumed: nothing to hand on
             self.last_good_seq = envelope.sequence_number
         return accepted
+
+    def _refuse(self, reason: str) -> None:
+        """Drop one message that contradicts the settled format; the stream goes on."""
+        log.warning("frame %d: %s; message refused", self.frame_index, reason)
+        self.refused += 1
 
     def close(self) -> None:
         """Declare end of input; raise if a partial frame is left over."""

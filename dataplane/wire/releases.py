@@ -30,8 +30,11 @@ messages?*, so three formats: v3.30-v3.31, v3.32 and v3.33. The
 everything seen, narrows it with each piece of :class:`Evidence`, says once
 in the log which format it decoded as and why, and refuses a stream whose
 evidence contradicts itself (or the operator's ``--felix-release``), or that
-comes from a release older than v3.30. Messages that carry no evidence
-(most of them) cost nothing.
+comes from a release older than v3.30. Once the stream itself has settled
+the format, a message that contradicts it is :class:`ContradictionError`: that
+one message is refused and the stream goes on (a real Felix that sent one
+odd frame must not take the node's driver down with it, nor Felix after
+it). Messages that carry no evidence (most of them) cost nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from collections.abc import Iterable
 __all__ = [
     "LEGACY_HOSTS",
     "LEGACY_POLICY",
+    "ContradictionError",
     "Evidence",
     "FormatError",
     "Release",
@@ -71,6 +75,14 @@ _ALIASES = {"master": Release.V3_33}
 
 class FormatError(ValueError):
     """The stream is in no supported Felix format; the text says what was seen."""
+
+
+class ContradictionError(FormatError):
+    """One message contradicts a format the stream has settled: refuse it alone.
+
+    The text is the whole log line's reason: the message's sequence number,
+    what it showed, which releases send that, and what settled the format.
+    """
 
 
 def parse_release(text: str) -> Release | None:
@@ -120,6 +132,10 @@ class ReleaseDetector:
         self.candidates: frozenset[Release] = frozenset({forced}) if forced else ALL
         self._why: list[str] = [f"--felix-release {forced.value} was given"] if forced else []
         self._said: str | None = None
+        # Evidence from the stream itself has agreed with the candidates. A
+        # forced release is not settled until then: a stream that disagrees
+        # from its first evidence on is the operator's mistake, and fatal.
+        self._evidenced = False
         self.routes_checked = False  # a RouteUpdate has shown it is not pre-v3.30
         if forced is not None:
             log.info("Felix wire format: %s (set by --felix-release)", forced.value)
@@ -141,6 +157,11 @@ class ReleaseDetector:
             return False
         return None
 
+    @property
+    def settled(self) -> bool:
+        """The stream has shown both answers decoding needs."""
+        return self._evidenced and self.legacy_policy is not None and self.legacy_hosts is not None
+
     def describe(self) -> str:
         return _names(self.candidates)
 
@@ -148,11 +169,17 @@ class ReleaseDetector:
         narrowed = self.candidates & evidence.releases
         if not narrowed:
             was = "; ".join(self._why) or "nothing yet"
+            if self.settled:
+                raise ContradictionError(
+                    f"seq={seq} {evidence.what}, which only {_names(evidence.releases)} send,"
+                    f" but this Felix speaks {self.describe()} ({was})"
+                )
             raise FormatError(
                 f"unrecognised Felix wire format: seq={seq} {evidence.what}"
                 f" (only {_names(evidence.releases)} send that) but earlier {was}"
                 f" (only {self.describe()})"
             )
+        self._evidenced = True
         if narrowed == self.candidates:
             return
         self.candidates = narrowed
@@ -160,6 +187,11 @@ class ReleaseDetector:
         self._say()
 
     def refuse_old(self, what: str, seq: int) -> None:
+        if self.settled:
+            raise ContradictionError(
+                f"seq={seq} {what}, which only v3.29 and older send,"
+                f" but this Felix speaks {self.describe()} ({'; '.join(self._why)})"
+            )
         raise FormatError(
             f"Felix v3.29 or older is not supported (seq={seq} {what});"
             " upgrade Felix to v3.30 or newer"

@@ -31,7 +31,7 @@ from dataplane.errors import ProtocolError
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.decode import EnvelopeDecoder
 from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
-from dataplane.wire.releases import FormatError, parse_release
+from dataplane.wire.releases import ContradictionError, FormatError, parse_release
 
 __all__ = [
     "FileSource",
@@ -257,13 +257,20 @@ class QueueSource:
     def put(self, envelope: pb.ToDataplane) -> None:
         """Queue one envelope.
 
+        One that contradicts a Felix release the stream has already settled
+        is refused alone, with one log line.
+
         Raises:
-            ProtocolError: it contradicts the Felix release seen so far.
+            ProtocolError: it contradicts the Felix release seen so far,
+                before the stream settled it.
         """
         if self._closed:
             raise RuntimeError("the dataplane's input is closed")
         try:
             accepted = self._envelopes.accept(envelope)
+        except ContradictionError as exc:
+            log.warning("%s; message refused", exc)
+            return
         except FormatError as exc:
             raise ProtocolError(
                 str(exc), offset=0, frame_index=self._count, last_good_seq=self._last_seq
