@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest deploy-check proto bench system-deps clean
+.PHONY: demo test lint typecheck pytest deploy-check proto bench system-deps upstream clean
 
 # With the bench extra: mypy checks benchmarks/ too, and bench_iptc.py
 # imports python-iptables (without it, `make typecheck` fails on that import).
@@ -29,7 +29,16 @@ system-deps:
 demo: $(STAMP) system-deps
 	$(BIN)/python examples/demo.py $(DEMO_FLAGS)
 
-test: $(STAMP) system-deps lint typecheck pytest
+test: $(STAMP) system-deps upstream lint typecheck pytest
+
+# The real upstream peers (kube-apiserver, kube-controller-manager,
+# kube-proxy, etcd; calico-felix and calicoctl where the Go module proxy
+# serves them), built from testbed/upstream/*/go.mod into a cache outside
+# the work tree (~/.cache/dataplane-upstream): minutes cold, seconds after.
+# Prints `NAME PATH` per binary; what the proxy refuses is one line on
+# stderr, and the tests that need it skip with the same words.
+upstream: $(STAMP)
+	$(BIN)/python -m testbed.upstream
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

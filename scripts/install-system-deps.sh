@@ -8,6 +8,11 @@ command -v ipset >/dev/null 2>&1 || need+=(ipset)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+# The real control plane's test bed (testbed/control_plane.py): its
+# certificates, and the socket that lets tests reach the API server inside
+# its namespace.
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v socat >/dev/null 2>&1 || need+=(socat)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-system-deps: missing ${need[*]} (run as root on Debian/Ubuntu to install)" >&2
