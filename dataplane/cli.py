@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 import trio
 
+from dataplane.config import status_path_prefix
 from dataplane.core.heap import HeapFreezer
 from dataplane.core.loop import Dataplane
 from dataplane.core.platform import Platform
+from dataplane.core.status_files import StatusFileSink
 from dataplane.errors import PlatformUnavailableError, ProtocolError
 from dataplane.ops.health import DEFAULT_LIVENESS_DEADLINE
 from dataplane.ops.logfmt import LOG_FORMATS, formatter
@@ -32,7 +34,13 @@ from dataplane.ops.server import listen_address
 from dataplane.sim import SimPlatform
 from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES
 from dataplane.wire.releases import Release
-from dataplane.wire.transport import FileSource, PipeSink, PipeSource, check_pipe_fd
+from dataplane.wire.transport import (
+    FileSource,
+    MessageSink,
+    PipeSink,
+    PipeSource,
+    check_pipe_fd,
+)
 
 if TYPE_CHECKING:
     from dataplane.linux.platform import LinuxPlatform
@@ -397,6 +405,16 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         " disabled). Whichever runs removes the other's objects of ours",
     )
     parser.add_argument(
+        "--endpoint-status-prefix",
+        type=status_path_prefix,
+        default=None,
+        metavar="DIR",
+        help="under Felix: write endpoint-status files in DIR/endpoint-status/, as Felix's"
+        " reporter would (it never does for an external driver); overrides Felix's"
+        " EndpointStatusPathPrefix (default: as that says, else /var/run/calico);"
+        " '' writes none",
+    )
+    parser.add_argument(
         "--sysctl-state",
         metavar="FILE",
         help="with --platform linux: where the values of the global forwarding sysctls"
@@ -552,12 +570,12 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
             record_to=record,
             release=args.felix_release,
         )
-        sink = PipeSink(FELIX_OUTPUT_FD)
         try:
             dataplane = _observed_dataplane(platform, args, stack)
         except OSError as exc:
             print(f"{args.prog}: --listen {args.listen}: {exc.strerror}", file=sys.stderr)
             return 1
+        sink = _felix_sink(dataplane, args)
         log.info("driver %s starting, platform %s", _version(), dataplane.platform.name)
         try:
             stopped_by = trio.run(_serve, dataplane, source, sink)
@@ -621,7 +639,22 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-async def _serve(dataplane: Dataplane, source: PipeSource, sink: PipeSink) -> str | None:
+def _felix_sink(dataplane: Dataplane, args: argparse.Namespace) -> MessageSink:
+    """Felix's fd 4; on Linux (as Felix, which ignores it on Windows) with the status files."""
+    pipe = PipeSink(FELIX_OUTPUT_FD)
+    if dataplane.platform.name == "windows":
+        return pipe
+    override: str | None = args.endpoint_status_prefix
+
+    def prefix() -> str:
+        if override is not None:
+            return override
+        return dataplane.config.endpoint_status_path_prefix
+
+    return StatusFileSink(pipe, prefix)
+
+
+async def _serve(dataplane: Dataplane, source: PipeSource, sink: MessageSink) -> str | None:
     """Run the loop until end of input or a stop signal; the signal's name, if one came."""
     stopped_by: list[str] = []
 

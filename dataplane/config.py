@@ -99,6 +99,10 @@ class Config:
     # networks), and Direct Server Return for cluster IPs (--enable-dsr).
     windows_source_vips: tuple[str, ...] = ()
     windows_dsr: bool = False
+    # Where endpoint-status files go (<prefix>/endpoint-status/), for the CNI
+    # plugin and confd; Felix's default from v3.30, "" for none. Under Felix
+    # the driver writes them (dataplane/core/status_files.py).
+    endpoint_status_path_prefix: str = "/var/run/calico"
 
 
 # ---------------------------------------------------------------------------
@@ -293,6 +297,14 @@ def _text(raw: str) -> str:
     return raw.strip()
 
 
+def status_path_prefix(raw: str) -> str:
+    """An absolute directory, or "" for none (it becomes a path we write under)."""
+    text = raw.strip()
+    if text and (not text.startswith("/") or "\0" in text or "\n" in text):
+        raise ValueError("an absolute path, or empty for none")
+    return text
+
+
 def _source_vips(raw: str) -> tuple[str, ...]:
     """At most one address per family, comma-separated: they go into HNS load balancers."""
     vips = tuple(str(ipaddress.ip_address(part.strip())) for part in raw.split(",") if part.strip())
@@ -364,6 +376,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     ),
     "WindowsServiceSourceVIP": ("windows_source_vips", _source_vips),
     "WindowsServiceDSR": ("windows_dsr", _bool),
+    "EndpointStatusPathPrefix": ("endpoint_status_path_prefix", status_path_prefix),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 assert {a for a, _ in _KEYS.values()} <= {f.name for f in fields(Config)}

@@ -9,6 +9,7 @@ import select
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ class FelixHarness:
         wrapper: Sequence[str] = (),
         program: Sequence[str] | None = None,
         cwd: Path = REPO,
+        own_status_dir: bool = True,
     ) -> None:
         """Start ``driver.py ARGS``; inside network namespace ``netns`` if given.
 
@@ -51,7 +53,9 @@ class FelixHarness:
         misbehave on purpose); ``wrapper`` runs before the interpreter
         (e.g. ``setpriv`` dropping a capability); ``program`` replaces
         ``python driver.py`` (e.g. the ``dataplane-driver`` console script),
-        started in ``cwd``.
+        started in ``cwd``. Unless ``own_status_dir`` is False (the test then
+        sets ``EndpointStatusPathPrefix`` itself), endpoint-status files go
+        to a directory of the harness's own, :attr:`status_prefix`.
         """
         to_driver_r, self.to_driver = os.pipe()
         self.from_driver, from_driver_w = os.pipe()
@@ -65,6 +69,14 @@ class FelixHarness:
             os.dup2(child_r, 3)
             os.dup2(child_w, 4)
 
+        # Under Felix the driver writes endpoint-status files (Felix's
+        # EndpointStatusPathPrefix, /var/run/calico by default): never the
+        # host's for a test, a directory of this harness's own instead.
+        self._status_dir = tempfile.TemporaryDirectory(prefix="felix-status-")
+        self.status_prefix = Path(self._status_dir.name)
+        env = dict(os.environ if env is None else env)
+        if own_status_dir:
+            env.setdefault("DATAPLANE_ENDPOINT_STATUS_PREFIX", str(self.status_prefix))
         prefix = ["ip", "netns", "exec", netns] if netns else []
         driver = program or [sys.executable, str(REPO / "driver.py")]
         self.proc = subprocess.Popen(

@@ -1,9 +1,14 @@
 """A fake of Felix's endpoint-status file reporter, fed what the driver sends.
 
 Felix (v3.30 and later, ``felix/statusrep``) runs this reporter under an
-external driver too: it reads the driver's status messages and writes
-``<prefix>/endpoint-status/<name>``. Modelled here with its semantics, the
-same in v3.30, v3.31, v3.32 and master:
+external driver too, but what reaches it passes Felix's connector first
+(``felix/dataplane/external/ext_dataplane.go``), whose ``RecvMessage``
+maps only the five status payloads and drops the rest, ``DataplaneInSync``
+among them. The reporter reconciles files only after ``DataplaneInSync``,
+so for an external driver it never writes one: ``external=True`` (the
+default) models that. Its semantics otherwise, the same in v3.30, v3.31,
+v3.32 and master, are the independent oracle of the files the driver
+writes in Felix's place:
 
 * name: orchestrator, workload and endpoint id, each escaped as Go's
   ``url.PathEscape`` does, joined by single spaces;
@@ -49,8 +54,9 @@ def status_file_content(ep: pb.WorkloadEndpoint) -> bytes:
 class FakeFelixStatusFiles:
     """One Felix process's reporter over ``directory`` (which outlives it)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, external: bool = True) -> None:
         self.directory = directory
+        self.external = external
         directory.mkdir(parents=True, exist_ok=True)
         self._wanted: dict[str, bytes] = {}
         self._in_sync = False
@@ -69,7 +75,7 @@ class FakeFelixStatusFiles:
                 self._wanted.pop(name, None)
         elif kind == "workload_endpoint_status_remove":
             self._wanted.pop(status_file_name(envelope.workload_endpoint_status_remove.id), None)
-        elif kind == "dataplane_in_sync":
+        elif kind == "dataplane_in_sync" and not self.external:
             self._in_sync = True
         if self._in_sync:
             self._reconcile()
@@ -82,6 +88,10 @@ class FakeFelixStatusFiles:
             path = self.directory / name
             if not path.exists() or path.read_bytes() != content:
                 path.write_bytes(content)
+
+    def wanted(self) -> dict[str, bytes]:
+        """What it would write, had it seen DataplaneInSync."""
+        return dict(sorted(self._wanted.items()))
 
     def files(self) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(self.directory.iterdir())}

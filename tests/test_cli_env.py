@@ -64,6 +64,7 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_LOG_FORMAT": "json",
         "DATAPLANE_POLICY_COUNTERS_INTERVAL": "0",
         "DATAPLANE_NFTABLES_MODE": "enabled",
+        "DATAPLANE_ENDPOINT_STATUS_PREFIX": "/run/test",
     }
     assert len(environ) == len(options(cli._parser({})))  # one per option
     args = cli._parse_args([], environ)
@@ -76,6 +77,7 @@ def test_every_variable_takes_effect() -> None:
     assert args.host_address == ["10.0.0.1", "fd00::1"]
     assert args.chain_prefix == "dp-"
     assert args.sysctl_state == "/tmp/sysctls.json"
+    assert args.endpoint_status_prefix == "/run/test"
     assert args.record == "/tmp/felix.log"
     assert args.felix_release == "v3.31"
     assert args.listen == ListenAddress("127.0.0.1", 9095)

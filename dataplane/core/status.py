@@ -5,14 +5,14 @@ each endpoint; the reporter sends only what changed since it last reported,
 plus a remove for each endpoint that disappeared, as Felix expects.
 
 A workload's update carries the endpoint as Felix sent it (field 3,
-``endpoint``), as Felix's own dataplane does: from v3.30 Felix's
-endpoint-status file reporter (``EndpointStatusPathPrefix``, on by default)
-reads the interface, MAC, addresses and BGP peer from it and writes
-``<prefix>/endpoint-status/<id>``, the file the CNI plugin waits for. It
-runs under an external driver too, and skips an update without the field.
-So the reporter keeps each workload endpoint as last accepted
-(:meth:`StatusReporter.record`) and reports again when it changes, not
-only when the status does, or the file would go stale.
+``endpoint``), as Felix's own dataplane does: the endpoint-status file
+(``<prefix>/endpoint-status/<id>``, the file the CNI plugin waits for) is
+made from its interface, MAC, addresses and BGP peer. Felix's reporter
+would write it but never does for an external driver (it never sees our
+``DataplaneInSync``), so :mod:`dataplane.core.status_files` writes it from
+these same updates. So the reporter keeps each workload endpoint as last
+accepted (:meth:`StatusReporter.record`) and reports again when it
+changes, not only when the status does, or the file would go stale.
 """
 
 from __future__ import annotations
