@@ -117,6 +117,9 @@ class ControlPlane:
     Use as a context manager (or call :meth:`start` and :meth:`stop`).
     ``addresses`` are extra IPs the serving certificate names (the
     namespace's addresses on an underlay, for drivers in node namespaces).
+    Without ``watch_cache`` every watch is served by etcd, as for a
+    resource the cache does not hold: a version older than the last
+    compaction is then 410 at once, and no bookmarks are sent.
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class ControlPlane:
         *,
         controller_manager: bool = False,
         addresses: tuple[str, ...] = (),
+        watch_cache: bool = True,
     ) -> None:
         self.topology = topology
         self.workdir = workdir
@@ -137,6 +141,7 @@ class ControlPlane:
         self.socket = workdir / "apiserver.sock"
         self.pki = workdir / "pki"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.watch_cache = watch_cache
         self._client: httpx.Client | None = None
 
     # --- lifecycle ----------------------------------------------------------
@@ -182,6 +187,43 @@ class ControlPlane:
                 proc.kill()
                 proc.wait()
         self._procs.clear()
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again (etcd keeps the data); until ready."""
+        proc = self._procs.pop("apiserver")
+        proc.terminate()
+        proc.wait(timeout=30)
+        self._spawn("apiserver", self._apiserver_argv())
+        self._wait_ready()
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver, as an outage does; :meth:`start_apiserver` brings it back."""
+        proc = self._procs.pop("apiserver")
+        proc.terminate()
+        proc.wait(timeout=30)
+
+    def start_apiserver(self) -> None:
+        self._spawn("apiserver", self._apiserver_argv())
+        self._wait_ready()
+
+    def compact(self) -> int:
+        """Compact etcd to its current revision (physically); returns that revision.
+
+        Through etcd's JSON gateway, from inside the namespace (etcd listens
+        on its loopback only).
+        """
+        script = (
+            "import json, urllib.request as u\n"
+            "def call(path, body):\n"
+            f"    url = 'http://127.0.0.1:{ETCD_PORT}' + path\n"
+            "    r = u.urlopen(url, data=json.dumps(body).encode())\n"
+            "    return json.loads(r.read())\n"
+            "rev = call('/v3/kv/range', {'key': 'AA=='})['header']['revision']\n"
+            "call('/v3/kv/compaction', {'revision': rev, 'physical': True})\n"
+            "print(rev)\n"
+        )
+        result = self.ns.run("python3", "-c", script)
+        return int(result.stdout.strip())
 
     def log(self, name: str) -> str:
         """The log a process of the control plane wrote (``etcd``, ``apiserver``, ...)."""
@@ -239,6 +281,7 @@ class ControlPlane:
             ),
             "--profiling=false",
             "--v=1",
+            *([] if self.watch_cache else ["--watch-cache=false"]),
         ]
 
     def _controller_manager_argv(self) -> list[str]:

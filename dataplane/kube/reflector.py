@@ -1,0 +1,251 @@
+"""List, then watch, one kind of object, as client-go's reflector does.
+
+Each round: a paged list (``limit``/``continue``, a consistent snapshot at
+the first page's ``resourceVersion``) replaces what is known — objects
+that vanished are deleted, new or changed ones (by ``resourceVersion``)
+upserted, the rest left alone — then watches from that version with
+``allowWatchBookmarks``; every event and bookmark advances the version. A
+watch the server closes (its ``timeoutSeconds``, 5 to 10 minutes drawn at
+random as client-go does) resumes from the last version without a list.
+Only 410 Gone (or a watch ``ERROR`` event of 410, "too old resource
+version") lists again. Any other failure — refused, cut, a status, a body
+that is not JSON — waits (exponential backoff with jitter) and resumes
+from the last version, or lists again if no list ever completed. What is
+known is never dropped on a failure: the dataplane keeps what it has.
+
+The handler hears upserts and deletes, and ``synced()`` once, after the
+first complete list: nothing before it describes the whole cluster.
+
+Invariants: ``objects`` is what the last list and the events since say;
+the handler has been told exactly the differences, in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from dataplane.kube.api import ApiClient, ApiError, ExpiredError, TransportError
+
+__all__ = ["Handler", "ObjectKey", "Reflector", "Resource", "RetryDelays", "object_key"]
+
+log = logging.getLogger(__name__)
+
+ObjectKey = tuple[str, str]  # (namespace, name)
+PAGE_SIZE = 500  # client-go's
+
+
+def object_key(obj: dict[str, Any]) -> ObjectKey | None:
+    """(namespace, name), or None for an object without a name or version."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    name, version = meta.get("name"), meta.get("resourceVersion")
+    if not isinstance(name, str) or not name or not isinstance(version, str):
+        return None
+    namespace = meta.get("namespace") or ""
+    return (str(namespace), name)
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["resourceVersion"])
+
+
+@dataclass(frozen=True)
+class Resource:
+    path: str  # the collection, e.g. /api/v1/services
+    label_selector: str = ""
+    kind: str = ""  # for log lines and metrics; the path's last part if empty
+
+    @property
+    def name(self) -> str:
+        return self.kind or self.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class RetryDelays:
+    """Exponential backoff with jitter: many nodes must not retry in step."""
+
+    initial: float = 0.8  # client-go's reflector backoff starts at 800 ms
+    maximum: float = 30.0
+    jitter: float = 1.0  # up to this fraction added, at random
+
+    def delay(self, failures: int, draw: Callable[[], float]) -> float:
+        base: float = min(self.maximum, self.initial * 2.0 ** min(failures - 1, 32))
+        return base * (1.0 + self.jitter * draw())
+
+
+class Handler(Protocol):
+    def upsert(self, key: ObjectKey, obj: dict[str, Any]) -> None: ...
+    def delete(self, key: ObjectKey, obj: dict[str, Any]) -> None: ...
+    def synced(self) -> None: ...
+
+
+class Reflector:
+    """Keeps ``objects`` equal to the cluster's, telling ``handler`` each change."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        resource: Resource,
+        handler: Handler,
+        *,
+        page_size: int = PAGE_SIZE,
+        retry: RetryDelays = RetryDelays(),
+        draw: Callable[[], float] = random.random,
+        watch_seconds: tuple[int, int] = (300, 600),
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.handler = handler
+        self.page_size = page_size
+        self.retry = retry
+        self.draw = draw
+        self.watch_seconds = watch_seconds
+        self.objects: dict[ObjectKey, dict[str, Any]] = {}
+        self.resource_version: str | None = None
+        self.synced = False
+        # Since when the source has not been following the cluster (a failed
+        # list or watch), None while it is; for /readyz.
+        self.broken_since: float | None = None
+        self.last_error: str | None = None
+        self.lists = 0  # complete lists
+        self.relists = 0  # lists after a 410
+        self.watches = 0
+        self.events = 0
+        self.bad_objects = 0
+
+    async def run(self) -> None:
+        """Follow the cluster until cancelled. Never raises for the API's sake."""
+        failures = 0
+        must_list = True
+        while True:
+            try:
+                if must_list:
+                    await self._list()
+                    must_list = False
+                await self._watch()
+                failures = 0
+            except ExpiredError as exc:
+                self.relists += 1
+                must_list = True
+                log.info("%s: %s; listing again", self.resource.name, exc)
+            except (ApiError, TransportError) as exc:
+                failures += 1
+                self._broken(str(exc))
+                delay = self.retry.delay(failures, self.draw)
+                log.warning(
+                    "%s: %s; retrying in %.1f s (%s)",
+                    self.resource.name,
+                    exc,
+                    delay,
+                    "from the last version" if not must_list else "with a list",
+                )
+                await trio.sleep(delay)
+
+    def _broken(self, error: str) -> None:
+        self.last_error = error
+        if self.broken_since is None:
+            self.broken_since = trio.current_time()
+
+    def _healthy(self) -> None:
+        if self.broken_since is not None:
+            log.info("%s: following the API server again", self.resource.name)
+        self.broken_since = None
+        self.last_error = None
+
+    def _params(self) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if self.resource.label_selector:
+            params["labelSelector"] = self.resource.label_selector
+        return params
+
+    async def _list(self) -> None:
+        listed: dict[ObjectKey, dict[str, Any]] = {}
+        version: str | None = None
+        token = ""
+        while True:
+            params = {**self._params(), "limit": str(self.page_size)}
+            if token:
+                params["continue"] = token
+            page = await self.api.list_page(self.resource.path, params)
+            # Every page is of the first page's snapshot.
+            version = version or page.resource_version
+            for obj in page.items:
+                key = self._checked_key(obj)
+                if key is not None:
+                    listed[key] = obj
+            token = page.continue_token
+            if not token:
+                break
+        self._replace(listed)
+        self.resource_version = version
+        self.lists += 1
+        self._healthy()
+        if not self.synced:
+            self.synced = True
+            log.info("%s: listed %d; synced", self.resource.name, len(listed))
+            self.handler.synced()
+
+    def _replace(self, listed: dict[ObjectKey, dict[str, Any]]) -> None:
+        known = self.objects
+        for key in [k for k in known if k not in listed]:
+            self.handler.delete(key, known.pop(key))
+        for key, obj in listed.items():
+            old = known.get(key)
+            if old is None or _version(old) != _version(obj):
+                known[key] = obj
+                self.handler.upsert(key, obj)
+
+    def _checked_key(self, obj: dict[str, Any]) -> ObjectKey | None:
+        key = object_key(obj)
+        if key is None:
+            self.bad_objects += 1
+            log.error(
+                "%s: object without metadata.name or resourceVersion skipped: %.200s",
+                self.resource.name,
+                obj,
+            )
+        return key
+
+    async def _watch(self) -> None:
+        """One watch, until the server ends it."""
+        assert self.resource_version is not None
+        params = {
+            **self._params(),
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+        }
+        low, high = self.watch_seconds
+        seconds = low + int((high - low) * self.draw())
+        self.watches += 1
+        async with self.api.watch(self.resource.path, params, seconds) as events:
+            self._healthy()
+            async for event in events:
+                self._event(event.type, event.object)
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        self.events += 1
+        if kind == "BOOKMARK":
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            if isinstance(version, str) and version:
+                self.resource_version = version
+            return
+        key = self._checked_key(obj)
+        if key is None:
+            return
+        self.resource_version = _version(obj)
+        if kind == "DELETED":
+            old = self.objects.pop(key, None)
+            if old is not None:
+                self.handler.delete(key, obj)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.objects[key] = obj
+            self.handler.upsert(key, obj)
+        else:
+            log.warning("%s: unknown watch event type %r ignored", self.resource.name, kind)

@@ -1,0 +1,254 @@
+"""The reflector on the fake API server (held to the real one by test_api_contract.py).
+
+Under trio's MockClock: watches that last minutes and backoffs of seconds
+take no time.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+import trio.testing
+
+from dataplane.kube.api import ApiClient
+from dataplane.kube.connection import Connection
+from dataplane.kube.reflector import ObjectKey, Reflector, Resource, RetryDelays
+from tests.kube.clusters import SERVICES, service
+from tests.kube.fake_apiserver import FakeApiServer
+
+
+class Recorder:
+    """The handler: what it was told, in order, and the state that implies."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, ObjectKey]] = []
+        self.state: dict[ObjectKey, str] = {}  # key -> resourceVersion
+        self.synced_at: int | None = None
+
+    def upsert(self, key: ObjectKey, obj: dict[str, Any]) -> None:
+        self.log.append(("upsert", key))
+        self.state[key] = obj["metadata"]["resourceVersion"]
+
+    def delete(self, key: ObjectKey, obj: dict[str, Any]) -> None:
+        self.log.append(("delete", key))
+        del self.state[key]
+
+    def synced(self) -> None:
+        assert self.synced_at is None
+        self.synced_at = len(self.log)
+
+
+def _truth(server: FakeApiServer) -> dict[ObjectKey, str]:
+    return {k: o["metadata"]["resourceVersion"] for k, o in server.objects[SERVICES].items()}
+
+
+def _run(
+    server: FakeApiServer,
+    body: Callable[[Reflector, Recorder], Awaitable[None]],
+    **options: Any,
+) -> tuple[Reflector, Recorder]:
+    recorder = Recorder()
+    api = ApiClient(
+        Connection(server="https://fake.invalid", ca_pem=None, token=lambda: "t"),
+        transport=server.transport(),
+    )
+    reflector = Reflector(api, Resource(SERVICES), recorder, draw=lambda: 0.5, **options)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reflector.run)
+            await body(reflector, recorder)
+            nursery.cancel_scope.cancel()
+        await api.aclose()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return reflector, recorder
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    """Let the reflector run until ``check()`` holds (MockClock: no real time)."""
+    with trio.fail_after(3600):
+        while not check():
+            await trio.sleep(0.01)
+
+
+def test_the_first_list_is_paged_and_synced_once_with_everything() -> None:
+    server = FakeApiServer()
+    for i in range(1200):
+        server.put(SERVICES, service(f"ns{i % 7}", f"s{i}"))
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: recorder.synced_at is not None)
+
+    reflector, recorder = _run(server, body)
+    assert recorder.synced_at == 1200 and recorder.state == _truth(server)
+    assert reflector.lists == 1 and server.requests >= 3  # 500 + 500 + 200
+    assert reflector.resource_version == str(server.revision)
+
+
+def test_events_after_the_list_reach_the_handler_in_order() -> None:
+    server = FakeApiServer()
+    server.put(SERVICES, service("a", "one"))
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: recorder.synced_at is not None)
+        server.put(SERVICES, service("a", "two"))
+        server.put(SERVICES, service("a", "one", changed="yes"))
+        server.remove(SERVICES, "a", "two")
+        await _until(lambda: len(recorder.log) == 4)
+
+    reflector, recorder = _run(server, body)
+    assert recorder.log == [
+        ("upsert", ("a", "one")),
+        ("upsert", ("a", "two")),
+        ("upsert", ("a", "one")),
+        ("delete", ("a", "two")),
+    ]
+    assert recorder.state == _truth(server) and reflector.lists == 1
+
+
+def test_a_cut_watch_resumes_from_the_last_version_without_a_list() -> None:
+    server = FakeApiServer()
+    server.put(SERVICES, service("a", "one"))
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: reflector.watches == 1)
+        server.cut_watches()
+        server.put(SERVICES, service("a", "two"))  # while no watch is open
+        await _until(lambda: ("a", "two") in recorder.state)
+
+    reflector, recorder = _run(server, body)
+    assert reflector.lists == 1 and reflector.watches == 2
+    assert recorder.state == _truth(server)
+
+
+def test_a_closed_watch_resumes_at_once() -> None:
+    server = FakeApiServer()
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: reflector.watches == 3)
+
+    started = 0.0
+
+    async def timed(reflector: Reflector, recorder: Recorder) -> None:
+        nonlocal started
+        started = trio.current_time()
+        await body(reflector, recorder)
+        assert trio.current_time() - started < 2 * 600  # two full watches, no backoff
+
+    reflector, _ = _run(server, timed)
+    assert reflector.lists == 1 and reflector.broken_since is None
+
+
+def test_410_after_a_compaction_lists_again_and_tells_only_the_difference() -> None:
+    server = FakeApiServer()
+    for name in ("keep", "change", "vanish"):
+        server.put(SERVICES, service("a", name))
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: reflector.watches == 1)
+        server.down = True
+        server.cut_watches()
+        await _until(lambda: reflector.broken_since is not None)
+        server.put(SERVICES, service("a", "change", v="2"))
+        server.remove(SERVICES, "a", "vanish")
+        server.put(SERVICES, service("a", "new"))
+        server.compact()
+        recorder.log.clear()
+        server.down = False
+        await _until(lambda: reflector.lists == 2)
+
+    reflector, recorder = _run(server, body)
+    assert reflector.relists == 1
+    assert recorder.log == [
+        ("delete", ("a", "vanish")),
+        ("upsert", ("a", "change")),
+        ("upsert", ("a", "new")),
+    ]
+    assert recorder.state == _truth(server) and reflector.broken_since is None
+
+
+def test_an_outage_keeps_what_is_known_and_backs_off_with_jitter() -> None:
+    server = FakeApiServer()
+    server.put(SERVICES, service("a", "one"))
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: reflector.watches == 1)
+        server.down = True
+        server.cut_watches()
+        down_at = trio.current_time()
+        await _until(lambda: len(server.refused_at) == 4)
+        assert list(recorder.state) == [("a", "one")]
+        assert reflector.broken_since == down_at
+        server.down = False
+        await _until(lambda: reflector.broken_since is None)
+
+    retry = RetryDelays(initial=1.0, maximum=4.0, jitter=1.0)
+    reflector, recorder = _run(server, body, retry=retry)
+    # draw() is 0.5: each delay is 1.5x its base of 1, 2, 4, then 4 seconds.
+    times = server.refused_at
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(times)]
+    assert gaps == [3.0, 6.0, 6.0]
+    assert reflector.lists == 1 and recorder.state == _truth(server)
+
+
+def test_a_garbage_answer_is_retried_and_nothing_known_is_lost() -> None:
+    server = FakeApiServer()
+    server.put(SERVICES, service("a", "one"))
+    server.garbage_next()  # the first list
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: recorder.synced_at is not None)
+        assert reflector.last_error is None
+        server.fail_next(500)  # and now a watch
+        server.cut_watches()
+        server.put(SERVICES, service("a", "two"))
+        await _until(lambda: ("a", "two") in recorder.state)
+
+    reflector, recorder = _run(server, body)
+    assert reflector.lists == 1 and recorder.state == _truth(server)
+
+
+def test_nothing_is_synced_until_a_whole_list_is_read() -> None:
+    server = FakeApiServer()
+    server.put(SERVICES, service("a", "one"))
+    server.fail_next(403, 403, 503)
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: reflector.last_error is not None)
+        assert recorder.synced_at is None and recorder.log == []
+        await _until(lambda: recorder.synced_at is not None)
+
+    reflector, _ = _run(server, body)
+    assert reflector.lists == 1
+
+
+def test_a_bookmark_moves_the_version_on() -> None:
+    server = FakeApiServer(bookmark_every=30.0)
+    server.put(SERVICES, service("a", "one"))
+    server.put("/api/v1/endpoints", {"metadata": {"name": "x", "namespace": "a"}})
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: reflector.watches == 1)
+        listed = reflector.resource_version
+        server.put("/api/v1/endpoints", {"metadata": {"name": "y", "namespace": "a"}})
+        await _until(lambda: reflector.resource_version != listed)
+
+    reflector, recorder = _run(server, body)
+    assert reflector.resource_version == str(server.revision)
+    assert recorder.log == [("upsert", ("a", "one"))]
+
+
+def test_an_object_without_a_name_is_skipped_alone() -> None:
+    server = FakeApiServer()
+    server.put(SERVICES, service("a", "one"))
+    server.put(SERVICES, {"metadata": {"name": "", "namespace": "a"}})
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        await _until(lambda: recorder.synced_at is not None)
+
+    reflector, recorder = _run(server, body)
+    assert list(recorder.state) == [("a", "one")] and reflector.bad_objects == 1
