@@ -65,6 +65,10 @@ class Backend:
     local: bool = False
     state: BackendState = BackendState.ACTIVE
     node_name: str = ""
+    # False when topology hints send this node's cluster-wide traffic to
+    # other endpoints (kube-proxy's topology.go); Local policy may still
+    # choose it when it is on this node.
+    in_topology: bool = True
 
     def port_for(self, port: ServicePort) -> int | None:
         """The backend port serving ``port`` (matched by name, as EndpointSlices do)."""
@@ -99,7 +103,7 @@ class Service:
             for b in self.backends
             if b.address not in unhealthy
             and b.state is not BackendState.QUARANTINED
-            and (b.local or not local_only)
+            and (b.local if local_only else b.in_topology)
         ]
         active = tuple(b for b in pool if b.state is BackendState.ACTIVE)
         return active or tuple(b for b in pool if b.state is BackendState.TERMINATING)

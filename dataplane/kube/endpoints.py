@@ -1,0 +1,240 @@
+"""A service's EndpointSlices into the model's backends, as kube-proxy chooses them.
+
+Facts from ``pkg/proxy/endpointslicecache.go`` and ``pkg/proxy/topology.go``
+at v1.33.13:
+
+* slices belong to the service their ``kubernetes.io/service-name`` label
+  names; ``FQDN`` slices are not proxied;
+* a service port's endpoints come from every slice's port of that name and
+  protocol, each slice with its own number; an endpoint is its first
+  address and that number, deduplicated across slices (a local one wins);
+* conditions: ``ready`` and ``serving`` default to true, ``terminating``
+  to false. Ready endpoints serve; when a set (cluster-wide, or this
+  node's for a Local policy) has none, its serving-and-terminating ones do
+  (the model's ``BackendState.TERMINATING``, chosen only then);
+* topology: when every ready endpoint has node hints and one names this
+  node, only those serve cluster-wide traffic here (``PreferSameNode``;
+  kube-proxy's ``PreferSameTrafficDistribution``, on from v1.34); else
+  when every ready endpoint has zone hints and one names this node's
+  zone (its ``topology.kubernetes.io/zone`` label), only those; else all.
+  Topology never narrows a Local policy's choice, nor the terminating
+  fallback. An endpoint it leaves out keeps ``in_topology=False``;
+* local: the endpoint's ``nodeName`` is this node.
+
+A slice the model cannot take raises :class:`InputError` naming the field
+(``endpoints[2].addresses[0]``) and the value: that slice is refused alone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from dataplane.errors import InputError
+from dataplane.model.services import Backend, BackendPort, BackendState, ServiceKey
+
+__all__ = ["SERVICE_NAME_LABEL", "NodeInfo", "Slice", "SliceEndpoint", "backends", "parse_slice"]
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+_PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
+_FAMILIES = {"IPv4": 4, "IPv6": 6}
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """This node, as topology and locality need it."""
+
+    name: str
+    zone: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SliceEndpoint:
+    address: str
+    ready: bool
+    serving: bool
+    terminating: bool
+    node_name: str
+    zone_hints: frozenset[str]
+    node_hints: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    service: ServiceKey
+    name: str
+    ports: tuple[BackendPort, ...]
+    endpoints: tuple[SliceEndpoint, ...]
+
+
+def _bool(value: Any, default: bool, field: str) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(field, value, "expected true or false")
+    return value
+
+
+def _names(entries: Any, field: str) -> frozenset[str]:
+    if not entries:
+        return frozenset()
+    if not isinstance(entries, list):
+        raise InputError(field, entries, "expected a list")
+    return frozenset(str(e.get("name")) for e in entries if isinstance(e, dict) and e.get("name"))
+
+
+def _endpoint(raw: Any, family: int, path: str) -> SliceEndpoint | None:
+    if not isinstance(raw, dict):
+        raise InputError(path, raw, "expected an object")
+    addresses = raw.get("addresses") or []
+    if not isinstance(addresses, list):
+        raise InputError(f"{path}.addresses", addresses, "expected a list")
+    if not addresses:
+        return None  # kube-proxy skips it ("empty address")
+    text = addresses[0]
+    try:
+        ip = ipaddress.ip_address(text)
+    except (ValueError, TypeError):
+        raise InputError(f"{path}.addresses[0]", text, "not an IP address") from None
+    if ip.version != family:
+        raise InputError(f"{path}.addresses[0]", text, f"not an IPv{family} address")
+    conditions = raw.get("conditions") or {}
+    hints = raw.get("hints") or {}
+    return SliceEndpoint(
+        address=str(ip),
+        ready=_bool(conditions.get("ready"), True, f"{path}.conditions.ready"),
+        serving=_bool(conditions.get("serving"), True, f"{path}.conditions.serving"),
+        terminating=_bool(conditions.get("terminating"), False, f"{path}.conditions.terminating"),
+        node_name=str(raw.get("nodeName") or ""),
+        zone_hints=_names(hints.get("forZones"), f"{path}.hints.forZones"),
+        node_hints=_names(hints.get("forNodes"), f"{path}.hints.forNodes"),
+    )
+
+
+def _ports(raw: Any) -> tuple[BackendPort, ...]:
+    if not isinstance(raw, list):
+        raise InputError("ports", raw, "expected a list")
+    out = []
+    for i, p in enumerate(raw):
+        if not isinstance(p, dict):
+            raise InputError(f"ports[{i}]", p, "expected an object")
+        name, number = p.get("name", ""), p.get("port")
+        if name is None or number is None or number == 0:
+            continue  # kube-proxy ignores a port without a name or a number
+        if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= 65535:
+            raise InputError(f"ports[{i}].port", number, "a port must be 1-65535")
+        text = p.get("protocol") or "TCP"
+        protocol = _PROTOCOLS.get(text) if isinstance(text, str) else None
+        if protocol is None:
+            raise InputError(f"ports[{i}].protocol", text, "expected TCP, UDP or SCTP")
+        out.append(BackendPort(str(name), protocol, number))
+    return tuple(out)
+
+
+def parse_slice(obj: dict[str, Any]) -> Slice | None:
+    """One EndpointSlice; None for an FQDN one (not proxied).
+
+    Raises:
+        InputError: no service label, an unknown address type, an address
+            of the wrong family, a port out of range (named, with its value).
+    """
+    meta = obj.get("metadata") or {}
+    service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    if not service:
+        raise InputError(f"metadata.labels[{SERVICE_NAME_LABEL}]", service, "missing")
+    kind = obj.get("addressType")
+    if kind == "FQDN":
+        return None
+    family = _FAMILIES.get(kind) if isinstance(kind, str) else None
+    if family is None:
+        raise InputError("addressType", kind, "expected IPv4, IPv6 or FQDN")
+    raw = obj.get("endpoints") or []
+    if not isinstance(raw, list):
+        raise InputError("endpoints", raw, "expected a list")
+    endpoints = tuple(
+        e for i, r in enumerate(raw) if (e := _endpoint(r, family, f"endpoints[{i}]")) is not None
+    )
+    return Slice(
+        ServiceKey(str(meta.get("namespace") or ""), str(service)),
+        str(meta.get("name") or ""),
+        _ports(obj.get("ports") or []),
+        endpoints,
+    )
+
+
+def _mode(endpoints: Iterable[SliceEndpoint], node: NodeInfo) -> str:
+    """kube-proxy's topologyModeFromHints: "node", "zone" or "" (no narrowing)."""
+    ready = [e for e in endpoints if e.ready]
+    if not ready:
+        return ""
+    if all(e.node_hints for e in ready) and any(node.name in e.node_hints for e in ready):
+        return "node"
+    if all(e.zone_hints for e in ready) and any(node.zone in e.zone_hints for e in ready):
+        return "zone"
+    return ""
+
+
+def _in_topology(endpoint: SliceEndpoint, mode: str, node: NodeInfo) -> bool:
+    if mode == "node":
+        return node.name in endpoint.node_hints
+    if mode == "zone":
+        return node.zone in endpoint.zone_hints
+    return True
+
+
+def _state(endpoint: SliceEndpoint) -> BackendState | None:
+    if endpoint.ready:
+        return BackendState.ACTIVE
+    if endpoint.serving and endpoint.terminating:
+        return BackendState.TERMINATING
+    return None  # neither ready nor serving: never chosen
+
+
+_Group = tuple[str, bool, BackendState, str, bool]  # address, local, state, node, in topology
+
+
+def backends(slices: Iterable[Slice], node: NodeInfo) -> tuple[Backend, ...]:
+    """The service's backends for this node, from all of its slices."""
+    slices = sorted(slices, key=lambda s: s.name)  # deterministic dedup order
+    by_port: dict[tuple[str, str], dict[tuple[str, int], SliceEndpoint]] = {}
+    for s in slices:
+        for port in s.ports:
+            chosen = by_port.setdefault((port.name, port.protocol), {})
+            for e in s.endpoints:
+                key = (e.address, port.port)
+                if key not in chosen or e.node_name == node.name:
+                    chosen[key] = e
+    groups: dict[_Group, dict[tuple[str, str], list[int]]] = {}
+    for (name, protocol), chosen in sorted(by_port.items()):
+        mode = _mode(chosen.values(), node)
+        for (address, number), e in chosen.items():
+            state = _state(e)
+            if state is None:
+                continue
+            topology = state is not BackendState.ACTIVE or _in_topology(e, mode, node)
+            group = (address, e.node_name == node.name, state, e.node_name, topology)
+            groups.setdefault(group, {}).setdefault((name, protocol), []).append(number)
+    out = []
+    for (address, local, state, node_name, topology), ports in sorted(
+        groups.items(), key=lambda item: (*item[0][:2], item[0][2].value, *item[0][3:])
+    ):
+        # An address with two numbers for one port (two slices disagreeing)
+        # is two endpoints, as in kube-proxy: one backend for each.
+        for i in range(max(len(numbers) for numbers in ports.values())):
+            out.append(
+                Backend(
+                    address=address,
+                    ports=tuple(
+                        BackendPort(name, protocol, sorted(numbers)[i])
+                        for (name, protocol), numbers in sorted(ports.items())
+                        if i < len(numbers)
+                    ),
+                    local=local,
+                    state=state,
+                    node_name=node_name,
+                    in_topology=topology,
+                )
+            )
+    return tuple(out)
