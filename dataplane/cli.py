@@ -14,10 +14,12 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 import trio
@@ -28,6 +30,7 @@ from dataplane.core.loop import Dataplane
 from dataplane.core.platform import Platform
 from dataplane.core.status_files import StatusFileSink
 from dataplane.errors import PlatformUnavailableError, ProtocolError
+from dataplane.kube.connection import KubeConnectionError, in_cluster, kubeconfig
 from dataplane.ops.health import DEFAULT_LIVENESS_DEADLINE
 from dataplane.ops.logfmt import LOG_FORMATS, formatter
 from dataplane.ops.server import listen_address
@@ -405,6 +408,27 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         " disabled). Whichever runs removes the other's objects of ours",
     )
     parser.add_argument(
+        "--services-source",
+        default="felix",
+        choices=["felix", "kubernetes"],
+        help="under Felix: where services and their endpoints come from: felix (ServiceUpdate"
+        " and ServiceBackendsUpdate messages; no Felix sends backends) or kubernetes (the"
+        " API's Services and EndpointSlices, as kube-proxy; switch kube-proxy off). Default:"
+        " felix",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="with --services-source kubernetes: the API server and credentials (default:"
+        " the pod's service account, as calico-node's container has it)",
+    )
+    parser.add_argument(
+        "--node-name",
+        metavar="NAME",
+        help="with --services-source kubernetes: this node's Node name, for endpoint locality"
+        " and topology (default: $NODENAME as calico-node sets it, else the host name)",
+    )
+    parser.add_argument(
         "--endpoint-status-prefix",
         type=status_path_prefix,
         default=None,
@@ -576,6 +600,11 @@ def _run_felix_mode(args: argparse.Namespace) -> int:
             print(f"{args.prog}: --listen {args.listen}: {exc.strerror}", file=sys.stderr)
             return 1
         sink = _felix_sink(dataplane, args)
+        try:
+            _services_source(dataplane, args)
+        except KubeConnectionError as exc:
+            print(f"{args.prog}: --services-source kubernetes: {exc}", file=sys.stderr)
+            return 2
         log.info("driver %s starting, platform %s", _version(), dataplane.platform.name)
         try:
             stopped_by = trio.run(_serve, dataplane, source, sink)
@@ -637,6 +666,34 @@ def _exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _services_source(dataplane: Dataplane, args: argparse.Namespace) -> None:
+    """With --services-source kubernetes: the API owns this node's services.
+
+    Raises:
+        KubeConnectionError: no credentials (not in a pod, a bad kubeconfig).
+    """
+    if args.services_source != "kubernetes":
+        return
+    from dataplane.kube.api import ApiClient  # noqa: PLC0415 - only when asked for
+    from dataplane.kube.source import KubeServices  # noqa: PLC0415
+
+    connection = kubeconfig(Path(args.kubeconfig)) if args.kubeconfig else in_cluster()
+    node = args.node_name or os.environ.get("NODENAME") or socket.gethostname()
+    source = KubeServices(
+        ApiClient(connection),
+        node,
+        lambda: dataplane.config.kube_node_port_ranges,
+        changed=dataplane.changed,
+    )
+    dataplane.services.use_source(source)
+    dataplane.add_source("the Kubernetes API", source.run, lambda: source.synced)
+    log.info(
+        "services from the Kubernetes API (%s, node %s); Felix's service messages are ignored",
+        connection.source,
+        node,
+    )
 
 
 def _felix_sink(dataplane: Dataplane, args: argparse.Namespace) -> MessageSink:

@@ -142,6 +142,7 @@ class ControlPlane:
         self.pki = workdir / "pki"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.watch_cache = watch_cache
+        self._links = 0
         self._client: httpx.Client | None = None
 
     # --- lifecycle ----------------------------------------------------------
@@ -324,6 +325,28 @@ class ControlPlane:
 
     def _tail(self, name: str, lines: int = 5) -> str:
         return " | ".join(self.log(name).strip().splitlines()[-lines:])
+
+    def attach(self, ns: Namespace) -> str:
+        """Join ``ns`` (a node) to the API server with a veth; returns the server's URL.
+
+        Link ``n`` is 192.168.250.(4n)/30: the API server's side .1, the
+        node's .2 (device ``kapi0``), a connected route and nothing else —
+        the node reaches the API server and no other address of this
+        namespace. Deleting either namespace removes the link.
+        """
+        index = self._links
+        self._links += 1
+        if index >= 64:
+            raise ControlPlaneError("at most 64 attached namespaces")
+        base = 4 * index
+        here, there = f"192.168.250.{base + 1}", f"192.168.250.{base + 2}"
+        device = f"kapi{index}"
+        self.ns.ip(
+            "link", "add", device, "type", "veth", "peer", "name", "kapi0", "netns", ns.netns
+        )
+        self.ns.ip_batch(f"addr add {here}/30 dev {device}", f"link set {device} up")
+        ns.ip_batch(f"addr add {there}/30 dev kapi0", "link set kapi0 up")
+        return f"https://{here}:{API_PORT}"
 
     # --- clients ------------------------------------------------------------
 

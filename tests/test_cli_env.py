@@ -65,6 +65,9 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_POLICY_COUNTERS_INTERVAL": "0",
         "DATAPLANE_NFTABLES_MODE": "enabled",
         "DATAPLANE_ENDPOINT_STATUS_PREFIX": "/run/test",
+        "DATAPLANE_SERVICES_SOURCE": "kubernetes",
+        "DATAPLANE_KUBECONFIG": "/tmp/kubeconfig",
+        "DATAPLANE_NODE_NAME": "node-7",
     }
     assert len(environ) == len(options(cli._parser({})))  # one per option
     args = cli._parse_args([], environ)
@@ -78,6 +81,11 @@ def test_every_variable_takes_effect() -> None:
     assert args.chain_prefix == "dp-"
     assert args.sysctl_state == "/tmp/sysctls.json"
     assert args.endpoint_status_prefix == "/run/test"
+    assert (args.services_source, args.kubeconfig, args.node_name) == (
+        "kubernetes",
+        "/tmp/kubeconfig",
+        "node-7",
+    )
     assert args.record == "/tmp/felix.log"
     assert args.felix_release == "v3.31"
     assert args.listen == ListenAddress("127.0.0.1", 9095)

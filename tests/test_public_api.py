@@ -43,6 +43,10 @@ def test_embedding_methods() -> None:
         "run",
         "stop",  # SIGTERM: run() returns, the dataplane left as programmed
         "apply_abandoned",
+        # Sources beside the messages (the Kubernetes API for services):
+        # one that an embedder adds programs nothing until it has synced.
+        "add_source",
+        "changed",
     }
     # The services manager is reachable for health sources (set_backend_health).
     assert hasattr(Dataplane(dataplane.SimPlatform()), "services")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -150,6 +150,8 @@ class Dataplane:
         self._in_sync = False
         self._sent_in_sync = False
         self._dirty = False
+        self._sources: list[tuple[str, Callable[[], Awaitable[None]], Callable[[], bool]]] = []
+        self._said_waiting = False
         self._retries = ApplyRetries(self.backoff)
         self._started_at = 0.0
         self._heartbeat_scope: trio.CancelScope | None = None
@@ -203,6 +205,24 @@ class Dataplane:
         else:
             self._input_seq += 1
             self._input.put(to_dataplane(msg, self._input_seq))
+
+    def add_source(
+        self, name: str, run: Callable[[], Awaitable[None]], synced: Callable[[], bool]
+    ) -> None:
+        """Another source of desired state beside the messages (the Kubernetes API).
+
+        ``run`` runs beside the loop for as long as it does; it calls
+        :meth:`changed` when its managers have news. Nothing is programmed
+        until ``synced()`` is true as well as Felix's InSync: the first
+        apply writes a whole, consistent node (and a restart adopts the
+        dataplane as it is until then).
+        """
+        self._sources.append((name, run, synced))
+
+    def changed(self) -> None:
+        """A source's managers have work: apply at the next chance."""
+        self._dirty = True
+        self._wake()
 
     def close_input(self) -> None:
         """End of input for :meth:`run` without a source: it finishes and returns."""
@@ -280,6 +300,8 @@ class Dataplane:
             async with trio.open_nursery() as inner:
                 inner.start_soon(self._heartbeat)
                 inner.start_soon(self.platform.serve)
+                for _name, run_source, _synced in self._sources:
+                    inner.start_soon(run_source)
                 try:
                     with trio.CancelScope() as self._main_scope:  # stop() cancels it
                         await self._main(source or self._input)
@@ -392,16 +414,26 @@ class Dataplane:
         if self._wait_scope is not None:
             self._wait_scope.cancel()
 
+    def _may_program(self) -> bool:
+        """Felix's InSync has come, and every other source has synced."""
+        if not self._in_sync:
+            return False
+        waiting = [name for name, _run, synced in self._sources if not synced()]
+        if waiting and not self._said_waiting:
+            self._said_waiting = True
+            log.info("InSync received; programming once %s ha(s) synced", ", ".join(waiting))
+        return not waiting
+
     def _wake_at(self) -> float:
         """When the loop must run phase 2 even if no input arrives."""
-        if not self._in_sync:
+        if not self._may_program():
             return math.inf
         if self._retries.retry_at is not None:
             return self._retries.retry_at
         return self.platform.wants_apply_at()
 
     async def _maybe_apply(self) -> None:
-        if not self._in_sync:
+        if not self._may_program():
             return
         now = trio.current_time()
         if self._retries.retry_at is not None:
@@ -452,7 +484,7 @@ class Dataplane:
 
     async def _finish(self) -> None:
         log.info("end of input after %d messages; stopping", self.stats.messages)
-        if self._in_sync and (self._dirty or self._retries.retry_at is not None):
+        if self._may_program() and (self._dirty or self._retries.retry_at is not None):
             # One last attempt so that a replayed log ends fully applied; a
             # failure here is logged and the dataplane left as it is.
             await self._apply()

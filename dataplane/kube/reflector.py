@@ -60,6 +60,7 @@ def _version(obj: dict[str, Any]) -> str:
 class Resource:
     path: str  # the collection, e.g. /api/v1/services
     label_selector: str = ""
+    field_selector: str = ""
     kind: str = ""  # for log lines and metrics; the path's last part if empty
 
     @property
@@ -163,6 +164,8 @@ class Reflector:
         params: dict[str, str] = {}
         if self.resource.label_selector:
             params["labelSelector"] = self.resource.label_selector
+        if self.resource.field_selector:
+            params["fieldSelector"] = self.resource.field_selector
         return params
 
     async def _list(self) -> None:

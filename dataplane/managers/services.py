@@ -7,13 +7,19 @@ values into the services that really changed, so a platform rewrites only
 those (kube-proxy's partial sync). ``resync`` hands over everything again
 (Contiv's Resync); ``set_backend_health`` takes a backend out of selection
 (Cilium's SetBackendHealth) without waiting for the control plane.
+
+With :meth:`ServicesManager.use_source` the services come from another
+source (the Kubernetes API, :mod:`dataplane.kube.source`) with their
+backends already chosen; the service messages are then ignored, with one
+log line: one source of truth per node.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from google.protobuf.message import Message
 
@@ -25,6 +31,15 @@ from dataplane.managers import convert_services as convert
 from dataplane.model.services import Backend, BackendState, Service, ServiceKey
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
+log = logging.getLogger(__name__)
+
+
+class ServicesSource(Protocol):
+    """Whole service values from elsewhere (the Kubernetes API)."""
+
+    def take_dirty(self) -> dict[ServiceKey, Service | None]: ...
+    def requeue_all(self) -> None: ...
+
 
 class ServicesManager:
     def __init__(self, sink: ServicesSink) -> None:
@@ -35,14 +50,37 @@ class ServicesManager:
         self._store: DiffStore[ServiceKey, Service] = DiffStore()
         self._dirty: set[ServiceKey] = set()
         self._node_port_ranges: tuple[tuple[int, int], ...] = Config().kube_node_port_ranges
+        self._source: ServicesSource | None = None
+        self._from_source: dict[ServiceKey, Service] = {}
+        self._said_ignored = False
+
+    def use_source(self, source: ServicesSource) -> None:
+        """Take services from ``source`` from now on; ignore the service messages."""
+        self._source = source
+
+    @property
+    def source(self) -> ServicesSource | None:
+        return self._source
 
     def configure(self, config: Config) -> None:
+        changed = config.kube_node_port_ranges != self._node_port_ranges
         self._node_port_ranges = config.kube_node_port_ranges
+        if changed and self._source is not None:
+            self._source.requeue_all()
 
     def on_update(self, msg: Message) -> None:
         handler = self._handlers.get(type(msg))
-        if handler is not None:
-            handler(self, msg)
+        if handler is None:
+            return
+        if self._source is not None:
+            if not self._said_ignored:
+                self._said_ignored = True
+                log.info(
+                    "%s ignored: services come from the Kubernetes API on this node (said once)",
+                    type(msg).__name__,
+                )
+            return
+        handler(self, msg)
 
     def _on_update(self, msg: pb.ServiceUpdate) -> None:
         service = convert.service(msg, self._node_port_ranges)
@@ -80,24 +118,40 @@ class ServicesManager:
         for key, backends in self._backends.items():
             if any(b.address == address for b in backends):
                 self._dirty.add(key)
+        for key, value in self._from_source.items():
+            if any(b.address == address for b in value.backends):
+                self._dirty.add(key)
 
     def resync(self) -> None:
         """Hand every service to the platform again at the next apply."""
-        self._dirty |= set(self._services)
+        self._dirty |= set(self._services) | set(self._from_source)
         self._store.touch_all()
 
     # --- deferred work ------------------------------------------------------------
 
     def _value(self, key: ServiceKey) -> Service:
+        if key in self._from_source:
+            value = self._from_source[key]
+            chosen = value.backends
+        else:
+            value = self._services[key]
+            chosen = self._backends.get(key, ())
         backends = tuple(
             replace(b, state=BackendState.QUARANTINED) if b.address in self._unhealthy else b
-            for b in self._backends.get(key, ())
+            for b in chosen
         )
-        return replace(self._services[key], backends=backends)
+        return replace(value, backends=backends)
 
     def complete_deferred_work(self) -> None:
+        if self._source is not None:
+            for key, value in self._source.take_dirty().items():
+                if value is None:
+                    self._from_source.pop(key, None)
+                else:
+                    self._from_source[key] = value
+                self._dirty.add(key)
         for key in self._dirty:
-            if key in self._services:
+            if key in self._services or key in self._from_source:
                 self._store.set(key, self._value(key))
             else:
                 self._store.delete(key)

@@ -1,0 +1,142 @@
+"""Services from the real Kubernetes API, programmed by the driver, judged by packets.
+
+The driver runs in a node namespace as Felix starts it, with
+``DATAPLANE_SERVICES_SOURCE=kubernetes`` and a kubeconfig for the test bed's
+real kube-apiserver (joined to the node by a veth). Felix's messages carry
+the pods and no service; Services and EndpointSlices are written to the API
+as a controller would write them, and connections from a pod to the
+cluster IP say which backend served.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.control_plane import ControlPlane, unavailable
+from testbed.topology import Topology
+from tests.kernel import scenario
+from tests.kernel.cluster import Cluster
+from tests.kernel.marks import KERNEL_UNAVAILABLE
+from tests.kernel.services import served_by
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    if KERNEL_UNAVAILABLE is not None:
+        pytest.skip(KERNEL_UNAVAILABLE)
+    why = unavailable()
+    if why is not None:
+        pytest.skip(why)
+    workdir = Path(tmp_path_factory.mktemp("kube-services"))
+    with Topology() as topo, ControlPlane(topo, workdir) as cp:
+        yield cp
+
+
+def _endpoint(pod: str, node: str, **conditions: bool) -> dict[str, Any]:
+    return {
+        "addresses": [scenario.pod(pod).ipv4],
+        "nodeName": node,
+        "conditions": {"ready": True, **conditions},
+    }
+
+
+def _slice(ns: str, service: str, endpoints: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service}-1",
+            "namespace": ns,
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    }
+
+
+class Api:
+    """This test's objects in the real API: a namespace, the node, services, slices."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        index = next(_names)
+        self.ns = f"kube{index}"
+        self.node = f"node-{index}"
+        cp.create("/api/v1/namespaces", {"metadata": {"name": self.ns}})
+        cp.create(
+            "/api/v1/nodes",
+            {"metadata": {"name": self.node, "labels": {"topology.kubernetes.io/zone": "z1"}}},
+        )
+
+    def service(self, name: str, **spec: Any) -> str:
+        """Create a ClusterIP service (port 80, named http); returns its cluster IP."""
+        body = {
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}], **spec},
+        }
+        created = self.cp.create(f"/api/v1/namespaces/{self.ns}/services", body)
+        return str(created["spec"]["clusterIP"])
+
+    def put_slice(self, service: str, endpoints: list[dict[str, Any]]) -> None:
+        path = f"/apis/discovery.k8s.io/v1/namespaces/{self.ns}/endpointslices"
+        body = _slice(self.ns, service, endpoints)
+        name = body["metadata"]["name"]
+        existing = self.cp.client.get(f"{path}/{name}")
+        if existing.status_code == 404:
+            self.cp.create(path, body)
+        else:
+            body["metadata"]["resourceVersion"] = existing.json()["metadata"]["resourceVersion"]
+            self.cp.request("PUT", f"{path}/{name}", body)
+
+
+def _start(cluster: Cluster, cp: ControlPlane, api: Api, tmp: Path) -> Any:
+    server = cp.attach(cluster.node)
+    config = tmp / "kubeconfig"
+    config.write_text(cp.kubeconfig(server))
+    env = {
+        **os.environ,
+        "DATAPLANE_SERVICES_SOURCE": "kubernetes",
+        "DATAPLANE_KUBECONFIG": str(config),
+        "DATAPLANE_NODE_NAME": api.node,
+    }
+    return cluster.start_driver(policies=False, env=env)
+
+
+def test_a_cluster_ip_from_the_api_follows_its_endpoint_slice(
+    topology: Topology, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    api = Api(control_plane)
+    vip = api.service("web")
+    api.put_slice("web", [_endpoint("api-1", api.node), _endpoint("api-2", api.node)])
+    cluster = Cluster(topology)
+    felix = _start(cluster, control_plane, api, tmp_path)
+    client = cluster.pods["web-1"]
+    try:
+        eventually(
+            lambda: set(served_by(client, vip, 80, 12)) == {"api-1", "api-2"},
+            deadline=30,
+            what=f"{vip}:80 served by both endpoints",
+        )
+        # The controller marks api-2 not ready: only api-1 serves.
+        api.put_slice(
+            "web", [_endpoint("api-1", api.node), _endpoint("api-2", api.node, ready=False)]
+        )
+        eventually(
+            lambda: set(served_by(client, vip, 80, 12)) == {"api-1"},
+            deadline=30,
+            what="only the ready endpoint serves",
+        )
+    finally:
+        felix.kill()
