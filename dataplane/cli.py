@@ -423,6 +423,15 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
         " the pod's service account, as calico-node's container has it)",
     )
     parser.add_argument(
+        "--kubernetes-grace",
+        type=_rate,
+        default=60.0,
+        metavar="S",
+        help="with --services-source kubernetes: how long the API may be unreachable (a"
+        " list or watch failing) before /readyz fails; the programmed services are kept"
+        " meanwhile (default: 60)",
+    )
+    parser.add_argument(
         "--node-name",
         metavar="NAME",
         help="with --services-source kubernetes: this node's Node name, for endpoint locality"
@@ -689,6 +698,16 @@ def _services_source(dataplane: Dataplane, args: argparse.Namespace) -> None:
     )
     dataplane.services.use_source(source)
     dataplane.add_source("the Kubernetes API", source.run, lambda: source.synced)
+    from dataplane.ops.observer import Observer  # noqa: PLC0415
+
+    observer = dataplane.observer
+    if isinstance(observer, Observer):  # with --listen: /readyz and /metrics
+        from dataplane.ops.kube import KubeCollector, kube_readiness  # noqa: PLC0415
+
+        grace = args.kubernetes_grace
+        observer.health.add_check(lambda now: kube_readiness(source, grace, now))
+        observer.metrics.register(KubeCollector(source))
+        source.arrived = lambda: observer.arrived("kube_service", trio.current_time())
     log.info(
         "services from the Kubernetes API (%s, node %s); Felix's service messages are ignored",
         connection.source,

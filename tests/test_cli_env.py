@@ -68,6 +68,7 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_SERVICES_SOURCE": "kubernetes",
         "DATAPLANE_KUBECONFIG": "/tmp/kubeconfig",
         "DATAPLANE_NODE_NAME": "node-7",
+        "DATAPLANE_KUBERNETES_GRACE": "15",
     }
     assert len(environ) == len(options(cli._parser({})))  # one per option
     args = cli._parse_args([], environ)
@@ -81,6 +82,7 @@ def test_every_variable_takes_effect() -> None:
     assert args.chain_prefix == "dp-"
     assert args.sysctl_state == "/tmp/sysctls.json"
     assert args.endpoint_status_prefix == "/run/test"
+    assert args.kubernetes_grace == 15.0
     assert (args.services_source, args.kubeconfig, args.node_name) == (
         "kubernetes",
         "/tmp/kubeconfig",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -100,6 +101,7 @@ class Reflector:
         retry: RetryDelays = RetryDelays(),
         draw: Callable[[], float] = random.random,
         watch_seconds: tuple[int, int] = (300, 600),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.resource = resource
@@ -114,6 +116,9 @@ class Reflector:
         # Since when the source has not been following the cluster (a failed
         # list or watch), None while it is; for /readyz.
         self.broken_since: float | None = None
+        # The same moment on the monotonic clock, for /readyz's thread.
+        self.broken_at: float | None = None
+        self.monotonic = monotonic
         self.last_error: str | None = None
         self.lists = 0  # complete lists
         self.relists = 0  # lists after a 410
@@ -153,11 +158,13 @@ class Reflector:
         self.last_error = error
         if self.broken_since is None:
             self.broken_since = trio.current_time()
+            self.broken_at = self.monotonic()
 
     def _healthy(self) -> None:
         if self.broken_since is not None:
             log.info("%s: following the API server again", self.resource.name)
         self.broken_since = None
+        self.broken_at = None
         self.last_error = None
 
     def _params(self) -> dict[str, str]:

@@ -75,8 +75,10 @@ class KubeServices:
         node_name: str,
         node_port_ranges: Callable[[], Sequence[tuple[int, int]]],
         changed: Callable[[], None] = lambda: None,
+        arrived: Callable[[], None] = lambda: None,
     ) -> None:
         self.api = api
+        self.arrived = arrived  # a change arrived (for the event-to-kernel latency)
         self.node_name = node_name
         self.node_port_ranges = node_port_ranges
         self.changed = changed
@@ -191,6 +193,7 @@ class KubeServices:
 
     def _mark(self, skey: ServiceKey) -> None:
         self.dirty.add(skey)
+        self.arrived()
         self.changed()
 
     def value(self, skey: ServiceKey) -> Service | None:

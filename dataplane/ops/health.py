@@ -91,6 +91,15 @@ class Health:
         self.quarantine_grace = quarantine_grace
         self._clock = clock
         self._state = _State()
+        self._checks: list[Callable[[float], Check]] = []
+
+    def add_check(self, check: Callable[[float], Check]) -> None:
+        """One more readiness check, evaluated per request with the clock's now.
+
+        For a source beside the messages (the Kubernetes API): it reads only
+        values its owner replaces whole, so the HTTP thread may call it.
+        """
+        self._checks.append(check)
 
     # --- written by the main loop -------------------------------------------------
 
@@ -171,4 +180,4 @@ class Health:
             )
         else:
             quarantine = Check("quarantine", True, "nothing refused")
-        return Report((sync, apply, quarantine))
+        return Report((sync, apply, quarantine, *(check(now) for check in self._checks)))

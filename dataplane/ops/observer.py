@@ -119,6 +119,10 @@ class Observer:
     def rejected(self, kind: str) -> None:
         self.metrics.rejected.labels(kind).inc()
 
+    def arrived(self, kind: str, now: float) -> None:
+        """A change from a source beside the messages (the API): its latency counts too."""
+        self._arrivals[kind].append(now)
+
     def busy(self, what: str) -> None:
         self.health.busy(what)
 
