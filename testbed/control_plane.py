@@ -191,16 +191,14 @@ class ControlPlane:
 
     def restart_apiserver(self) -> None:
         """Stop kube-apiserver and start it again (etcd keeps the data); until ready."""
-        proc = self._procs.pop("apiserver")
-        proc.terminate()
-        proc.wait(timeout=30)
-        self._spawn("apiserver", self._apiserver_argv())
-        self._wait_ready()
+        self.stop_apiserver()
+        self.start_apiserver()
 
     def stop_apiserver(self) -> None:
-        """Stop kube-apiserver, as an outage does; :meth:`start_apiserver` brings it back."""
+        """Kill kube-apiserver, as a crash or a lost node does (a graceful stop waits
+        for open watches); :meth:`start_apiserver` brings it back."""
         proc = self._procs.pop("apiserver")
-        proc.terminate()
+        proc.kill()
         proc.wait(timeout=30)
 
     def start_apiserver(self) -> None:

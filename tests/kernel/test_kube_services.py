@@ -140,3 +140,72 @@ def test_a_cluster_ip_from_the_api_follows_its_endpoint_slice(
         )
     finally:
         felix.kill()
+
+
+def test_node_port_with_local_policy_serves_only_this_node_s_endpoints(
+    topology: Topology, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """From outside, a Local NodePort reaches only local endpoints; a pod reaches all."""
+    api = Api(control_plane)
+    spec = {
+        "type": "NodePort",
+        "externalTrafficPolicy": "Local",
+        "ports": [
+            {
+                "name": "http",
+                "port": 80,
+                "targetPort": 8080,
+                "nodePort": 30580 + (next(_names) % 100),
+            }
+        ],
+    }
+    vip = api.service("web", **spec)
+    node_port = spec["ports"][0]["nodePort"]  # type: ignore[index]
+    api.put_slice("web", [_endpoint("api-1", api.node), _endpoint("api-2", "elsewhere")])
+    cluster = Cluster(topology)
+    felix = _start(cluster, control_plane, api, tmp_path)
+    node, external = cluster.node, cluster.node.external
+    try:
+        eventually(
+            lambda: set(served_by(cluster.pods["web-1"], vip, 80, 12)) == {"api-1", "api-2"},
+            deadline=30,
+            what="the cluster IP reaches both endpoints",
+        )
+        assert set(served_by(external, node.address(4), node_port, 12)) == {"api-1"}
+    finally:
+        felix.kill()
+
+
+def test_an_api_server_outage_keeps_the_services_and_changes_resume_after_it(
+    topology: Topology, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    api = Api(control_plane)
+    vip = api.service("web")
+    api.put_slice("web", [_endpoint("api-1", api.node), _endpoint("api-2", api.node)])
+    cluster = Cluster(topology)
+    felix = _start(cluster, control_plane, api, tmp_path)
+    client = cluster.pods["web-1"]
+    try:
+        eventually(
+            lambda: set(served_by(client, vip, 80, 12)) == {"api-1", "api-2"},
+            deadline=30,
+            what="both endpoints serve",
+        )
+        control_plane.stop_apiserver()
+        try:
+            # Down: the driver's watches fail and retry; what is programmed stays.
+            assert set(served_by(client, vip, 80, 12)) == {"api-1", "api-2"}
+        finally:
+            control_plane.start_apiserver()
+        api.put_slice("web", [_endpoint("api-2", api.node)])
+        eventually(
+            lambda: set(served_by(client, vip, 80, 12)) == {"api-2"},
+            deadline=60,
+            what="the change made after the restart is in force",
+        )
+        felix.close_input()
+        code, err = felix.wait(timeout=20)
+        assert code == 0, err
+        assert "retrying in" in err  # the outage was seen and ridden out
+    finally:
+        felix.kill()
