@@ -143,6 +143,7 @@ class ControlPlane:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.watch_cache = watch_cache
         self._links = 0
+        self.attached: dict[str, str] = {}  # netns -> its address on the link
         self._client: httpx.Client | None = None
 
     # --- lifecycle ----------------------------------------------------------
@@ -344,6 +345,7 @@ class ControlPlane:
         )
         self.ns.ip_batch(f"addr add {here}/30 dev {device}", f"link set {device} up")
         ns.ip_batch(f"addr add {there}/30 dev kapi0", "link set kapi0 up")
+        self.attached[ns.netns] = there
         return f"https://{here}:{API_PORT}"
 
     # --- clients ------------------------------------------------------------

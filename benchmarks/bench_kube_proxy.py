@@ -1,0 +1,416 @@
+"""Services from the API: the driver beside the real kube-proxy, one API server, one run.
+
+The test bed's real kube-apiserver and etcd (``make upstream``) hold
+``--services`` ClusterIP Services of ``--endpoints`` endpoints each (one
+EndpointSlice per service, written directly). Each peer runs in a network
+namespace of its own, joined to the API server by a veth:
+
+* ``driver-nft`` / ``driver-ipt``: ``dataplane-driver`` started as Felix
+  starts it (ConfigUpdate and InSync on fd 3, nothing else), with
+  ``DATAPLANE_SERVICES_SOURCE=kubernetes`` and ``DATAPLANE_NFTABLES_MODE``
+  enabled / disabled;
+* ``kube-proxy-nft`` / ``kube-proxy-ipt``: the real kube-proxy of the same
+  ``k8s.io/kubernetes`` release, ``--proxy-mode nftables`` / ``iptables``.
+
+Measured, for each peer:
+
+1. **programmed**: from the process start until its first complete sync
+   is in the kernel (the driver's ``DataplaneInSync``; kube-proxy's first
+   ``SyncProxyRules complete`` with every service: it does not sync before
+   its informers have). Peers start one at a time, so none competes with
+   another's start.
+2. **one change**: ``--changes`` times, one endpoint of one random
+   service's slice is replaced by a new address (``--gap`` seconds apart);
+   from the API write returning until that address is in the peer's
+   kernel: each namespace's ``nft monitor`` prints every committed change
+   (iptables-nft's too), and the line naming the address is timestamped as
+   it arrives. All peers run during the churn.
+3. **RSS**: the process's peak (``VmHWM``) at the end.
+4. **requests**: the API server's LIST and WATCH requests during the churn
+   (its own ``apiserver_request_total``; none of the peers should list),
+   and each peer's requests in all (the driver's
+   ``dataplane_kube_requests_total``, kube-proxy's ``rest_client_requests_total``).
+
+Goals (issue 39): programmed <= 2 s and <= 0.5x kube-proxy nftables; one
+change p99 <= 20 ms; RSS <= 150 MB; no list during the churn; at 20,000
+services a change no dearer than 1.5x at 1,000.
+
+Usage (root, ``make upstream`` done): python benchmarks/bench_kube_proxy.py
+    [--services N] [--endpoints N] [--changes N] [--gap S] [--peers a,b,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import itertools
+import os
+import queue
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+
+from benchmarks._common import machine, markdown_table, percentile  # noqa: E402
+from benchmarks._runs import require_root  # noqa: E402
+from testbed import upstream  # noqa: E402
+from testbed.control_plane import ControlPlane, unavailable  # noqa: E402
+from testbed.topology import Namespace, Topology, sigterm_unwinds  # noqa: E402
+from tests.felix_harness import FelixHarness  # noqa: E402
+
+NS = "bench"
+DRIVER = Path(sys.executable).parent / "dataplane-driver"
+PEERS = ("driver-nft", "driver-ipt", "kube-proxy-nft", "kube-proxy-ipt")
+
+
+def _address(i: int) -> str:
+    return f"10.{64 + i // 65536}.{(i // 256) % 256}.{i % 256}"
+
+
+def _slice(name: str, addresses: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{name}-1",
+            "namespace": NS,
+            "labels": {"kubernetes.io/service-name": name},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [a], "nodeName": "elsewhere", "conditions": {"ready": True}}
+            for a in addresses
+        ],
+    }
+
+
+def _client(cp: ControlPlane) -> httpx.Client:
+    return httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(cp.socket), verify=cp.ssl_context()),
+        base_url=cp.client.base_url,
+        headers={"Authorization": f"Bearer {cp.token}"},
+        timeout=60,
+    )
+
+
+def populate(cp: ControlPlane, services: int, endpoints: int) -> dict[str, list[str]]:
+    """``services`` Services with one slice each; returns each slice's addresses."""
+    cp.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+    counter = itertools.count()
+    plan = {f"s{i}": [_address(next(counter)) for _ in range(endpoints)] for i in range(services)}
+    local = threading.local()
+
+    def write(item: tuple[str, list[str]]) -> None:
+        name, addresses = item
+        if not hasattr(local, "client"):
+            local.client = _client(cp)
+        client: httpx.Client = local.client
+        svc = {"metadata": {"name": name}, "spec": {"ports": [{"name": "http", "port": 80}]}}
+        for path, body in (
+            (f"/api/v1/namespaces/{NS}/services", svc),
+            (f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices", _slice(name, addresses)),
+        ):
+            answer = client.post(path, json=body)
+            if answer.status_code >= 300:
+                raise RuntimeError(f"POST {path}: {answer.status_code} {answer.text[:200]}")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(write, plan.items()))
+    return plan
+
+
+class Monitor:
+    """``nft monitor`` in a namespace: every committed change, timestamped on arrival."""
+
+    def __init__(self, ns: Namespace) -> None:
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns.netns, "nft", "monitor"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.seen: dict[str, float] = {}
+        self.wanted: set[str] = set()
+        self._lock = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            now = time.monotonic()
+            with self._lock:
+                for address in [a for a in self.wanted if a in line]:
+                    self.wanted.discard(address)
+                    self.seen[address] = now
+                    self._lock.notify_all()
+
+    def expect(self, address: str) -> None:
+        with self._lock:
+            self.wanted.add(address)
+
+    def wait(self, address: str, deadline: float) -> float | None:
+        with self._lock:
+            while address not in self.seen:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._lock.wait(left):
+                    return self.seen.get(address)
+            return self.seen[address]
+
+    def stop(self) -> None:
+        self.proc.kill()
+
+
+@dataclass
+class Peer:
+    name: str
+    ns: Namespace
+    node: str
+    pid: int = 0
+    programmed: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    missed: int = 0
+    stop: Any = None
+    requests: Any = None
+    monitor: Monitor | None = None
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _metric(ns: Namespace, url: str, pattern: str) -> float:
+    """Sum of the samples of ``url`` (inside ``ns``) whose line matches ``pattern``."""
+    script = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=10).read().decode())"
+    text = ns.run(sys.executable, "-c", script).stdout
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith("#") and re.search(pattern, line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def start_driver(peer: Peer, cp: ControlPlane, kubeconfig: Path, nft: bool) -> None:
+    env = {
+        **os.environ,
+        "DATAPLANE_PLATFORM": "linux",
+        "DATAPLANE_SERVICES_SOURCE": "kubernetes",
+        "DATAPLANE_KUBECONFIG": str(kubeconfig),
+        "DATAPLANE_NODE_NAME": peer.node,
+        "DATAPLANE_NFTABLES_MODE": "enabled" if nft else "disabled",
+        "DATAPLANE_SYSCTL_STATE": str(kubeconfig.parent / f"{peer.name}.sysctls.json"),
+        "DATAPLANE_LISTEN": "127.0.0.1:9095",
+        "DATAPLANE_LOG_LEVEL": "WARNING",
+    }
+    import dataplane.wire._pb.felixbackend_pb2 as pb  # noqa: PLC0415
+
+    started = time.monotonic()
+    felix = FelixHarness(program=[str(DRIVER)], netns=peer.ns.netns, env=env, cwd=Path("/"))
+    felix.send(pb.ConfigUpdate(config={"FelixHostname": peer.node}), pb.InSync())
+    felix.recv_until("dataplane_in_sync", timeout=600)
+    peer.programmed = time.monotonic() - started
+    felix.drain()
+    peer.pid = _child_pid(felix.proc.pid)
+    peer.stop = felix.kill
+    peer.requests = lambda: _metric(
+        peer.ns, "http://127.0.0.1:9095/metrics", r"^dataplane_kube_requests_total "
+    )
+
+
+def _child_pid(pid: int) -> int:
+    """The driver's pid (``ip netns exec`` execs it, so the same)."""
+    return pid
+
+
+def start_kube_proxy(peer: Peer, kubeconfig: Path, mode: str, services: int) -> None:
+    binary = upstream.binary(f"kube-proxy-{upstream.K8S}")
+    argv = [
+        "ip", "netns", "exec", peer.ns.netns, str(binary),
+        f"--kubeconfig={kubeconfig}", f"--hostname-override={peer.node}",
+        f"--proxy-mode={mode}", "--conntrack-max-per-core=0",
+        "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+        "--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249",
+        "--v=2",
+    ]  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = started + 900
+    while True:
+        line = lines.get(timeout=max(1.0, deadline - time.monotonic()))
+        if "SyncProxyRules complete" not in line:
+            continue
+        # Its first sync waits for both informers; checked, not timed.
+        peer.programmed = time.monotonic() - started
+        if _programmed(peer, services, mode):
+            break
+    peer.pid = proc.pid
+    peer.stop = proc.kill
+    peer.requests = lambda: _metric(
+        peer.ns, "http://127.0.0.1:10249/metrics", r"^rest_client_requests_total"
+    )
+
+
+def _programmed(peer: Peer, services: int, mode: str) -> bool:
+    """kube-proxy's rules name every service (a sanity check of its first sync)."""
+    tool = ["nft", "list", "ruleset"] if mode == "nftables" else ["iptables-nft-save", "-t", "nat"]
+    names = set(re.findall(rf"{NS}/(s\d+)", peer.ns.run(*tool).stdout))
+    return len(names) >= services
+
+
+def churn(cp: ControlPlane, plan: dict[str, list[str]], peers: list[Peer], args: Any) -> None:
+    client = _client(cp)
+    fresh = itertools.count(len(plan) * args.endpoints + 1)
+    names = list(plan)
+    rng = random.Random(39)
+    path = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
+    for _ in range(args.changes):
+        name = rng.choice(names)
+        address = _address(next(fresh))
+        plan[name][rng.randrange(len(plan[name]))] = address
+        for peer in peers:
+            assert peer.monitor is not None
+            peer.monitor.expect(address)
+        current = client.get(f"{path}/{name}-1").json()
+        body = _slice(name, plan[name])
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        answer = client.put(f"{path}/{name}-1", json=body)
+        written = time.monotonic()
+        if answer.status_code >= 300:
+            raise RuntimeError(f"PUT slice: {answer.status_code} {answer.text[:200]}")
+        for peer in peers:
+            assert peer.monitor is not None
+            seen = peer.monitor.wait(address, written + 10)
+            if seen is None:
+                peer.missed += 1
+            else:
+                peer.latencies.append(max(0.0, seen - written))
+        time.sleep(args.gap)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--services", type=int, default=10000)
+    parser.add_argument("--endpoints", type=int, default=10)
+    parser.add_argument("--changes", type=int, default=200)
+    parser.add_argument("--gap", type=float, default=1.1, help="seconds between changes")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    args = parser.parse_args()
+    require_root()
+    why = unavailable() or _no_kube_proxy()
+    if why:
+        sys.exit(f"bench_kube_proxy: {why}")
+    print(machine())
+    with sigterm_unwinds(), tempfile.TemporaryDirectory() as tmp, Topology() as topo:
+        work = Path(tmp)
+        cp = ControlPlane(topo, work)
+        cp.start()
+        try:
+            run(cp, topo, work, args)
+        finally:
+            cp.stop()
+
+
+def _no_kube_proxy() -> str | None:
+    try:
+        upstream.binary(f"kube-proxy-{upstream.K8S}")
+    except upstream.UnavailableError as exc:
+        return str(exc)
+    return None
+
+
+def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
+    started = time.monotonic()
+    plan = populate(cp, args.services, args.endpoints)
+    print(
+        f"stored {args.services} services x {args.endpoints} endpoints"
+        f" in {time.monotonic() - started:.1f} s",
+        flush=True,
+    )
+    peers: list[Peer] = []
+    for name in args.peers.split(","):
+        ns = Namespace(topo, name, topo.new_netns(name[:3] + name[-3:]))
+        topo.adopt(ns)
+        ns.ip("link", "set", "lo", "up")
+        config = work / f"{name}.kubeconfig"
+        config.write_text(cp.kubeconfig(cp.attach(ns)))
+        peer = Peer(name, ns, f"bench-{name}")
+        cp.create("/api/v1/nodes", {"metadata": {"name": peer.node}})
+        # kube-proxy waits (30 s) for its Node to have an address, as a kubelet sets it.
+        address = {"type": "InternalIP", "address": cp.attached[ns.netns]}
+        cp.patch_status(f"/api/v1/nodes/{peer.node}", {"addresses": [address]})
+        if name.startswith("driver"):
+            start_driver(peer, cp, config, nft=name.endswith("nft"))
+        else:
+            mode = "nftables" if name.endswith("nft") else "iptables"
+            start_kube_proxy(peer, config, mode, args.services)
+        print(f"{name}: programmed in {peer.programmed:.2f} s", flush=True)
+        peers.append(peer)
+    try:
+        for peer in peers:
+            peer.monitor = Monitor(peer.ns)
+        time.sleep(1.0)  # the monitors are listening
+        lists_before = _apiserver_lists(cp)
+        requests_before = {p.name: p.requests() for p in peers}
+        churn(cp, plan, peers, args)
+        lists_during = _apiserver_lists(cp) - lists_before
+        rows = []
+        for peer in peers:
+            lat = [x * 1000 for x in peer.latencies]
+            rows.append(
+                [
+                    peer.name,
+                    f"{peer.programmed:.2f} s",
+                    f"{percentile(lat, 50):.1f} / {percentile(lat, 99):.1f} ms",
+                    str(peer.missed),
+                    f"{_rss_mb(peer.pid):.0f} MB",
+                    f"{peer.requests() - requests_before[peer.name]:.0f}",
+                ]
+            )
+        header = ["peer", "programmed", "one change p50 / p99", "missed", "peak RSS", "requests"]
+        print(
+            f"\n{args.services:,} services x {args.endpoints} endpoints, {args.changes} changes"
+            f" {args.gap:g} s apart; LIST requests to the API server during the churn:"
+            f" {lists_during:.0f}\n"
+        )
+        print(markdown_table(header, rows))
+    finally:
+        for peer in peers:
+            if peer.monitor is not None:
+                peer.monitor.stop()
+            if peer.stop is not None:
+                peer.stop()
+
+
+def _apiserver_lists(cp: ControlPlane) -> float:
+    text = cp.client.get("/metrics").text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{") and 'verb="LIST"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+if __name__ == "__main__":
+    main()
