@@ -274,9 +274,14 @@ def start_kube_proxy(peer: Peer, kubeconfig: Path, mode: str, services: int) -> 
 
 def _programmed(peer: Peer, services: int, mode: str) -> bool:
     """kube-proxy's rules name every service (a sanity check of its first sync)."""
-    tool = ["nft", "list", "ruleset"] if mode == "nftables" else ["iptables-nft-save", "-t", "nat"]
-    names = set(re.findall(rf"{NS}/(s\d+)", peer.ns.run(*tool).stdout))
-    return len(names) >= services
+    tool = (
+        ["nft", "list", "map", "ip", "kube-proxy", "service-ips"]
+        if mode == "nftables"
+        else ["iptables-nft-save", "-t", "nat"]
+    )
+    argv = ["ip", "netns", "exec", peer.ns.netns, *tool]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False).stdout
+    return len(set(re.findall(rf"{NS}/(s\d+)", out))) >= services
 
 
 def churn(cp: ControlPlane, plan: dict[str, list[str]], peers: list[Peer], args: Any) -> None:
