@@ -9,7 +9,6 @@ from a list's resourceVersion that sees the next change.
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 
 from testbed import upstream
 from testbed.control_plane import ControlPlane
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -72,14 +72,14 @@ def _set_ready(cp: ControlPlane, ns: str, name: str, ip: str, *, ready: bool) ->
 
 def _wait_slice(cp: ControlPlane, ns: str, deadline_s: float = 30.0) -> dict[str, Any]:
     """The service's one EndpointSlice once the controller has written an endpoint."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        items = cp.get(SLICES.format(ns=ns))["items"]
-        if items and items[0].get("endpoints"):
-            found: dict[str, Any] = items[0]
-            return found
-        time.sleep(0.1)  # waiting on another process's controller, with a deadline
-    raise AssertionError(f"no EndpointSlice in {ns}: {cp.log('controller-manager')[-800:]}")
+    found: list[dict[str, Any]] = []
+
+    def written() -> bool:
+        found[:] = [i for i in cp.get(SLICES.format(ns=ns))["items"] if i.get("endpoints")]
+        return bool(found)
+
+    eventually(written, deadline=deadline_s, what=f"an EndpointSlice with endpoints in {ns}")
+    return found[0]
 
 
 def test_the_api_server_is_the_pinned_release(control_plane: ControlPlane) -> None:
