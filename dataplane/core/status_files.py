@@ -14,7 +14,8 @@ them: :class:`StatusFileSink` does, from exactly the envelopes it sends
 Felix, with Felix's names, content and pruning. Felix's reporter, which
 never reconciles, does not fight it.
 
-Semantics (Felix's, v3.30 to master): a workload's file is written when
+Semantics (Felix's, v3.30 to master): an update without the endpoint is
+ignored whatever its status; otherwise a workload's file is written when
 its status is ``up`` (content from the endpoint the update carries),
 deleted on ``down`` or a remove, left as it is on ``error``; host endpoints
 get none. Nothing is written before ``DataplaneInSync``; at it, the whole
@@ -93,7 +94,12 @@ class StatusFiles:
             update = envelope.workload_endpoint_status_update
             name = status_file_name(update.id)
             status = update.status.status
-            if status == "up" and update.HasField("endpoint"):
+            if not update.HasField("endpoint"):
+                # Felix's reporter returns before the status switch when the
+                # endpoint is missing (it cannot build the file's content),
+                # so even a "down" without it leaves the file alone.
+                return
+            if status == "up":
                 self._want(name, status_file_content(update.endpoint))
             elif status == "down":
                 self._want(name, None)
