@@ -707,6 +707,7 @@ def _services_source(dataplane: Dataplane, args: argparse.Namespace) -> None:
         grace = args.kubernetes_grace
         observer.health.add_check(lambda now: kube_readiness(source, grace, now))
         observer.metrics.register(KubeCollector(source))
+        observer.platform.services_source = "kubernetes"
         source.arrived = lambda: observer.arrived("kube_service", trio.current_time())
     log.info(
         "services from the Kubernetes API (%s, node %s); Felix's service messages are ignored",

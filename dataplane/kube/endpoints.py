@@ -35,7 +35,15 @@ from typing import Any
 from dataplane.errors import InputError
 from dataplane.model.services import Backend, BackendPort, BackendState, ServiceKey
 
-__all__ = ["SERVICE_NAME_LABEL", "NodeInfo", "Slice", "SliceEndpoint", "backends", "parse_slice"]
+__all__ = [
+    "SERVICE_NAME_LABEL",
+    "NodeInfo",
+    "Slice",
+    "SliceEndpoint",
+    "backends",
+    "not_ready",
+    "parse_slice",
+]
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 _PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
@@ -238,3 +246,20 @@ def backends(slices: Iterable[Slice], node: NodeInfo) -> tuple[Backend, ...]:
                 )
             )
     return tuple(out)
+
+
+def not_ready(slices: Iterable[Slice]) -> tuple[str, ...]:
+    """Addresses no port of the service may use: neither ready nor serving anywhere.
+
+    For ``show`` only (why an endpoint gets no traffic); an address that is
+    usable in one slice is not listed because another slice says otherwise.
+    """
+    endpoints = [e for s in slices for e in s.endpoints]
+    usable = {e.address for e in endpoints if _state(e) is not None}
+    unusable = {e.address for e in endpoints if _state(e) is None} - usable
+    return tuple(sorted(unusable, key=_address_order))
+
+
+def _address_order(address: str) -> tuple[int, int]:
+    ip = ipaddress.ip_address(address)
+    return ip.version, int(ip)

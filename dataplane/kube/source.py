@@ -201,7 +201,12 @@ class KubeServices:
         state = self.states.get(skey)
         if state is None or state.service is None:
             return None
-        return replace(state.service, backends=eps.backends(state.slices.values(), self.node()))
+        slices = state.slices.values()
+        return replace(
+            state.service,
+            backends=eps.backends(slices, self.node()),
+            not_ready=eps.not_ready(slices),
+        )
 
     def take_dirty(self) -> dict[ServiceKey, Service | None]:
         """What changed since the last call: each service's value, or None (gone)."""

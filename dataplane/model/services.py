@@ -93,6 +93,10 @@ class Service:
     source_ranges: tuple[str, ...] = ()
     health_check_node_port: int = 0
     backends: tuple[Backend, ...] = ()
+    # Endpoints the source knows and nobody may choose (neither ready nor
+    # serving), by address: for ``show`` to say why they get no traffic.
+    # No platform reads it.
+    not_ready: tuple[str, ...] = ()
 
     def usable(
         self, *, local_only: bool, unhealthy: frozenset[str] = frozenset()

@@ -155,6 +155,11 @@ def _cell(value: object) -> str:
     if isinstance(value, dict):
         if "tier" in value and "policies" in value:
             return f"{value['tier']}: {', '.join(value['policies']) or '-'}"
+        if "endpoint" in value and "chosen" in value:
+            node = f" ({value['node']})" if value["node"] else ""
+            said = ", ".join(value["chosen"]) or "not chosen"
+            why = f"; {value['why_not']}" if value["why_not"] else ""
+            return f"{value['endpoint']}{node}: {said}{why}"
         return ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
     if value is None:
         return ""

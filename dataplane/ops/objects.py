@@ -70,6 +70,9 @@ class Snapshot:
     taken_at: float
     config: Config = field(default_factory=Config)
     platform: str = "sim"  # the platform's name: linux, windows or sim
+    # Where services come from: Felix's (or a log's) messages, or the
+    # Kubernetes API (--services-source kubernetes).
+    services_source: str = "messages"
 
 
 class TrackedPlatform:
@@ -91,6 +94,7 @@ class TrackedPlatform:
         # What the platform reported refused at the last apply, with why.
         self._refused: dict[Key, str] = {}
         self.config = Config()
+        self.services_source = "messages"
         self._snapshot = Snapshot(SimState(), {}, {}, wall_clock())
 
     def __getattr__(self, name: str) -> object:
@@ -171,6 +175,7 @@ class TrackedPlatform:
             self._clock(),
             self.config,
             self.name,
+            self.services_source,
         )
         return self._snapshot
 

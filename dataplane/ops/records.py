@@ -4,7 +4,8 @@ Every desired object becomes one JSON object with at least ``kind``,
 ``id``, ``status`` (``pending``, ``done``, ``error``), ``since`` (RFC 3339,
 UTC) and ``error`` (null unless ``error``), plus the fields an operator
 reads for that kind (an endpoint's interface, addresses, oper status and
-policies per tier; a service's frontends and backends; a set's size).
+policies per tier; a service's source, frontends and endpoints, each with
+the traffic it is chosen for or why not; a set's size).
 The same function renders a live driver's snapshot and a replayed log's,
 so the two compare equal when the states do (``since`` aside).
 """
@@ -28,7 +29,7 @@ from dataplane.model import (
 from dataplane.model.effective import DirectionPolicy
 from dataplane.model.hosts import Host
 from dataplane.model.routes import Route, Vtep
-from dataplane.model.services import Service
+from dataplane.model.services import Backend, BackendState, Service
 from dataplane.ops.objects import ObjectRecord, Snapshot
 
 __all__ = ["KIND_ORDER", "records", "rfc3339"]
@@ -121,7 +122,7 @@ def _ipset(ipset: IPSet, _: Snapshot) -> Record:
     return {"type": ipset.type.value, "size": len(ipset.members)}
 
 
-def _service(service: Service, _: Snapshot) -> Record:
+def _service(service: Service, snap: Snapshot) -> Record:
     addresses = [*service.cluster_ips, *service.external_ips, *service.load_balancer_ips]
     frontends = [
         f"{_host_port(address, port.port)}/{port.protocol}"
@@ -129,13 +130,59 @@ def _service(service: Service, _: Snapshot) -> Record:
         for port in service.ports
     ]
     frontends += [f"*:{p.node_port}/{p.protocol}" for p in service.ports if p.node_port]
-    backends = [
-        f"{_host_port(b.address, p.port)}/{p.protocol}"
-        + (f" ({b.state.value})" if b.state.value != "active" else "")
-        for b in service.backends
-        for p in b.ports
+    return {
+        "type": service.type,
+        "source": snap.services_source,
+        "frontends": frontends,
+        "endpoints": _endpoints(service),
+    }
+
+
+def _endpoints(service: Service) -> list[Record]:
+    """Every endpoint the source gave, with the traffic it is chosen for, or why not.
+
+    ``cluster`` is traffic under the Cluster policy (and topology hints);
+    ``local`` is traffic under a Local policy, listed only when the service
+    has one. The choice is the model's own (``Service.usable``), the one
+    every platform programs.
+    """
+    cluster = set(service.usable(local_only=False))
+    has_local = service.external_local or service.internal_local
+    local = set(service.usable(local_only=True)) if has_local else set()
+    out: list[Record] = []
+    for b in service.backends:
+        chosen = [u for u, pool in (("cluster", cluster), ("local", local)) if b in pool]
+        why: list[str] = []
+        if b not in cluster:
+            why.append(_why_not(b, service))
+        if has_local and b not in local and not b.local:
+            why.append("other node (Local policy)")
+        for p in b.ports:
+            out.append(
+                {
+                    "endpoint": f"{_host_port(b.address, p.port)}/{p.protocol}",
+                    "node": b.node_name,
+                    "state": b.state.value,
+                    "chosen": chosen,
+                    "why_not": "; ".join(dict.fromkeys(why)) or None,
+                }
+            )
+    out += [
+        {"endpoint": a, "node": "", "state": "not ready", "chosen": [], "why_not": "not ready"}
+        for a in service.not_ready
     ]
-    return {"type": service.type, "frontends": frontends, "backends": backends}
+    return out
+
+
+def _why_not(backend: Backend, service: Service) -> str:
+    """Why ``backend`` carries no cluster-policy traffic (kube-proxy's order of tests)."""
+    if backend.state is BackendState.QUARANTINED:
+        return "quarantined (unhealthy)"
+    if not backend.in_topology:
+        return "topology hints send this node's traffic to other endpoints"
+    if backend.state is BackendState.TERMINATING:
+        return "terminating (ready endpoints serve)"
+    return "not chosen"
 
 
 def _host_port(address: str, port: int) -> str:

@@ -11,7 +11,9 @@ cluster IP say which backend served.
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -101,7 +103,7 @@ class Api:
             self.cp.request("PUT", f"{path}/{name}", body)
 
 
-def _start(cluster: Cluster, cp: ControlPlane, api: Api, tmp: Path) -> Any:
+def _start(cluster: Cluster, cp: ControlPlane, api: Api, tmp: Path, *args: str) -> Any:
     server = cp.attach(cluster.node)
     config = tmp / "kubeconfig"
     config.write_text(cp.kubeconfig(server))
@@ -111,7 +113,19 @@ def _start(cluster: Cluster, cp: ControlPlane, api: Api, tmp: Path) -> Any:
         "DATAPLANE_KUBECONFIG": str(config),
         "DATAPLANE_NODE_NAME": api.node,
     }
-    return cluster.start_driver(policies=False, env=env)
+    return cluster.start_driver(*args, policies=False, env=env)
+
+
+# The node namespace's own loopback: nothing else listens there.
+OPS = "127.0.0.1:9464"
+
+
+def _show_services(cluster: Cluster) -> dict[str, Any]:
+    """``show --kind service`` run in the node, against the driver's --listen."""
+    out = cluster.node.run(
+        sys.executable, "-m", "dataplane", "show", "--address", OPS, "--kind", "service", "--json"
+    ).stdout
+    return {record["id"]: record for record in json.loads(out)}
 
 
 def test_a_cluster_ip_from_the_api_follows_its_endpoint_slice(
@@ -121,7 +135,7 @@ def test_a_cluster_ip_from_the_api_follows_its_endpoint_slice(
     vip = api.service("web")
     api.put_slice("web", [_endpoint("api-1", api.node), _endpoint("api-2", api.node)])
     cluster = Cluster(topology)
-    felix = _start(cluster, control_plane, api, tmp_path)
+    felix = _start(cluster, control_plane, api, tmp_path, "--listen", OPS)
     client = cluster.pods["web-1"]
     try:
         eventually(
@@ -131,13 +145,25 @@ def test_a_cluster_ip_from_the_api_follows_its_endpoint_slice(
         )
         # The controller marks api-2 not ready: only api-1 serves.
         api.put_slice(
-            "web", [_endpoint("api-1", api.node), _endpoint("api-2", api.node, ready=False)]
+            "web",
+            [
+                _endpoint("api-1", api.node),
+                _endpoint("api-2", api.node, ready=False, serving=False),
+            ],
         )
         eventually(
             lambda: set(served_by(client, vip, 80, 12)) == {"api-1"},
             deadline=30,
             what="only the ready endpoint serves",
         )
+        # And show says so, with where the service came from.
+        web = _show_services(cluster)[f"{api.ns}/web"]
+        assert web["source"] == "kubernetes" and web["status"] == "done"
+        assert web["frontends"] == [f"{vip}:80/tcp"]
+        assert {e["endpoint"]: e["why_not"] or e["chosen"] for e in web["endpoints"]} == {
+            f"{scenario.pod('api-1').ipv4}:8080/tcp": ["cluster"],
+            scenario.pod("api-2").ipv4: "not ready",
+        }
     finally:
         felix.kill()
 
