@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,15 +46,23 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield cp
 
 
-def _endpoint(pod: str, node: str, **conditions: bool) -> dict[str, Any]:
-    return {
+def _endpoint(pod: str, node: str, *, zone: str = "", **conditions: bool) -> dict[str, Any]:
+    endpoint = {
         "addresses": [scenario.pod(pod).ipv4],
         "nodeName": node,
         "conditions": {"ready": True, **conditions},
     }
+    if zone:
+        endpoint["hints"] = {"forZones": [{"name": zone}]}
+    return endpoint
 
 
-def _slice(ns: str, service: str, endpoints: list[dict[str, Any]]) -> dict[str, Any]:
+HTTP_PORTS = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+
+
+def _slice(
+    ns: str, service: str, endpoints: list[dict[str, Any]], ports: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -63,7 +72,7 @@ def _slice(ns: str, service: str, endpoints: list[dict[str, Any]]) -> dict[str, 
             "labels": {"kubernetes.io/service-name": service},
         },
         "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "ports": ports,
         "endpoints": endpoints,
     }
 
@@ -88,12 +97,21 @@ class Api:
             "metadata": {"name": name, "namespace": self.ns},
             "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}], **spec},
         }
-        created = self.cp.create(f"/api/v1/namespaces/{self.ns}/services", body)
+        created = self.cp.create(self.services, body)
         return str(created["spec"]["clusterIP"])
 
-    def put_slice(self, service: str, endpoints: list[dict[str, Any]]) -> None:
+    @property
+    def services(self) -> str:
+        return f"/api/v1/namespaces/{self.ns}/services"
+
+    def put_slice(
+        self,
+        service: str,
+        endpoints: list[dict[str, Any]],
+        ports: list[dict[str, Any]] = HTTP_PORTS,
+    ) -> None:
         path = f"/apis/discovery.k8s.io/v1/namespaces/{self.ns}/endpointslices"
-        body = _slice(self.ns, service, endpoints)
+        body = _slice(self.ns, service, endpoints, ports)
         name = body["metadata"]["name"]
         existing = self.cp.client.get(f"{path}/{name}")
         if existing.status_code == 404:
@@ -233,5 +251,66 @@ def test_an_api_server_outage_keeps_the_services_and_changes_resume_after_it(
         code, err = felix.wait(timeout=20)
         assert code == 0, err
         assert "retrying in" in err  # the outage was seen and ridden out
+    finally:
+        felix.kill()
+
+
+def test_kube_proxy_cases_from_real_objects(
+    topology: Topology, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """Affinity, reject, terminating, internal Local, zone hints, source ranges
+    and UDP conntrack, each from objects in the real API server, by packets."""
+    api = Api(control_plane)
+    here, there = api.node, "elsewhere"
+    sticky = api.service("sticky", sessionAffinity="ClientIP")
+    api.put_slice("sticky", [_endpoint("api-1", here), _endpoint("api-2", here)])
+    empty = api.service("empty")  # no slice: no endpoint serves
+    leaving = api.service("leaving")
+    api.put_slice("leaving", [_endpoint("api-2", there, ready=False, terminating=True)])
+    internal = api.service("internal", internalTrafficPolicy="Local")
+    api.put_slice("internal", [_endpoint("api-1", here), _endpoint("api-2", there)])
+    hinted = api.service("hinted")  # the node's zone is z1
+    api.put_slice(
+        "hinted", [_endpoint("api-1", there, zone="z1"), _endpoint("api-2", there, zone="z2")]
+    )
+    dns_port = [{"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP"}]
+    dns = api.service("dns", ports=dns_port)
+    dns_slice = [{"name": "dns", "port": 5353, "protocol": "UDP"}]
+    api.put_slice("dns", [_endpoint("api-1", here)], ports=dns_slice)
+    cluster = Cluster(topology)
+    node, external = cluster.node, cluster.node.external
+    lb_ip = "172.16.9.9"
+    api.service("lb", type="LoadBalancer", loadBalancerSourceRanges=[f"{external.address(4)}/32"])
+    api.put_slice("lb", [_endpoint("api-1", here)])
+    control_plane.patch_status(f"{api.services}/lb", {"loadBalancer": {"ingress": [{"ip": lb_ip}]}})
+    external.ip("route", "add", f"{lb_ip}/32", "via", node.address(4))
+    felix = _start(cluster, control_plane, api, tmp_path)
+    web = cluster.pods["web-1"]
+    try:
+        eventually(
+            lambda: web.connect("tcp", leaving, 80, timeout=1).reply == "api-2",
+            deadline=30,
+            what="a terminating-only service still serves",
+        )
+        pinned = served_by(web, sticky, 80, 20)
+        assert len(pinned) == 1, pinned  # ClientIP affinity
+        start = time.monotonic()
+        refused = web.connect("tcp", empty, 80, timeout=3)
+        assert not refused.ok and refused.error == "refused", refused
+        assert time.monotonic() - start < 1.0  # rejected at once, not a timeout
+        assert set(served_by(web, internal, 80, 12)) == {"api-1"}  # only this node's
+        assert set(served_by(web, hinted, 80, 12)) == {"api-1"}  # only this zone's
+        assert external.connect("tcp", lb_ip, 80, timeout=3).ok
+        assert not web.can_connect("tcp", lb_ip, 80, timeout=0.7)  # not in the ranges
+        # One UDP flow (same source port) moves with its slice: the driver
+        # deletes the conntrack entry that would pin it to the old endpoint.
+        first = web.connect("udp", dns, 53, timeout=3, sport=40053)
+        assert first.ok and first.reply == "api-1", first
+        api.put_slice("dns", [_endpoint("api-2", here)], ports=dns_slice)
+        eventually(
+            lambda: web.connect("udp", dns, 53, timeout=1, sport=40053).reply == "api-2",
+            deadline=15,
+            what="the UDP flow on the slice's new endpoint",
+        )
     finally:
         felix.kill()
