@@ -16,7 +16,9 @@ known is never dropped on a failure: the dataplane keeps what it has.
 The handler hears upserts and deletes, and ``synced()`` once, after the
 first complete list: nothing before it describes the whole cluster.
 
-Invariants: ``objects`` is what the last list and the events since say;
+Invariants: ``versions`` (each object's ``resourceVersion``, all a relist
+needs to tell the difference; the objects themselves go to the handler
+and are not kept here) is what the last list and the events since say;
 the handler has been told exactly the differences, in order.
 """
 
@@ -84,12 +86,12 @@ class RetryDelays:
 
 class Handler(Protocol):
     def upsert(self, key: ObjectKey, obj: dict[str, Any]) -> None: ...
-    def delete(self, key: ObjectKey, obj: dict[str, Any]) -> None: ...
+    def delete(self, key: ObjectKey) -> None: ...
     def synced(self) -> None: ...
 
 
 class Reflector:
-    """Keeps ``objects`` equal to the cluster's, telling ``handler`` each change."""
+    """Keeps ``versions`` equal to the cluster's, telling ``handler`` each change."""
 
     def __init__(
         self,
@@ -110,7 +112,7 @@ class Reflector:
         self.retry = retry
         self.draw = draw
         self.watch_seconds = watch_seconds
-        self.objects: dict[ObjectKey, dict[str, Any]] = {}
+        self.versions: dict[ObjectKey, str] = {}
         self.resource_version: str | None = None
         self.synced = False
         # Since when the source has not been following the cluster (a failed
@@ -203,13 +205,14 @@ class Reflector:
             self.handler.synced()
 
     def _replace(self, listed: dict[ObjectKey, dict[str, Any]]) -> None:
-        known = self.objects
+        known = self.versions
         for key in [k for k in known if k not in listed]:
-            self.handler.delete(key, known.pop(key))
+            del known[key]
+            self.handler.delete(key)
         for key, obj in listed.items():
-            old = known.get(key)
-            if old is None or _version(old) != _version(obj):
-                known[key] = obj
+            version = _version(obj)
+            if known.get(key) != version:
+                known[key] = version
                 self.handler.upsert(key, obj)
 
     def _checked_key(self, obj: dict[str, Any]) -> ObjectKey | None:
@@ -249,13 +252,12 @@ class Reflector:
         key = self._checked_key(obj)
         if key is None:
             return
-        self.resource_version = _version(obj)
+        version = self.resource_version = _version(obj)
         if kind == "DELETED":
-            old = self.objects.pop(key, None)
-            if old is not None:
-                self.handler.delete(key, obj)
+            if self.versions.pop(key, None) is not None:
+                self.handler.delete(key)
         elif kind in ("ADDED", "MODIFIED"):
-            self.objects[key] = obj
+            self.versions[key] = version
             self.handler.upsert(key, obj)
         else:
             log.warning("%s: unknown watch event type %r ignored", self.resource.name, kind)

@@ -53,7 +53,7 @@ class _Handler:
     def __init__(
         self,
         upsert: Callable[[ObjectKey, dict[str, Any]], None],
-        delete: Callable[[ObjectKey, dict[str, Any]], None],
+        delete: Callable[[ObjectKey], None],
         on_synced: Callable[[], None],
     ) -> None:
         self.upsert = upsert
@@ -90,7 +90,7 @@ class KubeServices:
         self._slice_owner: dict[ObjectKey, ServiceKey] = {}
         self._services = _Handler(self._service_upsert, self._service_delete, self._wake)
         self._slices = _Handler(self._slice_upsert, self._slice_delete, self._wake)
-        self._node = _Handler(self._node_upsert, lambda _k, _o: None, self._wake)
+        self._node = _Handler(self._node_upsert, lambda _k: None, self._wake)
         node = Resource("/api/v1/nodes", field_selector=f"metadata.name={node_name}", kind="node")
         self.reflectors = (
             Reflector(api, Resource("/api/v1/services", PROXY_SELECTOR), self._services),
@@ -122,10 +122,17 @@ class KubeServices:
 
     def _service_upsert(self, key: ObjectKey, obj: dict[str, Any]) -> None:
         skey = ServiceKey(*key)
-        self._raw_services[skey] = obj
+        # Only what the model reads (a requeue parses it again): not the
+        # managedFields and the rest, a third of the memory at 10,000.
+        meta = obj.get("metadata") or {}
+        self._raw_services[skey] = {
+            "metadata": {"namespace": meta.get("namespace"), "name": meta.get("name")},
+            "spec": obj.get("spec"),
+            "status": obj.get("status"),
+        }
         self._rebuild(skey)
 
-    def _service_delete(self, key: ObjectKey, obj: dict[str, Any]) -> None:
+    def _service_delete(self, key: ObjectKey) -> None:
         skey = ServiceKey(*key)
         self._raw_services.pop(skey, None)
         state = self.states.get(skey)
@@ -143,21 +150,21 @@ class KubeServices:
             return  # the slice's last good value stays
         owner = parsed.service if parsed is not None else None
         if self._slice_owner.get(key) != owner:
-            self._slice_delete(key, obj)  # it moved to another service, or is FQDN now
+            self._slice_delete(key)  # it moved to another service, or is FQDN now
         if parsed is None:
             return
         self._slice_owner[key] = parsed.service
         self.states.setdefault(parsed.service, ServiceState()).slices[parsed.name] = parsed
-        self._rebuild(parsed.service)
+        self._slices_changed(parsed.service)
 
-    def _slice_delete(self, key: ObjectKey, obj: dict[str, Any]) -> None:
+    def _slice_delete(self, key: ObjectKey) -> None:
         owner = self._slice_owner.pop(key, None)
         if owner is None:
             return
         state = self.states.get(owner)
         if state is not None:
             state.slices.pop(key[1], None)
-            self._rebuild(owner)
+            self._slices_changed(owner)
 
     def _node_upsert(self, key: ObjectKey, obj: dict[str, Any]) -> None:
         labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -185,6 +192,13 @@ class KubeServices:
                 state.refused = str(exc)
                 self._refuse("Service", (skey.namespace, skey.name), exc)
                 return  # the last good value stays
+        self._mark(skey)
+
+    def _slices_changed(self, skey: ServiceKey) -> None:
+        """Its slices changed, the Service did not: no need to parse it again."""
+        state = self.states[skey]
+        if state.service is None and not state.slices and skey not in self._raw_services:
+            del self.states[skey]
         self._mark(skey)
 
     def _refuse(self, kind: str, key: ObjectKey, exc: InputError) -> None:

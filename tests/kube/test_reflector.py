@@ -32,7 +32,7 @@ class Recorder:
         self.log.append(("upsert", key))
         self.state[key] = obj["metadata"]["resourceVersion"]
 
-    def delete(self, key: ObjectKey, obj: dict[str, Any]) -> None:
+    def delete(self, key: ObjectKey) -> None:
         self.log.append(("delete", key))
         del self.state[key]
 

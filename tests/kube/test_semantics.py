@@ -9,6 +9,7 @@ slices.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import pytest
@@ -255,3 +256,43 @@ def test_the_endpoints_chosen_are_kube_proxy_s(eps: list[dict[str, Any]], node: 
     assert _chosen(svc.usable(local_only=True)) == _reference(eps, node, local=True)
     for b in svc.backends:
         assert b.state in (BackendState.ACTIVE, BackendState.TERMINATING)
+
+
+def _address_slice(address: object, kind: str = "IPv4") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "s", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": kind,
+        "ports": [],
+        "endpoints": [{"addresses": [address]}],
+    }
+
+
+@settings(max_examples=500)
+@given(
+    st.one_of(
+        st.ip_addresses().map(str),
+        st.ip_addresses(v=6).map(lambda ip: ip.exploded),
+        st.text(alphabet="0123456789abcdef.:x ", max_size=40),
+        st.integers(0, 255).map(lambda i: f"0{i}.1.2.3"),
+        st.integers(),
+    ),
+    st.sampled_from(["IPv4", "IPv6"]),
+)
+def test_slice_addresses_are_read_as_ipaddress_reads_them(address: object, kind: str) -> None:
+    """The IPv4 fast path (the C library's parser) takes and prints exactly
+    what ``ipaddress`` does; anything else is refused, naming the field."""
+    want = None  # an integer is no address in JSON
+    if isinstance(address, str):
+        try:
+            ip = ipaddress.ip_address(address)
+            want = str(ip) if ip.version == (4 if kind == "IPv4" else 6) else None
+        except ValueError:
+            pass
+    try:
+        parsed = parse_slice(_address_slice(address, kind))
+        assert parsed is not None
+        got: str | None = parsed.endpoints[0].address
+    except InputError as exc:
+        assert "endpoints[0].addresses[0]" in str(exc)
+        got = None
+    assert got == want
