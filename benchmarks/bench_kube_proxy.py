@@ -53,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -379,7 +380,9 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
         lists_before = _apiserver_lists(cp)
         requests_before = {p.name: p.requests() for p in peers}
         churn(cp, plan, peers, args)
-        lists_during = _apiserver_lists(cp) - lists_before
+        lists = _apiserver_lists(cp) - lists_before
+        lists_during = sum(lists.values())
+        by_resource = ", ".join(f"{n} {r}" for r, n in sorted(lists.items())) or "none"
         rows = []
         for peer in peers:
             lat = [x * 1000 for x in peer.latencies]
@@ -397,7 +400,7 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
         print(
             f"\n{args.services:,} services x {args.endpoints} endpoints, {args.changes} changes"
             f" {args.gap:g} s apart; LIST requests to the API server during the churn:"
-            f" {lists_during:.0f}\n"
+            f" {lists_during:.0f} ({by_resource})\n"
         )
         print(markdown_table(header, rows))
     finally:
@@ -408,13 +411,15 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
                 peer.stop()
 
 
-def _apiserver_lists(cp: ControlPlane) -> float:
+def _apiserver_lists(cp: ControlPlane) -> Counter[str]:
+    """The API server's LIST requests so far, by resource (its own metric)."""
     text = cp.client.get("/metrics").text
-    total = 0.0
+    out: Counter[str] = Counter()
     for line in text.splitlines():
         if line.startswith("apiserver_request_total{") and 'verb="LIST"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+            resource = re.search(r'resource="([^"]*)"', line)
+            out[resource.group(1) if resource else "?"] += int(float(line.rsplit(" ", 1)[1]))
+    return out
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from dataplane.linux.iptables.serialise import action_text
 from dataplane.linux.iptables.table import FAIL_CLOSED, Table
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.netns import socket_in
-from dataplane.linux.kernel.sysctl_state import SysctlOriginals
+from dataplane.linux.kernel.sysctl_state import SysctlOriginals, namespace_identity
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.metered import LinuxMeter
 from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
@@ -207,7 +207,9 @@ class Programmers:
             clock=clock,
             writer=writer,
         )
-        originals = SysctlOriginals(sysctl_state)
+        # The records are this namespace's: the file may serve several.
+        namespace = namespace_identity() if sysctl_state is not None else ""
+        originals = SysctlOriginals(sysctl_state, namespace=namespace)
         sysctls = SysctlWriter(sysctl_root, ipv6=config.ipv6_support, originals=originals)
         vxlan = VxlanProgrammer(meter.netlink(netlink) if meter else netlink, links, writer)
         return cls(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import trio
 
-from dataplane.linux.kernel.sysctl_state import SysctlOriginals
+from dataplane.linux.kernel.sysctl_state import SysctlOriginals, namespace_identity
 from dataplane.linux.kernel.sysctls import SysctlWriter
 
 
@@ -104,3 +105,58 @@ def test_a_missing_ipv6_sysctl_is_not_recorded(tmp_path: Path) -> None:
     (root / V6).unlink()
     _apply(SysctlWriter(root, originals=SysctlOriginals(state)))
     assert [k for k, *_ in SysctlOriginals(state).items()] == [V4]
+
+
+BOOT = "5c1e6f0a-0000-4000-8000-000000000001"
+HERE, THERE = f"{BOOT}/cookie:7", f"{BOOT}/cookie:9"
+
+
+def test_a_record_is_restored_only_in_the_namespace_it_was_taken_in(tmp_path: Path) -> None:
+    """One file, two namespaces: a cleanup in the second never writes the
+    first's original into it (the host's forwarding, on for its own reasons)."""
+    ns_a, ns_b, state = tmp_path / "a", tmp_path / "b", tmp_path / "sysctls.json"
+    _tree(ns_a)
+    _tree(ns_b)
+    _apply(SysctlWriter(ns_a, originals=SysctlOriginals(state, namespace=HERE)))
+    (ns_b / V4).write_text("1\n")  # the other namespace forwards already
+    trio.run(SysctlWriter(ns_b, originals=SysctlOriginals(state, namespace=THERE)).cleanup, [])
+    assert (ns_b / V4).read_text() == "1\n"
+    assert [k for k, *_ in SysctlOriginals(state, namespace=HERE).items()] == [V4, V6]
+    trio.run(SysctlWriter(ns_a, originals=SysctlOriginals(state, namespace=HERE)).cleanup, [])
+    assert (ns_a / V4).read_text().strip() == "0"
+    assert not state.exists()
+
+
+def test_drivers_in_two_namespaces_keep_each_other_s_records(tmp_path: Path) -> None:
+    ns_a, ns_b, state = tmp_path / "a", tmp_path / "b", tmp_path / "sysctls.json"
+    _tree(ns_a)
+    _tree(ns_b)
+    first = SysctlOriginals(state, namespace=HERE)  # loaded before the other saves
+    _apply(SysctlWriter(ns_b, originals=SysctlOriginals(state, namespace=THERE)))
+    _apply(SysctlWriter(ns_a, originals=first))
+    assert [k for k, *_ in SysctlOriginals(state, namespace=THERE).items()] == [V4, V6]
+    assert [k for k, *_ in SysctlOriginals(state, namespace=HERE).items()] == [V4, V6]
+
+
+def test_records_of_an_earlier_boot_or_without_a_namespace_are_never_restored(
+    tmp_path: Path,
+) -> None:
+    root, state = tmp_path / "proc", tmp_path / "sysctls.json"
+    _tree(root)
+    (root / V4).write_text("1\n")
+    old = {"sysctls": {V4: {"original": "0", "ours": "1"}}}
+    state.write_text(json.dumps(old))  # this file's format before namespaces
+    assert SysctlOriginals(state, namespace=HERE).items() == []
+    earlier = {"namespaces": {"an-earlier-boot/cookie:7": old}}
+    state.write_text(json.dumps(earlier))
+    assert SysctlOriginals(state, namespace=HERE).items() == []
+    # The next save drops the earlier boot's entry: its namespace is gone.
+    SysctlOriginals(state, namespace=HERE).record(V6, "0", "1")
+    assert list(json.loads(state.read_text())["namespaces"]) == [HERE]
+    assert (root / V4).read_text() == "1\n"
+
+
+def test_this_process_has_a_namespace_identity() -> None:
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    identity = namespace_identity()
+    assert identity.startswith(f"{boot}/") and identity == namespace_identity()
