@@ -58,6 +58,10 @@ __all__ = ["Dataplane", "LoopStats"]
 
 log = logging.getLogger(__name__)
 
+# Before the node may be programmed (no InSync yet), what was received is
+# handed down for `show` at most this often: a start's burst of messages
+# is not resolved once per batch.
+PREVIEW_INTERVAL = 1.0
 
 # Workload endpoints as accepted go to the status reporter: Felix's
 # endpoint-status files are written from what its status updates carry.
@@ -150,6 +154,9 @@ class Dataplane:
         self._in_sync = False
         self._sent_in_sync = False
         self._dirty = False
+        # Changes not handed down since the last preview (see _maybe_preview).
+        self._unpreviewed = False
+        self._previewed_at = -math.inf
         self._sources: list[tuple[str, Callable[[], Awaitable[None]], Callable[[], bool]]] = []
         self._said_waiting = False
         self._retries = ApplyRetries(self.backoff)
@@ -221,7 +228,7 @@ class Dataplane:
 
     def changed(self) -> None:
         """A source's managers have work: apply at the next chance."""
-        self._dirty = True
+        self._dirty = self._unpreviewed = True
         self._wake()
 
     def close_input(self) -> None:
@@ -386,7 +393,7 @@ class Dataplane:
                     exc,
                 )
                 continue
-            self._dirty = True
+            self._dirty = self._unpreviewed = True
 
     def _on_in_sync(self, seq: int) -> None:
         if not self._in_sync:
@@ -427,6 +434,8 @@ class Dataplane:
     def _wake_at(self) -> float:
         """When the loop must run phase 2 even if no input arrives."""
         if not self._may_program():
+            if self._unpreviewed and self.observer.wants_preview:
+                return self._previewed_at + PREVIEW_INTERVAL
             return math.inf
         if self._retries.retry_at is not None:
             return self._retries.retry_at
@@ -434,6 +443,7 @@ class Dataplane:
 
     async def _maybe_apply(self) -> None:
         if not self._may_program():
+            self._maybe_preview()
             return
         now = trio.current_time()
         if self._retries.retry_at is not None:
@@ -442,6 +452,29 @@ class Dataplane:
         elif not self._dirty and self.platform.wants_apply_at() > now:
             return
         await self._apply()
+
+    def _maybe_preview(self, *, final: bool = False) -> None:
+        """Before the node may be programmed, hand the managers' changes down
+        to the platform (no apply: the kernel is not touched) so that what was
+        received is shown as pending rather than nothing — at most once per
+        PREVIEW_INTERVAL, and only when someone reads the state."""
+        if not self._unpreviewed or not self.observer.wants_preview:
+            return
+        now = trio.current_time()
+        if not final and now < self._previewed_at + PREVIEW_INTERVAL:
+            return
+        for manager in self._managers:
+            manager.complete_deferred_work()
+        self._unpreviewed = False  # _dirty stays: the first apply is still owed
+        self._previewed_at = now
+        self.observer.previewed(self._waiting_for())
+
+    def _waiting_for(self) -> str:
+        """Why the node is not programmed yet, in one line."""
+        if not self._in_sync:
+            return "Felix's InSync has not arrived"
+        waiting = [name for name, _run, synced in self._sources if not synced()]
+        return f"waiting for {', '.join(waiting)} to sync"
 
     async def _apply(self) -> None:
         self.observer.busy("apply")
@@ -488,6 +521,8 @@ class Dataplane:
             # One last attempt so that a replayed log ends fully applied; a
             # failure here is logged and the dataplane left as it is.
             await self._apply()
+        elif not self._may_program():
+            self._maybe_preview(final=True)  # a log cut before InSync: show what it held
 
     # --- output ------------------------------------------------------------------
 

@@ -35,6 +35,15 @@ class LoopObserver(Protocol):
     def decoded(self, seconds: float) -> None:
         """Phase 1 of one drained batch took ``seconds``."""
 
+    @property
+    def wants_preview(self) -> bool:
+        """Whether :meth:`previewed` is worth the loop handing changes down early."""
+
+    def previewed(self, waiting: str) -> None:
+        """Not programmable yet (``waiting`` says why, in one line), the managers'
+        changes were handed down to the platform without an apply: what was
+        received can be shown, pending."""
+
 
 class NullObserver:
     def received(self, kinds: Sequence[str], now: float) -> None:
@@ -56,4 +65,11 @@ class NullObserver:
         pass
 
     def decoded(self, seconds: float) -> None:
+        pass
+
+    @property
+    def wants_preview(self) -> bool:
+        return False  # nobody reads the state: no early hand-down either
+
+    def previewed(self, waiting: str) -> None:
         pass

@@ -34,7 +34,7 @@ from dataplane.ops.hns_records import hns_records
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.objects import Snapshot
 from dataplane.ops.observer import Observer
-from dataplane.ops.records import KIND_ORDER, records
+from dataplane.ops.records import KIND_ORDER, state_document
 from dataplane.ops.server import ListenAddress
 from dataplane.sim import SimPlatform
 from dataplane.wire.transport import FileSource
@@ -114,24 +114,32 @@ def replay_snapshot(path: str, *, max_frame_bytes: int, release: str) -> tuple[S
     return observer.platform.publish(), dataplane
 
 
-def _state_records(args: argparse.Namespace) -> list[dict[str, Any]]:
+def _state(args: argparse.Namespace) -> dict[str, Any]:
+    """The state document (``/state``'s) from a live driver, a log or an HNS file."""
     if getattr(args, "hns", None) is not None:
         try:
-            return hns_records(Path(args.hns))
+            objects = hns_records(Path(args.hns))
         except OSError as exc:
             raise SourceError(f"cannot read {args.hns}: {exc.strerror}") from exc
         except ValueError as exc:  # JSONDecodeError too
             raise SourceError(f"{args.hns}: not an HNS host file: {exc}") from exc
+        # The file is what HNS holds: programmed by definition.
+        return {"taken_at": None, "in_sync": True, "waiting": None, "objects": objects}
     if args.log is not None:
         snap, _ = replay_snapshot(
             args.log, max_frame_bytes=args.max_frame_bytes, release=args.felix_release
         )
-        return records(snap)
+        return state_document(snap)
     status, body = fetch_json(source_address(args), "/state")
     if status != 200:
         raise SourceError(f"{source_address(args)}/state answered {status}: {body}")
-    objects: list[dict[str, Any]] = body["objects"]
-    return objects
+    document: dict[str, Any] = body
+    return document
+
+
+def not_in_sync_line(waiting: str | None) -> str:
+    """The one line ``show`` and ``explain`` print when the node is not in sync."""
+    return f"NOT IN SYNC ({waiting or 'no input yet'}): what follows was received, not programmed"
 
 
 def source_address(args: argparse.Namespace) -> ListenAddress:
@@ -221,18 +229,20 @@ def render_tables(objects: list[dict[str, Any]], console: Console) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     try:
-        objects = _state_records(args)
+        document = _state(args)
     except SourceError as exc:
         print(f"{args.prog} show: {exc}", file=sys.stderr)
         return 2
     if args.kind:
-        objects = [o for o in objects if o["kind"] in args.kind]
+        document["objects"] = [o for o in document["objects"] if o["kind"] in args.kind]
     if args.json:
-        json.dump(objects, sys.stdout, indent=1)
+        json.dump(document, sys.stdout, indent=1)
         sys.stdout.write("\n")
-    else:
-        # Off a terminal (a pipe, a file) rows stay whole for grep.
-        render_tables(objects, Console(width=None if sys.stdout.isatty() else 250))
+        return 0
+    if not document.get("in_sync", True):
+        print(not_in_sync_line(document.get("waiting")))
+    # Off a terminal (a pipe, a file) rows stay whole for grep.
+    render_tables(document["objects"], Console(width=None if sys.stdout.isatty() else 250))
     return 0
 
 

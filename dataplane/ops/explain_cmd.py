@@ -17,7 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dataplane.ops.commands import SourceError, fetch_json, replay_snapshot, source_address
+from dataplane.ops.commands import (
+    SourceError,
+    fetch_json,
+    not_in_sync_line,
+    replay_snapshot,
+    source_address,
+)
 from dataplane.ops.objects import Snapshot
 from dataplane.ops.observer import Observer
 
@@ -82,6 +88,10 @@ class Query:
         )
         body: dict[str, Any] = result.to_json()
         body["text"] = result.to_text()
+        body["in_sync"] = snap.in_sync
+        body["waiting"] = snap.waiting
+        if not snap.in_sync:
+            body["text"] = f"{not_in_sync_line(snap.waiting)}\n{body['text']}"
         return body
 
     def url_query(self) -> str:
@@ -134,4 +144,5 @@ def run_explain(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    return 0
+    # Not in sync: the verdict is of what was received, not the kernel's.
+    return 0 if body.get("in_sync", True) else 1

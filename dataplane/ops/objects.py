@@ -73,6 +73,11 @@ class Snapshot:
     # Where services come from: Felix's (or a log's) messages, or the
     # Kubernetes API (--services-source kubernetes).
     services_source: str = "messages"
+    # False until a first apply from a complete state (after InSync) has
+    # succeeded: the objects are then received, not programmed, and
+    # ``waiting`` says in one line what the node waits for.
+    in_sync: bool = False
+    waiting: str = ""
 
 
 class TrackedPlatform:
@@ -95,6 +100,8 @@ class TrackedPlatform:
         self._refused: dict[Key, str] = {}
         self.config = Config()
         self.services_source = "messages"
+        self.in_sync = False  # set by the observer, published with each snapshot
+        self.waiting = "no input yet"
         self._snapshot = Snapshot(SimState(), {}, {}, wall_clock())
 
     def __getattr__(self, name: str) -> object:
@@ -176,6 +183,8 @@ class TrackedPlatform:
             self.config,
             self.name,
             self.services_source,
+            self.in_sync,
+            "" if self.in_sync else self.waiting,
         )
         return self._snapshot
 

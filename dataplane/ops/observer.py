@@ -135,6 +135,14 @@ class Observer:
     def decoded(self, seconds: float) -> None:
         self.metrics.phase_duration.labels("decode").observe(seconds)
 
+    @property
+    def wants_preview(self) -> bool:
+        return True
+
+    def previewed(self, waiting: str) -> None:
+        self.platform.waiting = waiting
+        self._gauges(self.platform.publish())
+
     def applied(self, error: str | None, complete: float, program: float, now: float) -> None:
         m = self.metrics
         m.phase_duration.labels("complete").observe(complete)
@@ -155,6 +163,9 @@ class Observer:
         refused = self.platform.refused_objects()
         self.health.applied(error, refused)
         m.in_sync.set(1 if self._resynced and error is None else 0)
+        self.platform.in_sync = self._resynced
+        if not self._resynced:
+            self.platform.waiting = f"the first apply failed: {error}"
         self._gauges(self.platform.publish())
 
     def _gauges(self, snap: Snapshot) -> None:

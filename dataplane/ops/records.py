@@ -32,7 +32,7 @@ from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Backend, BackendState, Service
 from dataplane.ops.objects import ObjectRecord, Snapshot
 
-__all__ = ["KIND_ORDER", "records", "rfc3339"]
+__all__ = ["KIND_ORDER", "records", "rfc3339", "state_document"]
 
 Record = dict[str, Any]
 
@@ -251,6 +251,16 @@ def _base(record: ObjectRecord) -> Record:
         "status": record.status,
         "since": rfc3339(record.since),
         "error": record.error,
+    }
+
+
+def state_document(snap: Snapshot) -> Record:
+    """``/state`` and ``show --json``: the objects, and whether the node is in sync."""
+    return {
+        "taken_at": rfc3339(snap.taken_at),
+        "in_sync": snap.in_sync,
+        "waiting": snap.waiting or None,
+        "objects": records(snap),
     }
 
 

@@ -38,7 +38,7 @@ from prometheus_client.exposition import choose_encoder
 
 from dataplane.ops.objects import Snapshot
 from dataplane.ops.observer import Observer
-from dataplane.ops.records import records, rfc3339
+from dataplane.ops.records import state_document
 
 __all__ = ["FELIX_PORTS", "ListenAddress", "OpsServer", "listen_address"]
 
@@ -138,7 +138,7 @@ class OpsServer:
         with self._pages_lock:
             if self._state_page is not None and self._state_page[0] is snap:
                 return self._state_page[1]
-            body = {"taken_at": rfc3339(snap.taken_at), "objects": records(snap)}
+            body = state_document(snap)
             page = _json_bytes(body)
             self._state_page = (snap, page)
             return page

@@ -145,7 +145,7 @@ def _show_services(cluster: Cluster) -> dict[str, Any]:
     out = cluster.node.run(
         sys.executable, "-m", "dataplane", "show", "--address", OPS, "--kind", "service", "--json"
     ).stdout
-    return {record["id"]: record for record in json.loads(out)}
+    return {record["id"]: record for record in json.loads(out)["objects"]}
 
 
 def test_a_cluster_ip_from_the_api_follows_its_endpoint_slice(

@@ -133,7 +133,7 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
             check=True,
             timeout=30,
         )
-        errors = [o for o in json.loads(shown.stdout) if o["status"] == "error"]
+        errors = [o for o in json.loads(shown.stdout)["objects"] if o["status"] == "error"]
         assert [(o["kind"], o["id"]) for o in errors] == [("policy", "refuse-me")]
         assert "refused by the test hook" in errors[0]["error"]
         # The kernel accepts the fixed policy: ready again.

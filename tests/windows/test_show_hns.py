@@ -34,7 +34,7 @@ def test_show_lists_every_hns_object_the_driver_programmed(tmp_path: Path) -> No
     host = json.loads(path.read_text())
     shown = _show("--hns", str(path), "--json")
     assert shown.returncode == 0, shown.stderr
-    records = json.loads(shown.stdout)
+    records = json.loads(shown.stdout)["objects"]
     endpoints = {r["id"]: r for r in records if r["kind"] == "hns_endpoint"}
     assert set(endpoints) == {e["ID"] for e in host["Endpoints"]}
     for ep in host["Endpoints"]:
