@@ -143,7 +143,8 @@ def test_replay_prints_the_state(tmp_path: Path) -> None:
     assert "workload endpoints (7):" in result.stdout
 
 
-def test_replay_of_a_truncated_log_fails_with_one_line(tmp_path: Path) -> None:
+def test_replay_of_a_log_cut_mid_frame_uses_its_complete_frames(tmp_path: Path) -> None:
+    # A --record file copied from a running node: its last frame is cut.
     log = tmp_path / "cut.log"
     log.write_bytes((REPO / "examples/demo-node.log").read_bytes()[:-7])
     result = subprocess.run(
@@ -152,9 +153,9 @@ def test_replay_of_a_truncated_log_fails_with_one_line(tmp_path: Path) -> None:
         text=True,
         check=False,
     )
-    assert result.returncode == 1
-    assert "truncated frame" in _fatal_line(result.stderr)
-    assert "last good seq 40" in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("# replayed 40 messages (0 rejected)")
+    assert result.stderr.count("inside a frame") == 1
 
 
 def test_help_and_version() -> None:

@@ -79,9 +79,13 @@ class _ByteSource:
             self._record_to.flush()
         if not data:
             self._eof = True
-            self.decoder.close()
+            self._end()
             return []
         return self.decoder.feed(data)
+
+    def _end(self) -> None:
+        """End of input: a frame left unfinished is an error (Felix died mid-write)."""
+        self.decoder.close()
 
 
 class PipeSource(_ByteSource):
@@ -209,6 +213,9 @@ class PipeSource(_ByteSource):
 class FileSource(_ByteSource):
     """Reads frames from a recorded log (or any readable binary file).
 
+    A log that ends inside a frame (copied while being written) is read up
+    to its last complete frame, with one warning naming the byte offset.
+
     A file is always "ready", so everything up to end of file counts as
     already waiting: a replayed log is one burst, as it would be if Felix
     had sent it all before the driver looked.
@@ -237,6 +244,20 @@ class FileSource(_ByteSource):
         if self._eof:
             return []
         return self._take(self._file.read(_CHUNK))
+
+    def _end(self) -> None:
+        # A --record file copied from a running node may end inside the frame
+        # being written: every complete frame before it is still the log.
+        left = self.decoder.pending_bytes
+        if left and self.decoder.error is None:
+            log.warning(
+                "the log ends inside a frame at byte %d (%d byte(s) of it):"
+                " every complete frame before it is used",
+                self.decoder.offset,
+                left,
+            )
+            return
+        self.decoder.close()
 
 
 class QueueSource:
