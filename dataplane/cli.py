@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO, NoReturn
 
 import trio
 
-from dataplane.config import status_path_prefix
+from dataplane import cli_values as values
 from dataplane.core.heap import HeapFreezer
 from dataplane.core.loop import Dataplane
 from dataplane.core.platform import Platform
@@ -33,7 +33,6 @@ from dataplane.errors import PlatformUnavailableError, ProtocolError
 from dataplane.kube.connection import KubeConnectionError, in_cluster, kubeconfig
 from dataplane.ops.health import DEFAULT_LIVENESS_DEADLINE
 from dataplane.ops.logfmt import LOG_FORMATS, formatter
-from dataplane.ops.server import listen_address
 from dataplane.sim import SimPlatform
 from dataplane.wire.framing import DEFAULT_MAX_FRAME_BYTES
 from dataplane.wire.releases import Release
@@ -174,14 +173,6 @@ def _platform(name: str, args: argparse.Namespace) -> Platform:
     return _linux_platform(args)
 
 
-def _rate(text: str) -> float:
-    """A rate for argparse: a number, 0 or more."""
-    value = float(text)
-    if not value >= 0:  # also refuses NaN
-        raise ValueError(f"{text!r}: not a rate of 0 or more")
-    return value
-
-
 def _windows_platform(args: argparse.Namespace) -> Platform:
     from pathlib import Path  # noqa: PLC0415
 
@@ -284,9 +275,10 @@ def _from_env(action: argparse.Action, text: str) -> object:
         if callable(action.type):
             try:
                 value = action.type(item)
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(str(exc)) from None
             except (TypeError, ValueError):
-                name = getattr(action.type, "__name__", repr(action.type))
-                raise ValueError(f"invalid {name} value: {item!r}") from None
+                raise ValueError(f"{item!r}: not accepted") from None
         if action.choices is not None and value not in action.choices:
             choices = ", ".join(repr(choice) for choice in action.choices)
             raise ValueError(f"invalid choice: {item!r} (choose from {choices})")
@@ -343,12 +335,12 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     parser.add_argument(
         "--log-level",
         default=None,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        **values.enum("DEBUG", "INFO", "WARNING", "ERROR"),
         help="log level (default: INFO, then Felix's LogSeverityScreen)",
     )
     parser.add_argument(
         "--max-frame-bytes",
-        type=int,
+        type=values.positive_int,
         default=DEFAULT_MAX_FRAME_BYTES,
         metavar="N",
         help="largest accepted frame; a longer length prefix is fatal (default: 64 MiB)",
@@ -356,7 +348,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     parser.add_argument(
         "--platform",
         default="auto",
-        choices=["auto", "linux", "windows", "sim"],
+        **values.enum("auto", "linux", "windows", "sim"),
         help="dataplane to program: linux (iptables, ipsets, routes), windows (HNS ACLs;"
         " with --hns-fake off Windows) or sim (in memory, programs nothing). auto"
         " (default): linux, and a fatal error where it cannot run; for replay, auto means sim",
@@ -385,7 +377,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     )
     parser.add_argument(
         "--hns-refresh-rate",
-        type=_rate,
+        type=values.rate,
         default=None,
         metavar="CALLS_PER_S",
         help="with --platform windows: at most this many HNS calls a second for the"
@@ -401,7 +393,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     parser.add_argument(
         "--nftables-mode",
         default=None,
-        choices=["disabled", "enabled", "auto"],
+        **values.enum("disabled", "enabled", "auto"),
         help="with --platform linux: program iptables (disabled), native nftables (enabled)"
         " or nftables where the kernel has it and no iptables chains of ours are present"
         " (auto); overrides Felix's NFTablesMode (default: as NFTablesMode says, else"
@@ -410,7 +402,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     parser.add_argument(
         "--services-source",
         default="felix",
-        choices=["felix", "kubernetes"],
+        **values.enum("felix", "kubernetes"),
         help="under Felix: where services and their endpoints come from: felix (ServiceUpdate"
         " and ServiceBackendsUpdate messages; no Felix sends backends) or kubernetes (the"
         " API's Services and EndpointSlices, as kube-proxy; switch kube-proxy off). Default:"
@@ -424,7 +416,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     )
     parser.add_argument(
         "--kubernetes-grace",
-        type=_rate,
+        type=values.seconds(),
         default=60.0,
         metavar="S",
         help="with --services-source kubernetes: how long the API may be unreachable (a"
@@ -439,7 +431,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     )
     parser.add_argument(
         "--endpoint-status-prefix",
-        type=status_path_prefix,
+        type=values.status_prefix,
         default=None,
         metavar="DIR",
         help="under Felix: write endpoint-status files in DIR/endpoint-status/, as Felix's"
@@ -461,28 +453,28 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     )
     parser.add_argument(
         "--listen",
-        type=listen_address,
+        type=values.listen,
         metavar="HOST:PORT",
         help="serve /metrics, /livez, /readyz, /state and /explain over HTTP here; :PORT"
         " binds 127.0.0.1 (default: off; never Felix's 9091/9099 unless asked)",
     )
     parser.add_argument(
         "--liveness-deadline",
-        type=float,
+        type=values.seconds(zero=False),
         default=DEFAULT_LIVENESS_DEADLINE,
         metavar="SECONDS",
         help="/livez answers 503 once the main loop has been busy this long (default: 60)",
     )
     parser.add_argument(
         "--ready-quarantine-grace",
-        type=float,
+        type=values.seconds(),
         default=0.0,
         metavar="SECONDS",
         help="/readyz answers 503 once an object has been refused this long (default: 0, at once)",
     )
     parser.add_argument(
         "--policy-counters-interval",
-        type=float,
+        type=values.seconds(),
         default=30.0,
         metavar="SECONDS",
         help="with --listen on Linux: read the kernel's per-rule counters for"
@@ -492,13 +484,13 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     parser.add_argument(
         "--log-format",
         default="text",
-        choices=LOG_FORMATS,
+        **values.enum(*LOG_FORMATS),
         help="log lines as text (default) or one JSON object per line, with the same fields",
     )
     parser.add_argument(
         "--felix-release",
         default="auto",
-        choices=FELIX_RELEASES,
+        **values.enum(*FELIX_RELEASES),
         help="which Felix release's wire format to decode; auto (default) detects it from"
         " what arrives (the override is for the rare ambiguous case)",
     )
@@ -526,15 +518,21 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     _add_source(explain)
     explain.add_argument("--from", dest="src", required=True, metavar="IP")
     explain.add_argument("--to", dest="dst", required=True, metavar="IP")
-    explain.add_argument("--proto", required=True, choices=["tcp", "udp", "icmp", "sctp"])
-    explain.add_argument("--port", type=int, metavar="N", help="destination port (tcp, udp)")
+    explain.add_argument(
+        "--proto",
+        required=True,
+        **values.enum("tcp", "udp", "icmp", "sctp"),
+    )
+    explain.add_argument(
+        "--port", type=values.positive_int, metavar="N", help="destination port (tcp, udp)"
+    )
     explain.add_argument("--json", action="store_true", help="the verdict and steps as JSON")
     health = commands.add_parser(
         "health",
         help="probe a driver's /livez (or /readyz with --ready) for an exec probe: exit 0"
         " when it answers 200, else 1",
     )
-    health.add_argument("--address", type=listen_address, metavar="HOST:PORT")
+    health.add_argument("--address", type=values.listen, metavar="HOST:PORT")
     health.add_argument("--ready", action="store_true", help="probe /readyz instead")
     commands.add_parser(
         "cleanup",
@@ -550,7 +548,7 @@ def _add_source(command: argparse.ArgumentParser) -> argparse._MutuallyExclusive
     source = command.add_mutually_exclusive_group()
     source.add_argument(
         "--address",
-        type=listen_address,
+        type=values.listen,
         metavar="HOST:PORT",
         help="a live driver's --listen address (default: DATAPLANE_LISTEN)",
     )
@@ -881,6 +879,10 @@ def _run_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+# A shell's status for a process its reader stopped reading (128 + SIGPIPE).
+EXIT_READER_GONE = 141
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the command line; the exit code.
 
@@ -888,6 +890,18 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         argv: the arguments (``sys.argv[1:]`` if None).
         environ: where ``DATAPLANE_*`` variables come from (``os.environ`` if None).
     """
+    try:
+        return _main(argv, environ)
+    except BrokenPipeError:
+        # The reader went away (`show --json | head -1`): nothing more to say
+        # to it, and no traceback. Python flushes stdout again at exit, so it
+        # goes to /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_READER_GONE
+
+
+def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     args = _parse_args(argv, environ)
     if args.command == "version":
         print(_version_line())

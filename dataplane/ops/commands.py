@@ -227,6 +227,15 @@ def render_tables(objects: list[dict[str, Any]], console: Console) -> None:
     console.print(f"{len(objects)} objects: {errors} error, {pending} pending")
 
 
+class _Console(Console):
+    """rich's console, but a reader that went away ends the command as any
+    other write to a closed pipe does (the CLI's one exit code for it)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def run_show(args: argparse.Namespace) -> int:
     try:
         document = _state(args)
@@ -242,7 +251,7 @@ def run_show(args: argparse.Namespace) -> int:
     if not document.get("in_sync", True):
         print(not_in_sync_line(document.get("waiting")))
     # Off a terminal (a pipe, a file) rows stay whole for grep.
-    render_tables(document["objects"], Console(width=None if sys.stdout.isatty() else 250))
+    render_tables(document["objects"], _Console(width=None if sys.stdout.isatty() else 250))
     return 0
 
 
