@@ -370,6 +370,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     parser.add_argument(
         "--host-address",
         action=_Append,
+        type=values.ip_address,
         default=[],
         metavar="IP",
         help="with --platform windows: an address of this node, always allowed to reach"
@@ -386,6 +387,7 @@ def _parser(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpa
     )
     parser.add_argument(
         "--chain-prefix",
+        type=values.chain_prefix,
         default="cali-",
         metavar="PREFIX",
         help="prefix of the iptables chains we own (default: cali-, as Felix)",

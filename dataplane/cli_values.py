@@ -11,14 +11,26 @@ traceback: every failure is one of those lines and exit 2.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
 from dataplane.config import status_path_prefix
 from dataplane.ops.server import ListenAddress, listen_address
 
-__all__ = ["enum", "listen", "one_of", "positive_int", "rate", "seconds", "status_prefix"]
+__all__ = [
+    "chain_prefix",
+    "enum",
+    "ip_address",
+    "listen",
+    "one_of",
+    "positive_int",
+    "rate",
+    "seconds",
+    "status_prefix",
+]
 
 
 def positive_int(text: str) -> int:
@@ -76,6 +88,28 @@ def status_prefix(text: str) -> str:
         return status_path_prefix(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
+def ip_address(text: str) -> str:
+    """An IPv4 or IPv6 address, as ``ipaddress`` prints it."""
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an IP address") from None
+
+
+_CHAIN_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,7}")
+
+
+def chain_prefix(text: str) -> str:
+    """What starts every chain (and nftables table) name of ours: it goes into
+    restore files and command lines, and leaves room in iptables' 28
+    characters for the rest of the name."""
+    if not _CHAIN_PREFIX.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected 1-8 letters, digits, '-' or '_', starting with a letter"
+        )
+    return text
 
 
 def one_of(*choices: str) -> Callable[[str], str]:

@@ -59,6 +59,14 @@ DEMO_LOG = str(REPO / "examples" / "demo-node.log")
             "absolute",
         ),
         (["--log-level", "loud", "version"], {}, "--log-level", "'loud': expected one of DEBUG"),
+        (["--host-address", "10.0.0.999", "version"], {}, "--host-address", "an IP address"),
+        (
+            ["version"],
+            {"DATAPLANE_HOST_ADDRESS": "10.0.0.1,nope"},
+            "DATAPLANE_HOST_ADDRESS",
+            "'nope'",
+        ),
+        (["--chain-prefix", "a b", "version"], {}, "--chain-prefix", "1-8 letters"),
     ],
 )
 def test_a_bad_value_is_one_line_and_exit_2(
