@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from dataplane import cli
+from dataplane.cli import felix_mode, platforms
+from dataplane.cli.parser import build
 from dataplane.core.loop import Dataplane
 from dataplane.errors import PlatformUnavailableError, ProgrammingError
 from dataplane.linux.iptables.backend import detect_backend
@@ -82,20 +83,21 @@ def test_an_apply_that_never_succeeds_is_reported_not_programmed(
     log = io.BytesIO(frames(workload("ns/a", "cali1", "10.0.0.1/32"), pb.InSync()))
     trio.run(dataplane.run, FileSource(log))
     with caplog.at_level(logging.INFO):
-        assert cli._report_end(dataplane, "stopped") == 1
+        assert felix_mode.report_end(dataplane, "stopped") == 1
     assert "NOT programmed" in caplog.text and "injected apply failure" in caplog.text
     assert "cleanly" not in caplog.text
 
 
 def test_auto_never_falls_back_to_the_sim(monkeypatch: pytest.MonkeyPatch) -> None:
     real_which = shutil.which
-    monkeypatch.setattr(cli, "_has_net_admin", lambda: True)
+    monkeypatch.setattr(platforms, "_has_net_admin", lambda: True)
     monkeypatch.setattr(
-        "dataplane.cli.shutil.which", lambda name: None if name == "ipset" else real_which(name)
+        "dataplane.cli.platforms.shutil.which",
+        lambda name: None if name == "ipset" else real_which(name),
     )
     with pytest.raises(PlatformUnavailableError, match="ipset not installed"):
-        cli._platform("auto", cli._parser().parse_args([]))
-    assert isinstance(cli._platform("sim", cli._parser().parse_args([])), SimPlatform)
+        platforms.platform("auto", build({}).parse_args([]))
+    assert isinstance(platforms.platform("sim", build({}).parse_args([])), SimPlatform)
 
 
 @can_drop_capability

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from dataplane import cli
+from dataplane.cli.options import ENV_PREFIX, GLOBAL_OPTIONS
+from dataplane.cli.parser import COMMANDS, build, parse_args
 from dataplane.ops.server import ListenAddress
 from tests.conftest import REPO
 
@@ -25,20 +27,12 @@ SCRIPT = Path(sys.executable).parent / "dataplane-driver"
 
 def clean_env(**variables: str) -> dict[str, str]:
     """This environment without any DATAPLANE_* of the runner's, plus ``variables``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(cli.ENV_PREFIX)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     return {**env, **variables}
 
 
-def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [
-        a
-        for a in parser._actions
-        if a.option_strings and a.dest not in ("help", "version")  # those have no variable
-    ]
-
-
 def test_the_variable_of_an_option_is_its_name() -> None:
-    names = {a.option_strings[0]: cli.env_var(a) for a in options(cli._parser({}))}
+    names = {o.flag: o.env for o in GLOBAL_OPTIONS}
     assert names["--log-level"] == "DATAPLANE_LOG_LEVEL"
     assert names["--chain-prefix"] == "DATAPLANE_CHAIN_PREFIX"
     assert names["--host-address"] == "DATAPLANE_HOST_ADDRESS"
@@ -70,8 +64,8 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_NODE_NAME": "node-7",
         "DATAPLANE_KUBERNETES_GRACE": "15",
     }
-    assert len(environ) == len(options(cli._parser({})))  # one per option
-    args = cli._parse_args([], environ)
+    assert len(environ) == len(GLOBAL_OPTIONS)  # one per option
+    args = parse_args([], environ)
     assert args.log_level == "DEBUG"
     assert args.max_frame_bytes == 1024  # converted as the flag's would be
     assert args.platform == "sim"
@@ -99,9 +93,9 @@ def test_every_variable_takes_effect() -> None:
 
 
 def test_without_variables_the_defaults_hold() -> None:
-    args = cli._parse_args([], {"DATAPLANE_CHAIN_PREFIX": ""})  # empty counts as unset
+    args = parse_args([], {"DATAPLANE_CHAIN_PREFIX": ""})  # empty counts as unset
     assert args.chain_prefix == "cali-"
-    assert args.host_address == []
+    assert list(args.host_address) == []
     assert args.felix_release == "auto"
     assert args.log_level is None  # so LogSeverityScreen is followed
 
@@ -112,7 +106,7 @@ def test_the_command_line_wins() -> None:
         "DATAPLANE_HOST_ADDRESS": "10.0.0.1,10.0.0.2",
         "DATAPLANE_PLATFORM": "sim",
     }
-    args = cli._parse_args(
+    args = parse_args(
         ["--chain-prefix", "flag-", "--host-address", "10.9.9.9", "--host-address", "10.9.9.8"],
         environ,
     )
@@ -120,7 +114,7 @@ def test_the_command_line_wins() -> None:
     assert args.host_address == ["10.9.9.9", "10.9.9.8"]  # replaced, not added to
     assert args.platform == "sim"  # not given on the command line: the variable's
     # A bad variable is no error when the command line overrides it.
-    assert cli._parse_args(["--log-level", "INFO"], {"DATAPLANE_LOG_LEVEL": "LOUD"}).log_level == (
+    assert parse_args(["--log-level", "INFO"], {"DATAPLANE_LOG_LEVEL": "LOUD"}).log_level == (
         "INFO"
     )
 
@@ -177,12 +171,12 @@ def test_a_variable_reaches_the_running_driver(tmp_path: Path) -> None:
 
 
 def test_help_names_every_variable_and_the_rule() -> None:
-    parser = cli._parser({})
-    text = parser.format_help()
-    for action in options(parser):
-        assert f"[env {cli.env_var(action)}]" in (action.help or "")
-    assert "DATAPLANE_CHAIN_PREFIX" in text
+    text = build({}).format_help()
+    for option in GLOBAL_OPTIONS:
+        assert f"[env {option.env}]" in " ".join(text.split()), option.flag
     assert "command line wins" in text
+    for name in COMMANDS:
+        assert f"\n  {name} " in text  # the epilog names every command
 
 
 @pytest.mark.slow
@@ -243,17 +237,16 @@ def test_readme_command_line_block_matches_the_parser() -> None:
     section = readme.split("\n## Command line\n", 1)[1].split("\n## ", 1)[0]
     block = section.split("```", 2)[1]
     in_readme = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", block))
-    parser = cli._parser({})
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    in_parser = {
-        opt
-        for p in (parser, *subparsers.choices.values())
-        for a in p._actions
-        for opt in a.option_strings
-        if opt.startswith("--") and (p is parser or opt != "--help")
-    }
+
+    def flags(command: str) -> set[str]:
+        own = argparse.ArgumentParser(add_help=False)
+        COMMANDS[command].add_arguments(own)
+        return set(re.findall(r"--[a-z][a-z-]*", own.format_usage()))
+
+    in_parser = {"--help", "--version", *(o.flag for o in GLOBAL_OPTIONS)}
+    in_parser |= {flag for command in COMMANDS for flag in flags(command)}
     assert in_readme == in_parser
     commands = set(re.findall(r"^dataplane-driver (\w+)", block, re.M))
-    assert commands == set(subparsers.choices)
+    assert commands == set(COMMANDS)
     for claim in ("DATAPLANE_", "dataplaneDriver", "python -m dataplane", "SIGTERM"):
         assert claim in section, claim

@@ -3,6 +3,7 @@ and what is accepted, exit 2 — never a traceback; enumerations take any case."
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,56 @@ def test_a_reader_that_goes_away_is_no_traceback(table: bool, tmp_path: Path) ->
         code = proc.wait(timeout=60)
     assert code == cli.EXIT_READER_GONE, err
     assert "Traceback" not in err
+
+
+def test_global_options_are_accepted_after_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["replay", DEMO_LOG, "--platform", "sim", "--log-level", "error"], {}) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["show", "--log", DEMO_LOG, "--max-frame-bytes", "0"], {})
+    assert exited.value.code == 2
+    assert "argument --max-frame-bytes: '0'" in capsys.readouterr().err
+
+
+def test_show_kind_is_one_of_the_kinds_it_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["show", "--log", DEMO_LOG, "--kind", "ipsets"], {})
+    err = capsys.readouterr().err
+    assert "'ipsets': expected one of workload_endpoint," in err and "hns_endpoint" in err
+    assert cli.main(["show", "--log", DEMO_LOG, "--kind", "IPSET"], {}) == 0
+    assert "ipset (6)" in capsys.readouterr().out
+
+
+def test_show_reads_a_log_on_standard_input() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "dataplane", "show", "--log", "-", "--kind", "ipset", "--json"],
+        input=Path(DEMO_LOG).read_bytes(),
+        capture_output=True,
+        cwd=REPO,
+        env=clean_env(),
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert {o["kind"] for o in json.loads(shown.stdout)["objects"]} == {"ipset"}
+
+
+def test_one_object_is_one_object(tmp_path: Path) -> None:
+    log = tmp_path / "one.log"
+    write_log(log, [pb.IPSetUpdate(id="s:one", members=["10.65.0.1"]), pb.InSync()])
+    shown = subprocess.run(
+        [sys.executable, "-m", "dataplane", "show", "--log", str(log)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=clean_env(),
+        check=True,
+    )
+    assert shown.stdout.splitlines()[-1] == "1 object: 0 error, 0 pending"
+
+
+def test_cleanup_says_it_removes_our_nftables_tables_too(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["cleanup", "--help"], {})
+    assert "nftables table" in " ".join(capsys.readouterr().out.split())

@@ -48,6 +48,7 @@ import yaml
 from referencing import Registry, Resource
 
 from dataplane import cli
+from dataplane.cli.options import ENV_PREFIX, GLOBAL_OPTIONS
 from dataplane.ops.server import FELIX_PORTS, listen_address
 from tests.conftest import REPO
 
@@ -564,13 +565,9 @@ def test_every_dataplane_variable_is_an_option_the_driver_accepts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     env = env_of(container(load(PATCH)))
-    ours = {k: v for k, v in env.items() if k.startswith(cli.ENV_PREFIX)}
+    ours = {k: v for k, v in env.items() if k.startswith(ENV_PREFIX)}
     assert ours, "the patch sets no DATAPLANE_* variable"
-    known = {
-        cli.env_var(a)
-        for a in cli._parser({})._actions
-        if a.option_strings and a.dest not in ("help", "version")
-    }
+    known = {option.env for option in GLOBAL_OPTIONS}
     assert set(ours) <= known
     # The values parse: a bad one would be exit 2 (SystemExit) here.
     assert cli.main(["version"], environ=ours) == 0

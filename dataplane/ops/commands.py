@@ -11,6 +11,7 @@ only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -31,10 +32,11 @@ from rich.table import Table
 from dataplane.core.loop import Dataplane
 from dataplane.errors import ProtocolError
 from dataplane.ops.hns_records import hns_records
+from dataplane.ops.kinds import KIND_ORDER
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.objects import Snapshot
 from dataplane.ops.observer import Observer
-from dataplane.ops.records import KIND_ORDER, state_document
+from dataplane.ops.records import state_document
 from dataplane.ops.server import ListenAddress
 from dataplane.sim import SimPlatform
 from dataplane.wire.transport import FileSource
@@ -96,7 +98,8 @@ def _progress(file: BinaryIO, path: str) -> Iterator[BinaryIO]:
 
 
 def replay_snapshot(path: str, *, max_frame_bytes: int, release: str) -> tuple[Snapshot, Dataplane]:
-    """Replay the log at ``path`` into the in-memory platform; its last snapshot.
+    """Replay the log at ``path`` ('-': standard input) into the in-memory
+    platform; its last snapshot.
 
     Raises:
         SourceError: the file cannot be read, or its stream is malformed.
@@ -104,7 +107,11 @@ def replay_snapshot(path: str, *, max_frame_bytes: int, release: str) -> tuple[S
     observer = Observer(SimPlatform(), metrics=Metrics(process=False))
     dataplane = Dataplane(observer.platform, observer=observer)
     try:
-        with open(path, "rb") as raw, _progress(raw, path) as file:
+        with contextlib.ExitStack() as stack:
+            raw: BinaryIO = (
+                sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+            )
+            file = stack.enter_context(_progress(raw, path))
             source = FileSource(file, max_frame_bytes=max_frame_bytes, release=release)
             trio.run(dataplane.run, source)
     except OSError as exc:
@@ -224,7 +231,8 @@ def render_tables(objects: list[dict[str, Any]], console: Console) -> None:
             console.print(_table(kind, rows, now))
     errors = sum(1 for o in objects if o["status"] == "error")
     pending = sum(1 for o in objects if o["status"] == "pending")
-    console.print(f"{len(objects)} objects: {errors} error, {pending} pending")
+    noun = "object" if len(objects) == 1 else "objects"
+    console.print(f"{len(objects)} {noun}: {errors} error, {pending} pending")
 
 
 class _Console(Console):

@@ -41,6 +41,7 @@ from dataplane.model import (
 from dataplane.model.hosts import Encapsulation, Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Service, ServiceKey
+from dataplane.ops.kinds import OWN_KINDS
 from dataplane.sim.platform import SimState
 
 __all__ = ["ObjectRecord", "Snapshot", "Status", "TrackedPlatform"]
@@ -352,7 +353,4 @@ class TrackedPlatform:
         await self.inner.serve()
 
 
-# Kinds a platform reports that no message names: shown only while refused.
-_OWN_KINDS = frozenset(
-    {"interface", "chain", "vxlan", "load_balancer", "network", "remote_endpoint"}
-)
+_OWN_KINDS = frozenset(OWN_KINDS)

@@ -30,25 +30,12 @@ from dataplane.model.effective import DirectionPolicy
 from dataplane.model.hosts import Host
 from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Backend, BackendState, Service
+from dataplane.ops.kinds import KIND_ORDER
 from dataplane.ops.objects import ObjectRecord, Snapshot
 
 __all__ = ["KIND_ORDER", "records", "rfc3339", "state_document"]
 
 Record = dict[str, Any]
-
-# The order show prints sections in: what a packet meets first.
-KIND_ORDER = (
-    "workload_endpoint",
-    "host_endpoint",
-    "policy",
-    "profile",
-    "ipset",
-    "service",
-    "route",
-    "vtep",
-    "host",
-    "ip_pool",
-)
 
 
 def rfc3339(unix: float) -> str:

@@ -15,7 +15,8 @@ from collections import Counter
 import pytest
 import trio
 
-from dataplane import cli
+from dataplane.cli import platforms
+from dataplane.cli.parser import build
 from dataplane.errors import PlatformUnavailableError
 from dataplane.windows.hns import hcn_ctypes
 from dataplane.windows.hns.hcn import E_NOTIMPL, HCN_E_ENDPOINT_NOT_FOUND, HcnError, HnsVersion
@@ -173,8 +174,8 @@ def test_on_windows_the_cli_reaches_hns_through_the_binding(
     dll = FakeHcnDll(host)
     monkeypatch.setattr(sys, "platform", "win32")
     monkeypatch.setattr(hcn_ctypes, "_windows_bind", lambda: dll.bind)
-    args = cli._parser().parse_args(["--platform", "windows", "--host-address", "10.0.0.1"])
-    platform = cli._platform("windows", args)
+    args = build({}).parse_args(["--platform", "windows", "--host-address", "10.0.0.1"])
+    platform = platforms.platform("windows", args)
     assert isinstance(platform, WindowsPlatform)
     assert isinstance(platform.hcn, HcnBinding)
     assert platform.hcn.version() == HnsVersion(15, 4)
