@@ -19,7 +19,7 @@ from typing import Any
 
 from dataplane.errors import ConfigError
 
-__all__ = ["LOG_LEVELS", "Config", "ProtoPort", "parse_config"]
+__all__ = ["LOG_LEVELS", "Config", "ProtoPort", "felix_keys", "parse_config"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +379,12 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "EndpointStatusPathPrefix": ("endpoint_status_path_prefix", status_path_prefix),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
+
+
+def felix_keys() -> list[tuple[str, str, object]]:
+    """(Felix's key, Config field, default) of every key the driver reads."""
+    defaults = Config()
+    return [(key, field, getattr(defaults, field)) for key, (field, _read) in _KEYS.items()]
 assert {a for a, _ in _KEYS.values()} <= {f.name for f in fields(Config)}
 
 

@@ -250,3 +250,13 @@ def test_readme_command_line_block_matches_the_parser() -> None:
     assert commands == set(COMMANDS)
     for claim in ("DATAPLANE_", "dataplaneDriver", "python -m dataplane", "SIGTERM"):
         assert claim in section, claim
+
+
+def test_the_configuration_reference_is_current() -> None:
+    """docs/configuration.md is what the option table and Felix's keys say."""
+    from dataplane.cli.reference import markdown  # noqa: PLC0415
+
+    page = (REPO / "docs" / "configuration.md").read_text()
+    assert page == markdown(), "run: python -m dataplane.cli.reference > docs/configuration.md"
+    for option in GLOBAL_OPTIONS:
+        assert f"`{option.flag}` | `{option.env}`" in page
