@@ -385,6 +385,8 @@ def felix_keys() -> list[tuple[str, str, object]]:
     """(Felix's key, Config field, default) of every key the driver reads."""
     defaults = Config()
     return [(key, field, getattr(defaults, field)) for key, (field, _read) in _KEYS.items()]
+
+
 assert {a for a, _ in _KEYS.values()} <= {f.name for f in fields(Config)}
 
 
