@@ -273,3 +273,13 @@ def test_policy_counters_can_be_turned_off(interval: float, served: bool) -> Non
     )
     names = {family.name for family in observer.metrics.registry.collect()}
     assert ("dataplane_policy_packets" in names) is served
+
+
+def test_no_created_series_felix_does_not_export() -> None:
+    from prometheus_client import generate_latest  # noqa: PLC0415
+
+    metrics = Metrics(process=False)
+    metrics.messages.labels("in_sync").inc()
+    page = generate_latest(metrics.registry).decode()
+    assert "felix_int_dataplane_messages_total{type=\"in_sync\"} 1.0" in page
+    assert "_created" not in page

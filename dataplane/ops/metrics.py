@@ -26,6 +26,7 @@ from prometheus_client import (
     Histogram,
     ProcessCollector,
     Summary,
+    disable_created_metrics,
 )
 from prometheus_client.registry import Collector
 
@@ -51,6 +52,11 @@ LATENCY_BUCKETS = (
 )
 # One HNS or kernel-tool call: a millisecond to a stuck-looking 10 s.
 CALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+# Felix (Go's client) exports no ``*_created`` series; prometheus-client adds
+# one per counter, histogram and summary unless told not to (process-wide).
+disable_created_metrics()
 
 
 class Metrics:
