@@ -846,3 +846,11 @@ def test_the_patch_serves_livez_on_loopback_off_felixs_ports() -> None:
     address = listen_address(env_of(container(load(PATCH)))["DATAPLANE_LISTEN"])
     assert address.host == "127.0.0.1"
     assert address.port not in FELIX_PORTS
+
+
+def test_the_license_pyproject_names_is_in_the_repository() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    for name in project["license-files"]:
+        text = (REPO / name).read_text()
+        assert "Apache License" in text and "Version 2.0, January 2004" in text

@@ -281,5 +281,5 @@ def test_no_created_series_felix_does_not_export() -> None:
     metrics = Metrics(process=False)
     metrics.messages.labels("in_sync").inc()
     page = generate_latest(metrics.registry).decode()
-    assert "felix_int_dataplane_messages_total{type=\"in_sync\"} 1.0" in page
+    assert 'felix_int_dataplane_messages_total{type="in_sync"} 1.0' in page
     assert "_created" not in page
