@@ -173,6 +173,8 @@ def _cell(value: object) -> str:
         if "endpoint" in value and "chosen" in value:
             node = f" ({value['node']})" if value["node"] else ""
             said = ", ".join(value["chosen"]) or "not chosen"
+            if value["chosen"] and value["state"] != "active":
+                said += f" ({value['state']})"
             why = f"; {value['why_not']}" if value["why_not"] else ""
             return f"{value['endpoint']}{node}: {said}{why}"
         return ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
