@@ -52,7 +52,7 @@ REPLICA = "replica"
 
 
 def add_size_arguments(parser: argparse.ArgumentParser) -> None:
-    """The generated node's size: the defaults are the README's node."""
+    """The generated node's size: the defaults are docs/benchmarks.md's node."""
     parser.add_argument("--endpoints", type=int, default=1000)
     parser.add_argument("--policies", type=int, default=200)
     parser.add_argument("--sets", type=int, default=500)

@@ -51,7 +51,7 @@ Measured per run:
 
 The node is ``bench_linux.py``'s generator at 5,000 endpoints with the
 policies and IP sets of its ``--quick`` node (20, 50 with 10,000
-members): the endpoints are the burst. (With the README's 200 policies
+members): the endpoints are the burst. (With the benchmark node's 200 policies (docs/benchmarks.md)
 and 100,000 members the one apply takes as long here, ≈ 110 s: at 5,000
 endpoints the per-endpoint programming dominates.)
 

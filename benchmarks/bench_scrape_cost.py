@@ -23,7 +23,7 @@ Prometheus makes them, one after the other; the process's CPU time
 The share of one core a scraper every 100 ms takes is 10 x the cost per
 request (rendered one request in ten); the main loop loses at most that.
 
-Measured 2026-11-24 on 2 cores, 5,000 endpoints: see the README
+Measured 2026-11-24 on 2 cores, 5,000 endpoints: see docs/benchmarks.md
 (*Scraping under load*).
 
 Usage: python benchmarks/bench_scrape_cost.py [--quick] [--requests N]
