@@ -56,7 +56,7 @@ CALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 
 # Felix (Go's client) exports no ``*_created`` series; prometheus-client adds
 # one per counter, histogram and summary unless told not to (process-wide).
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # the library leaves it untyped
 
 
 class Metrics:
