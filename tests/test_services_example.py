@@ -44,36 +44,13 @@ def test_show_gives_each_service_s_endpoints_and_the_vxlan_neighbours() -> None:
     assert objects[("route", "10.65.2.0/26")]["types"] == "remote_workload"
 
 
+# From web-1 on this node to backend/api's cluster IP.
+QUERY = ["--from", "10.65.1.10", "--to", API_VIP, "--proto", "tcp", "--port", "80"]
+
+
 def test_explain_follows_a_vip_to_each_backend() -> None:
-    body = json.loads(
-        _run(
-            "explain",
-            "--log",
-            str(LOG_PATH),
-            "--from",
-            "10.65.1.10",
-            "--to",
-            API_VIP,
-            "--proto",
-            "tcp",
-            "--port",
-            "80",
-            "--json",
-        )
-    )
+    body = json.loads(_run("explain", "--log", str(LOG_PATH), *QUERY, "--json"))
     assert body["verdict"] == "allow" and body["in_sync"] is True
-    text = _run(
-        "explain",
-        "--log",
-        str(LOG_PATH),
-        "--from",
-        "10.65.1.10",
-        "--to",
-        API_VIP,
-        "--proto",
-        "tcp",
-        "--port",
-        "80",
-    )
+    text = _run("explain", "--log", str(LOG_PATH), *QUERY)
     assert "is service backend/api port http: 3 backend(s)" in text
     assert f"backend {REMOTE_API}:8080: DNAT to {REMOTE_API}, outside this node" in text

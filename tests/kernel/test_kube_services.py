@@ -136,6 +136,11 @@ def _start(cluster: Cluster, cp: ControlPlane, api: Api, tmp: Path, *args: str) 
     return cluster.start_driver(*args, policies=False, env=env)
 
 
+def _serves(client: Any, vip: str, pods: set[str], what: str, deadline: float = 30) -> None:
+    """Wait until connections to ``vip``:80 are served by exactly ``pods``."""
+    eventually(lambda: set(served_by(client, vip, 80, 12)) == pods, deadline=deadline, what=what)
+
+
 # The node namespace's own loopback: nothing else listens there.
 OPS = "127.0.0.1:9464"
 
@@ -158,11 +163,7 @@ def test_a_cluster_ip_from_the_api_follows_its_endpoint_slice(
     felix = _start(cluster, control_plane, api, tmp_path, "--listen", OPS)
     client = cluster.pods["web-1"]
     try:
-        eventually(
-            lambda: set(served_by(client, vip, 80, 12)) == {"api-1", "api-2"},
-            deadline=30,
-            what=f"{vip}:80 served by both endpoints",
-        )
+        _serves(client, vip, {"api-1", "api-2"}, f"{vip}:80 served by both endpoints", deadline=30)
         # The controller marks api-2 not ready: only api-1 serves.
         api.put_slice(
             "web",
@@ -171,11 +172,7 @@ def test_a_cluster_ip_from_the_api_follows_its_endpoint_slice(
                 _endpoint("api-2", api.node, ready=False, serving=False),
             ],
         )
-        eventually(
-            lambda: set(served_by(client, vip, 80, 12)) == {"api-1"},
-            deadline=30,
-            what="only the ready endpoint serves",
-        )
+        _serves(client, vip, {"api-1"}, "only the ready endpoint serves", deadline=30)
         # And show says so, with where the service came from.
         web = _show_services(cluster)[f"{api.ns}/web"]
         assert web["source"] == "kubernetes" and web["status"] == "done"
@@ -212,10 +209,12 @@ def test_node_port_with_local_policy_serves_only_this_node_s_endpoints(
     felix = _start(cluster, control_plane, api, tmp_path)
     node, external = cluster.node, cluster.node.external
     try:
-        eventually(
-            lambda: set(served_by(cluster.pods["web-1"], vip, 80, 12)) == {"api-1", "api-2"},
+        _serves(
+            cluster.pods["web-1"],
+            vip,
+            {"api-1", "api-2"},
+            "the cluster IP reaches both endpoints",
             deadline=30,
-            what="the cluster IP reaches both endpoints",
         )
         assert set(served_by(external, node.address(4), node_port, 12)) == {"api-1"}
     finally:
@@ -232,11 +231,7 @@ def test_an_api_server_outage_keeps_the_services_and_changes_resume_after_it(
     felix = _start(cluster, control_plane, api, tmp_path)
     client = cluster.pods["web-1"]
     try:
-        eventually(
-            lambda: set(served_by(client, vip, 80, 12)) == {"api-1", "api-2"},
-            deadline=30,
-            what="both endpoints serve",
-        )
+        _serves(client, vip, {"api-1", "api-2"}, "both endpoints serve", deadline=30)
         control_plane.stop_apiserver()
         try:
             # Down: the driver's watches fail and retry; what is programmed stays.
@@ -244,10 +239,8 @@ def test_an_api_server_outage_keeps_the_services_and_changes_resume_after_it(
         finally:
             control_plane.start_apiserver()
         api.put_slice("web", [_endpoint("api-2", api.node)])
-        eventually(
-            lambda: set(served_by(client, vip, 80, 12)) == {"api-2"},
-            deadline=60,
-            what="the change made after the restart is in force",
+        _serves(
+            client, vip, {"api-2"}, "the change made after the restart is in force", deadline=60
         )
         felix.close_input()
         code, err = felix.wait(timeout=20)
@@ -331,11 +324,7 @@ def test_a_compaction_while_the_driver_is_cut_off_is_a_relist_of_only_the_differ
     felix = _start(cluster, control_plane, api, tmp_path)
     client = cluster.pods["web-1"]
     try:
-        eventually(
-            lambda: set(served_by(client, vip, 80, 12)) == {"api-1", "api-2"},
-            deadline=30,
-            what="both endpoints serve",
-        )
+        _serves(client, vip, {"api-1", "api-2"}, "both endpoints serve", deadline=30)
         # The kill closes the driver's watches; with its link down it cannot
         # open new ones while the change and the compaction happen.
         control_plane.stop_apiserver()
@@ -347,11 +336,7 @@ def test_a_compaction_while_the_driver_is_cut_off_is_a_relist_of_only_the_differ
             assert set(served_by(client, vip, 80, 12)) == {"api-1", "api-2"}
         finally:
             cluster.node.ip("link", "set", "kapi0", "up")
-        eventually(
-            lambda: set(served_by(client, vip, 80, 12)) == {"api-2"},
-            deadline=60,
-            what="the change made while cut off is in force",
-        )
+        _serves(client, vip, {"api-2"}, "the change made while cut off is in force", deadline=60)
         felix.close_input()
         code, err = felix.wait(timeout=20)
         assert code == 0, err
