@@ -207,18 +207,24 @@ class ControlPlane:
         self._wait_ready()
 
     def compact(self) -> int:
-        """Compact etcd to its current revision (physically); returns that revision.
+        """Compact etcd (physically) past every revision handed out before the call.
 
-        Through etcd's JSON gateway, from inside the namespace (etcd listens
-        on its loopback only).
+        It writes a key of its own first (outside the API server's prefix) and
+        compacts at that write's revision: a watch resumes from the revision
+        after the last one its client saw, and etcd still serves a watch
+        starting exactly at the compacted revision, so compacting at the
+        current one would spare a client whose version is one write behind.
+        Returns the compacted revision. Through etcd's JSON gateway, from
+        inside the namespace (etcd listens on its loopback only).
         """
         script = (
-            "import json, urllib.request as u\n"
+            "import base64, json, urllib.request as u\n"
             "def call(path, body):\n"
             f"    url = 'http://127.0.0.1:{ETCD_PORT}' + path\n"
             "    r = u.urlopen(url, data=json.dumps(body).encode())\n"
             "    return json.loads(r.read())\n"
-            "rev = call('/v3/kv/range', {'key': 'AA=='})['header']['revision']\n"
+            "key = base64.b64encode(b'/testbed/compaction-mark').decode()\n"
+            "rev = call('/v3/kv/put', {'key': key, 'value': key})['header']['revision']\n"
             "call('/v3/kv/compaction', {'revision': rev, 'physical': True})\n"
             "print(rev)\n"
         )

@@ -39,7 +39,15 @@ def _expected(*updates: pb.WorkloadEndpointUpdate) -> dict[str, bytes]:
 
 
 def _files(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+    """What the directory holds now; the driver may delete a file between the
+    listing and its read (that one is gone: left out, and the caller polls)."""
+    found: dict[str, bytes] = {}
+    for path in sorted(directory.iterdir()):
+        try:
+            found[path.name] = path.read_bytes()
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def _until(felix: FelixHarness, reporter: FakeFelixStatusFiles, kind: str) -> None:
