@@ -14,13 +14,18 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
+from dataplane.windows.hns.hcn import HcnError
 from dataplane.windows.sim.simhost import SimHost
 from dataplane.windows.sim.simhost_file import HostFile, read_host_file
-from testbed.hns import calico_host
+from testbed.hns import NETWORK_ID, calico_host
 from tests.kernel import scenario as sc
 
 ACL = {
@@ -113,3 +118,74 @@ def test_a_missing_or_broken_file_is_an_error_not_an_empty_host(tmp_path: Path) 
     bad.write_text(json.dumps([1]))
     with pytest.raises(ValueError, match=r"host\.json: the top level is not a JSON object"):
         SimHost.load(bad)
+
+
+# One step against the shared file: (operation, endpoint slot, a value).
+_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "remove", "modify", "modify-missing", "tamper", "other"]),
+        st.integers(0, 3),
+        st.integers(1, 9),
+    ),
+    max_size=12,
+)
+
+
+def _held(host: SimHost) -> dict[str, list[dict[str, object]]]:
+    return {
+        "Networks": list(host.stored("Network").values()),
+        "Endpoints": list(host.stored("Endpoint").values()),
+        "LoadBalancers": list(host.stored("LoadBalancer").values()),
+    }
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=_STEPS)
+@example(steps=[("add", 1, 1), ("remove", 1, 1), ("add", 1, 2)])  # an id used again
+def test_the_file_holds_what_the_host_holds_after_every_call(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, int]]
+) -> None:
+    """A write encodes again only what its call touched: the file must still
+    equal the host after creates, deletes, an id used again, a refused call,
+    and another process's change (which the next call reads first)."""
+    path = tmp_path_factory.mktemp("host") / "host.json"
+    host = calico_host([], path=path)
+    other = SimHost.load(path)
+    ids = [f"E0000000-0000-4000-8000-00000000000{slot}" for slot in range(4)]
+    for op, slot, value in steps:
+        endpoint_id = ids[slot]
+        present = endpoint_id in host.stored("Endpoint")
+        if op == "add" and not present:
+            address = f"10.65.{slot}.{value}"
+            body = {
+                "ID": endpoint_id,
+                "Name": f"pod-{value}",
+                "IpConfigurations": [{"IpAddress": address}],
+            }
+            host.add_local_endpoint(NETWORK_ID, body)
+        elif op == "remove" and present:
+            host.remove_local_endpoint(endpoint_id)
+        elif op == "modify" and present:
+            settings_ = cast("dict[str, Any]", ACL["Settings"])
+            acl = {**ACL, "Settings": {**settings_, "Priority": 100 + value}}
+            host.modify_endpoint(endpoint_id, _update(acl))
+        elif op == "modify-missing" and not present:
+            with pytest.raises(HcnError):
+                host.modify_endpoint(endpoint_id, _update(ACL))
+        elif op == "tamper" and present:
+            # Another process changes an object behind this one's back.
+            found = other.stored("Endpoint")[endpoint_id]
+            found["Name"] = f"tampered-{value}"
+            other.flush()
+        elif op == "other":
+            other.version()  # a call of the other process's: its counts saved at flush
+            other.flush()
+        saved = read_host_file(path)
+        assert {k: saved[k] for k in ("Networks", "Endpoints", "LoadBalancers")} == _held(host)
+        assert _held(SimHost.load(path)) == _held(host)
+
+
+def _update(acl: Mapping[str, object]) -> dict[str, Any]:
+    return {"ResourceType": "Policy", "RequestType": "Update", "Settings": {"Policies": [acl]}}

@@ -44,7 +44,12 @@ With a ``path`` the host lives in that file, shared with other processes
 as a real host is shared with the CNI (:mod:`dataplane.windows.sim.simhost_file`): every call
 re-reads the file if another process changed it, and every change is
 written back at once, in place. ``Calls`` in the file accumulates across
-runs and processes; :attr:`SimHost.calls` is this process's own.
+runs and processes; :attr:`SimHost.calls` is this process's own. A write
+re-encodes only the objects the call changed (each object's text is kept
+between writes), so a call costs the same on a host of ten endpoints or a
+thousand but for the bytes written; objects changed behind the calls'
+back (a test's tampering through :attr:`SimHost.endpoints` and the like)
+reach the file at :meth:`SimHost.flush`.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ from dataplane.windows.hns.hcn import (
     Json,
     WriteAfterRead,
 )
-from dataplane.windows.sim.simhost_file import HostFile
+from dataplane.windows.sim.simhost_file import HostFile, document, encode
 from dataplane.windows.sim.simhost_rules import (
     check_endpoint,
     check_endpoint_policies,
@@ -93,6 +98,8 @@ _STORES: dict[str, Callable[[SimHost], dict[str, Json]]] = {
     "Endpoint": lambda host: host.endpoints,
     "LoadBalancer": lambda host: host.load_balancers,
 }
+# Each kind's list in the file.
+_SECTIONS = {"Network": "Networks", "Endpoint": "Endpoints", "LoadBalancer": "LoadBalancers"}
 
 NEWEST = HnsVersion(15, 4)  # every feature this driver uses
 # Decides whether a call fails: (HCN function name, object id) -> fail?
@@ -124,6 +131,13 @@ class SimHost:
         self._unsaved_calls: Counter[str] = Counter()  # ours since then
         self._lock = threading.Lock()
         self._file = HostFile(path) if path is not None else None
+        # Each object's text as last written, by kind and id; what a write
+        # access touched (kind, id) is encoded again, or everything when
+        # _encoded_all is False (after a re-read or a flush).
+        self._encoded: dict[str, dict[str, bytes]] = {kind: {} for kind in _SECTIONS}
+        self._touched: set[tuple[str, str]] = set()
+        self._encoded_all = False
+        self._writing = False
 
     # --- the file -----------------------------------------------------------
 
@@ -158,9 +172,16 @@ class SimHost:
             with self._file.locked() as data:
                 if data:
                     self._adopt(data)
-                yield
-                if write:
-                    self._file.write(self._data())
+                self._writing = write
+                try:
+                    yield
+                finally:
+                    self._writing = False
+                # No object changed (a read that could have written): no
+                # write; the calls counted are saved with the next, or at
+                # flush(). A call that raised writes nothing either.
+                if write and self._encode_touched():
+                    self._file.write_document(self._document())
 
     def _adopt(self, data: Json) -> None:
         """The host as the file holds it; ValueError if it is not one."""
@@ -179,6 +200,7 @@ class SimHost:
                 if not isinstance(obj, dict) or not obj.get("ID"):
                     raise ValueError(f"an object in {key} has no ID: {obj!r}")
                 store[guid(obj["ID"])] = obj
+        self._encoded_all = False
         self._saved_calls = Counter({str(k): int(v) for k, v in (data.get("Calls") or {}).items()})
 
     def _data(self) -> Json:
@@ -193,16 +215,61 @@ class SimHost:
             "Calls": dict(sorted(self._saved_calls.items())),
         }
 
+    def _touch(self, kind: str, object_id: str) -> None:
+        """The object may change in this access: encode it again when writing."""
+        if self._writing:
+            self._touched.add((kind, guid(object_id)))
+
+    def _encode_touched(self) -> bool:
+        """Encode again what this access touched (everything after a re-read or a
+        flush); whether any object now differs from what the file holds."""
+        changed = not self._encoded_all
+        for kind in _SECTIONS:
+            store, encoded = _STORES[kind](self), self._encoded[kind]
+            if not self._encoded_all:
+                encoded.clear()
+            for object_id in {i for k, i in self._touched if k == kind}:
+                obj = store.get(object_id)
+                text = None if obj is None else encode(obj)
+                if encoded.get(object_id) != text:
+                    changed = True
+                    if text is None:
+                        del encoded[object_id]
+                    else:
+                        encoded[object_id] = text
+            if len(encoded) != len(store):  # a re-read or a flush: encoded whole
+                changed = True
+                for object_id, obj in store.items():
+                    if object_id not in encoded:
+                        encoded[object_id] = encode(obj)
+        self._touched.clear()
+        self._encoded_all = True
+        return changed
+
+    def _document(self) -> bytes:
+        """The file's text from the objects' kept texts; the calls made here with it.
+        What changes at every write comes last (a rewrite starts where it differs)."""
+        self._saved_calls += self._unsaved_calls
+        self._unsaved_calls = Counter()
+        members: dict[str, bytes | list[bytes]] = {
+            section: [self._encoded[kind][i] for i in _STORES[kind](self)]
+            for kind, section in _SECTIONS.items()
+        }
+        members["Version"] = encode({"Major": self._version.major, "Minor": self._version.minor})
+        members["Calls"] = encode(dict(sorted(self._saved_calls.items())))
+        return document(members)
+
     def snapshot(self) -> Json:
         """The whole host as the file holds it (``Calls``: every run's, for a file host)."""
         with self._access(write=False):
             return self._data()
 
     def flush(self) -> None:
-        """Save the calls counted since the last write (objects are saved as they change)."""
+        """Save the calls counted since the last write, and every object as it is now
+        (the calls save what they change; this also what was changed behind them)."""
         if self._file is not None:
             with self._access(write=True):
-                pass
+                self._encoded_all = False  # every object again, and always a write
 
     # --- HCN ------------------------------------------------------------------
 
@@ -311,6 +378,7 @@ class SimHost:
         with self._access(write=True):
             net = copy.deepcopy(network)
             net["ID"] = guid(net.get("ID") or str(uuid.uuid4()))
+            self._touch("Network", net["ID"])
             self.networks[net["ID"]] = net
             return copy.deepcopy(net)
 
@@ -324,6 +392,7 @@ class SimHost:
         """Set-up only: the CNI deletes a pod's endpoint, uncounted; KeyError if not there."""
         with self._access(write=True):
             check_endpoint_unused(endpoint_id, self.load_balancers)
+            self._touch("Endpoint", endpoint_id)
             del self.endpoints[guid(endpoint_id)]
 
     def modify_network(self, network_id: str, request: Json) -> None:
@@ -388,6 +457,7 @@ class SimHost:
             self._call("CreateLoadBalancer")
             lb = copy.deepcopy(load_balancer)
             lb["ID"] = guid(lb.get("ID") or str(uuid.uuid4()))
+            self._touch("LoadBalancer", lb["ID"])
             if lb["ID"] in self.load_balancers:
                 raise HcnError("CreateLoadBalancer", lb["ID"], ERROR_ALREADY_EXISTS, "exists")
             check_load_balancer(
@@ -431,6 +501,8 @@ class SimHost:
     # --- helpers (the rules themselves are in simhost_rules) -------------------
 
     def _get(self, store: dict[str, Json], object_id: str, call: str) -> Json:
+        kind = next(k for k, of in _STORES.items() if of(self) is store)
+        self._touch(kind, object_id)
         found = store.get(guid(object_id))
         if found is None:
             code = {
@@ -447,6 +519,7 @@ class SimHost:
             raise HcnError(call, network_id, HCN_E_NETWORK_NOT_FOUND, "network not found")
         ep = copy.deepcopy(endpoint)
         ep["ID"] = guid(ep.get("ID") or str(uuid.uuid4()))
+        self._touch("Endpoint", ep["ID"])
         if ep["ID"] in self.endpoints:
             raise HcnError(call, ep["ID"], ERROR_ALREADY_EXISTS, "endpoint exists")
         ep["HostComputeNetwork"] = network["ID"]
