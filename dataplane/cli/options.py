@@ -122,7 +122,7 @@ GLOBAL_OPTIONS: tuple[Option, ...] = (
         "--hns-refresh-rate",
         "with --platform windows: at most this many HNS calls a second for the periodic"
         " re-read of endpoints (EndpointRefreshInterval), spread over the interval; 0: no"
-        " limit (default: 10)",
+        " limit (default: 100, 1,000 endpoints in 30 s)",
         values.rate,
         metavar="CALLS_PER_S",
     ),

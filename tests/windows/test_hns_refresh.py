@@ -64,3 +64,17 @@ def test_no_interval_no_refresh() -> None:
     assert not cycle.due(1e12)
     cycle.schedule(5.0, 30.0)  # turned on: the next tick a tenth of it away
     assert cycle.next_tick == 8.0
+
+
+def test_by_default_a_1000_endpoint_node_is_read_within_a_30_s_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The default rate covers the interval at 1,000 endpoints: what is
+    removed behind the driver is back within two intervals, not ten."""
+    ids = [f"EP{i:04d}" for i in range(1000)]
+    with caplog.at_level(logging.WARNING, logger="dataplane.windows.view.hns_refresh"):
+        taken = _cycle(RefreshCycle(interval=30.0), ids)
+    assert len(taken) == TICKS
+    assert taken[-1][0] == pytest.approx(30.0)
+    assert [r for t in taken for r in t[2]] == ids
+    assert not caplog.records

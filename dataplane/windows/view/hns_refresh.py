@@ -27,9 +27,12 @@ log = logging.getLogger(__name__)
 
 TICKS = 10
 CALLS_PER_READ = 3  # open, query, close
-# HCN calls a second the re-reads may take: at a loaded host's 20 ms a
-# call, a fifth of HNS's time (--hns-refresh-rate).
-DEFAULT_RATE = 10.0
+# HCN calls a second the re-reads may take (--hns-refresh-rate): enough to
+# read 1,000 endpoints (3 calls each) within a 30 s EndpointRefreshInterval,
+# so what someone removed is back within two. The cost: during a tick, at
+# 5 ms a call, half of one HNS worker's time; a host slower than 10 ms a
+# call cannot give that much, and its cycle stretches (said once).
+DEFAULT_RATE = 100.0
 
 
 @dataclass(frozen=True, slots=True)
