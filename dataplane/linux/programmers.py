@@ -171,7 +171,7 @@ class Programmers:
                 for v in versions
             }
             ipsets: SetProgrammer = NftSets(
-                runner, sink, dict.fromkeys(versions, names.main), clock=clock
+                runner, sink, reader, dict.fromkeys(versions, names.main), clock=clock
             )
             views = {(t, v): NftTableView(nft[v], t, v) for v in versions for t in TABLES}
             tables: dict[tuple[str, int], RuleTable[Any]] = dict(views)

@@ -1,4 +1,4 @@
-"""A runner that holds a read back until a test lets it go.
+"""A runner (or a netlink table source) that holds a read back until a test lets it go.
 
 For the refreshes that read the kernel beside the applies: a test starts a
 refresh, waits until its read has been taken (``read``), writes something
@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from dataplane.linux.kernel.cmd import CommandResult, CommandRunner
+from dataplane.linux.nftables.reader import ReadElement, ReadRule, TableSource
 
 
 class HeldReads:
@@ -37,8 +38,37 @@ class HeldReads:
         return result
 
 
+class HeldSource:
+    """A :class:`TableSource` whose listing of a table's sets takes every set's
+    elements at once and, once ``hold`` is set, waits for it before answering
+    (in the reading worker thread): what it answers was read before."""
+
+    def __init__(self, source: TableSource) -> None:
+        self._source = source
+        self.hold: trio.Event | None = None
+        self.read = trio.Event()
+        self._taken: dict[tuple[int, str, str], list[ReadElement]] = {}
+
+    def set_names(self, family: int, table: str) -> list[str]:
+        names = self._source.set_names(family, table)
+        self._taken = {
+            (family, table, n): list(self._source.elements(family, table, n)) for n in names
+        }
+        if self.hold is not None:
+            trio.from_thread.run_sync(self.read.set)
+            trio.from_thread.run(self.hold.wait)
+        return names
+
+    def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
+        taken = self._taken.pop((family, table, set_name), None)
+        return taken if taken is not None else list(self._source.elements(family, table, set_name))
+
+    def rules(self, family: int, table: str) -> list[ReadRule]:
+        return self._source.rules(family, table)
+
+
 async def write_during_a_read(
-    runner: HeldReads,
+    runner: HeldReads | HeldSource,
     refresh: Callable[[], Awaitable[object]],
     write: Callable[[], Awaitable[object]],
 ) -> None:

@@ -29,12 +29,13 @@ from dataplane.linux.nftables.elements import (
     interval,
     netfilter_socket,
 )
+from dataplane.linux.nftables.reader import TableReader
 from dataplane.linux.nftables.serialise import nft_name
-from dataplane.linux.nftables.set_elements import elements_of, expand, listed_members, set_name
-from dataplane.linux.nftables.sets import NftSets, listed_sets
+from dataplane.linux.nftables.set_elements import elements_of, expand, held_items, set_name
+from dataplane.linux.nftables.sets import NftSets
 from dataplane.model import IPSet, IPSetType
 from testbed.topology import kernel_unavailable
-from tests.linux.held_reads import HeldReads, write_during_a_read
+from tests.linux.held_reads import HeldSource, write_during_a_read
 from tests.linux.test_service_layout import FakeSets, Nft
 
 
@@ -68,46 +69,33 @@ def test_prefixes_become_merged_ranges_each_one_item() -> None:
     assert elements_of(IPSetType.IP, 4, ["10.0.0.1"]) == {encoded(v4("10.0.0.1"))}
 
 
-# As nft prints it: blocks a tab in, a long element list wrapped.
-LISTING = "\n".join(
-    [
-        "table ip calico {",
-        "\tset cali4n-nets {",
-        "\t\ttype ipv4_addr",
-        "\t\tflags interval",
-        "\t\telements = { 10.2.0.0/16, 10.5.0.0-10.6.255.255,",
-        "\t\t\t     10.9.0.1 }",
-        "\t}",
-        "\tset cali4p-ports {",
-        "\t\ttype ipv4_addr . inet_proto . inet_service",
-        "\t\telements = { 10.0.0.1 . tcp . 80 }",
-        "\t}",
-        "\tset someone-elses {",
-        "\t\ttype ipv4_addr",
-        "\t\telements = { 1.2.3.4 }",
-        "\t}",
-        "\tset cali40-empty {",
-        "\t\ttype ipv4_addr",
-        "\t}",
-        "}",
-        "",
-    ]
-).encode()
-
-
-def test_a_listing_reads_back_as_the_same_items() -> None:
-    listed = listed_sets(LISTING)
-    assert listed == {
-        "cali4n-nets": ["10.2.0.0/16", "10.5.0.0-10.6.255.255", "10.9.0.1"],
-        "cali4p-ports": ["10.0.0.1 . tcp . 80"],
-        "cali40-empty": [],
-    }
-    nets = listed_members(IPSetType.NET, 4, listed["cali4n-nets"])
-    assert elements_of(IPSetType.NET, 4, nets) == elements_of(
-        IPSetType.NET, 4, ["10.2.0.0/16", "10.5.0.0/16", "10.6.0.0/16", "10.9.0.1/32"]
-    )
-    ports = listed_members(IPSetType.IP_AND_PORT, 4, listed["cali4p-ports"])
-    assert ports == ["10.0.0.1,tcp:80"]
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([IPSetType.IP, IPSetType.NET, IPSetType.IP_AND_PORT]),
+    st.frozensets(st.integers(0, 2**16 - 1), max_size=12),
+    st.sampled_from([8, 16, 24, 30, 32]),
+)
+def test_what_a_netlink_dump_reads_back_is_the_items_written(
+    kind: IPSetType, numbers: frozenset[int], length: int
+) -> None:
+    """Elements written and read back as a dump answers (the fake keeps them
+    as the kernel does: a range as a start and an end element) are the
+    items they were written from; so is a prefix set's range running to the
+    last address (no end element)."""
+    if kind is IPSetType.IP:
+        members = [f"10.0.{n >> 8}.{n & 255}" for n in numbers]
+    elif kind is IPSetType.IP_AND_PORT:
+        members = [f"10.0.0.{n & 255},{('tcp', 'udp')[n & 1]}:{n}" for n in numbers]
+    else:
+        members = [
+            str(ipaddress.ip_network(f"{n >> 8}.{n & 255}.0.0/{length}", strict=False))
+            for n in numbers
+        ]
+        members += ["255.255.255.0/24"] if numbers and min(numbers) & 1 else []
+    items = elements_of(kind, 4, members)
+    fake = FakeSets()
+    fake([ElementChange("add", 2, "calico", "s", expand(items))])
+    assert held_items(kind, fake.elements(2, "calico", "s")) == items
 
 
 class Recording:
@@ -124,7 +112,7 @@ def test_changes_are_deltas_and_a_refused_set_waits_while_the_others_land() -> N
     now = [0.0]
     fake = FakeSets()
     writer = Recording(fake)
-    sets = NftSets(Nft(), writer, {4: "calico"}, clock=lambda: now[0])
+    sets = NftSets(Nft(), writer, fake, {4: "calico"}, clock=lambda: now[0])
     sets.replace(IPSet("a", IPSetType.IP, frozenset({"10.0.0.1", "10.0.0.2", "fd00::1"})))
     sets.replace(IPSet("b", IPSetType.NET, frozenset({"10.1.0.0/16"})))
     trio.run(sets.apply_updates)
@@ -189,7 +177,8 @@ def _sets(netns: str) -> str:
 @kernel
 def test_native_sets_hold_what_is_wanted_and_resync_repairs_them(netns: str) -> None:
     writer = ElementWriter(lambda: socket_in(netns, netfilter_socket))
-    sets = NftSets(ProcessRunner(netns), writer, {4: "calico", 6: "calico"})
+    reader = TableReader(lambda: socket_in(netns, netfilter_socket))
+    sets = NftSets(ProcessRunner(netns), writer, reader, {4: "calico", 6: "calico"})
     sets.replace(IPSet("s:web", IPSetType.IP, frozenset({"10.0.0.1", "fd00::1"})))
     sets.replace(IPSet("nets", IPSetType.NET, frozenset({"10.1.0.0/16", "10.2.0.0/16"})))
     sets.replace(IPSet("ports", IPSetType.IP_AND_PORT, frozenset({"10.0.0.1,tcp:80"})))
@@ -245,8 +234,8 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
     netns: str,
 ) -> None:
     writer = ElementWriter(lambda: socket_in(netns, netfilter_socket))
-    runner = HeldReads(ProcessRunner(netns), lambda argv: "list" in argv)
-    sets = NftSets(runner, writer, {4: "calico"})
+    reader = HeldSource(TableReader(lambda: socket_in(netns, netfilter_socket)))
+    sets = NftSets(ProcessRunner(netns), writer, reader, {4: "calico"})
     sets.replace(IPSet("s:web", IPSetType.IP, frozenset({"10.0.0.1", "10.0.0.2"})))
     sets.replace(IPSet("nets", IPSetType.NET, frozenset({"10.1.0.0/16"})))
     web, nets = (sets.kernel_name(i, 4) for i in ("s:web", "nets"))
@@ -275,7 +264,7 @@ def test_a_refresh_beside_the_applies_finds_tampering_and_never_takes_back_a_wri
             sets.update_members("s:web", frozenset({"10.0.0.3"}), frozenset())
             await sets.apply_updates()
 
-        await write_during_a_read(runner, sets.refresh, write)
+        await write_during_a_read(reader, sets.refresh, write)
         writes = sets.writes
         await sets.apply_updates()
         assert sets.writes == writes  # nothing taken back, nothing to write again
@@ -309,7 +298,8 @@ def test_prefix_sets_follow_any_member_changes(
     """Ranges merge, split and touch as members come and go: after every
     apply the kernel's set is the wanted ranges and nothing was refused."""
     writer = ElementWriter(lambda: socket_in(module_netns, netfilter_socket))
-    sets = NftSets(ProcessRunner(module_netns), writer, {4: "calico"})
+    reader = TableReader(lambda: socket_in(module_netns, netfilter_socket))
+    sets = NftSets(ProcessRunner(module_netns), writer, reader, {4: "calico"})
     members: set[str] = set()
     sets.replace(IPSet("nets", IPSetType.NET, frozenset()))
     try:
@@ -318,20 +308,9 @@ def test_prefix_sets_follow_any_member_changes(
             members = (members - removed) | added
             trio.run(sets.apply_updates)
             assert sets.held_back() == {}
-            argv = [
-                "ip",
-                "netns",
-                "exec",
-                module_netns,
-                "nft",
-                "list",
-                "sets",
-                "table",
-                "ip",
-                "calico",
-            ]
-            listing = subprocess.run(argv, capture_output=True, check=True).stdout
-            held = listed_members(IPSetType.NET, 4, listed_sets(listing)["cali4n-nets"])
-            assert elements_of(IPSetType.NET, 4, held) == elements_of(IPSetType.NET, 4, members)
+            # Read back through netlink as the kernel holds it.
+            name = sets.kernel_name("nets", 4)
+            held = held_items(IPSetType.NET, reader.elements(2, "calico", name))
+            assert held == elements_of(IPSetType.NET, 4, members)
     finally:
         trio.run(sets.cleanup_all)

@@ -293,7 +293,7 @@ def test_a_whole_node_lands_in_one_table_per_family(
     runner = ProcessRunner(module_netns)
     socket = partial(socket_in, module_netns, netfilter_socket)
     writer = ElementWriter(socket)
-    sets = NftSets(runner, writer, {4: "dp-node", 6: "dp-node"})
+    sets = NftSets(runner, writer, TableReader(socket), {4: "dp-node", 6: "dp-node"})
     for set_id in _ALL_SETS:
         sets.replace(IPSet(set_id, _KINDS[kinds.get(set_id, "hash:net")], frozenset()))
     for version in (4, 6):

@@ -217,6 +217,10 @@ class FakeSets:
     def contents(self) -> dict[str, set[bytes]]:
         return {name: set(held.values()) for name, held in self.sets.items() if held}
 
+    def set_names(self, family: int, table: str) -> list[str]:
+        """The sets elements were ever written to (one table: family and name aside)."""
+        return sorted(self.sets)
+
     def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
         """A set's or map's elements, as a netlink dump answers."""
         out = []

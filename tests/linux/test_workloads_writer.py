@@ -44,6 +44,9 @@ class _NoKernel:
     def rules(self, family: int, table: str) -> list[Any]:
         raise AssertionError("nothing is read here")
 
+    def set_names(self, family: int, table: str) -> list[str]:
+        raise AssertionError("nothing is read here")
+
 
 def _target() -> tuple[Target[Any], NftTableView, InterfaceData]:
     data = InterfaceData(2, "cali", _NoKernel(), _NoKernel())

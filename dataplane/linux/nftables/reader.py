@@ -2,8 +2,9 @@
 
 ``nft list`` fetches the whole ruleset first, every element of every
 interval set in the namespace with it, and prints text to be parsed again;
-a netlink dump of one set (``NFT_MSG_GETSETELEM``) or of one table's rules
-(``NFT_MSG_GETRULE``) answers only what was asked, as the kernel holds it.
+a netlink dump of one set (``NFT_MSG_GETSETELEM``), of one table's set
+names (``NFT_MSG_GETSET``) or of its rules (``NFT_MSG_GETRULE``) answers
+only what was asked, as the kernel holds it.
 Elements come back in the encoding the writer uses
 (:meth:`ReadElement.encoded`), so what was read compares with what was
 written byte for byte. Blocking: call it from a worker thread, and read each answer to its end
@@ -45,7 +46,8 @@ from dataplane.linux.nftables.nfnetlink import (
 
 __all__ = ["ReadElement", "ReadRule", "TableReader", "TableSource"]
 
-_NEWRULE, _GETRULE, _NEWSETELEM, _GETSETELEM = 6, 7, 12, 13
+_NEWRULE, _GETRULE, _NEWSET, _GETSET, _NEWSETELEM, _GETSETELEM = 6, 7, 9, 10, 12, 13
+_SET_TABLE, _SET_NAME = 1, 2
 _RULE_TABLE, _RULE_CHAIN, _RULE_USERDATA = 1, 2, 7
 _UDATA_RULE_COMMENT = 0  # libnftnl's type-length-value, in the rule's userdata
 _LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
@@ -103,6 +105,8 @@ class TableSource(Protocol):
 
     def rules(self, family: int, table: str) -> list[ReadRule]: ...
 
+    def set_names(self, family: int, table: str) -> list[str]: ...
+
 
 def _value(payload: bytes) -> bytes:
     return attrs(payload).get(_DATA_VALUE, b"")
@@ -153,6 +157,14 @@ class TableReader:
             listed = attrs(payload, NFGEN.size).get(_LIST_ELEMENTS, b"")
             for _, element in attr_list(listed):
                 yield _element(element)
+
+    def set_names(self, family: int, table: str) -> list[str]:
+        """The names of ``table``'s sets and maps."""
+        out = []
+        for payload in self._dump(_GETSET, _NEWSET, family, attr(_SET_TABLE, name(table))):
+            found = attrs(payload, NFGEN.size)
+            out.append(found.get(_SET_NAME, b"").rstrip(b"\0").decode(errors="replace"))
+        return out
 
     def rules(self, family: int, table: str) -> list[ReadRule]:
         """Every rule of ``table``, in order."""

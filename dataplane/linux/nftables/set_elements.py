@@ -38,13 +38,14 @@ from dataplane.linux.nftables.elements import (
     proto,
     ranged,
 )
+from dataplane.linux.nftables.reader import ReadElement
 from dataplane.model import IPSetType
 
 __all__ = [
     "elements_of",
     "expand",
+    "held_items",
     "interface_ranges",
-    "listed_members",
     "member_version",
     "set_name",
     "set_type",
@@ -101,29 +102,6 @@ def _ranges(members: Iterable[str], version: int) -> list[tuple[int, int]]:
     return merged
 
 
-def listed_members(kind: IPSetType, version: int, tokens: Iterable[str]) -> list[str]:
-    """Members, as :func:`elements_of` takes them, from the elements ``nft
-    list`` prints for one of our sets (``10.0.0.0/8``, ``10.5.0.0-10.6.255.255``
-    or an address for ranges; ``10.0.0.1 . tcp . 80`` for named ports)."""
-    if kind is IPSetType.IP_AND_PORT:
-        out = []
-        for token in tokens:
-            address, protocol, number = (part.strip() for part in token.split(" . "))
-            out.append(f"{address},{protocol}:{number}")
-        return out
-    if kind is IPSetType.IP:
-        return list(tokens)
-    nets: list[str] = []
-    for token in tokens:
-        first, dash, last = token.partition("-")
-        if not dash:
-            nets.append(token if "/" in token else f"{token}/{32 if version == 4 else 128}")
-            continue
-        low, high = ipaddress.ip_address(first), ipaddress.ip_address(last)
-        nets.extend(str(n) for n in ipaddress.summarize_address_range(low, high))
-    return nets
-
-
 def elements_of(kind: IPSetType, version: int, members: Iterable[str]) -> frozenset[bytes]:
     """What the kernel must hold for these members of one family: one item
     per element, or per range of a prefix set (see :func:`expand`)."""
@@ -151,6 +129,30 @@ def elements_of(kind: IPSetType, version: int, members: Iterable[str]) -> frozen
         )
         for start, end in _ranges(members, version)
     )
+
+
+def held_items(kind: IPSetType, elements: Iterable[ReadElement]) -> frozenset[bytes]:
+    """A set's elements as a netlink dump reads them, as :func:`elements_of`
+    items: one per element, or per range (its start and the end after it,
+    in key order) of a prefix set. An end without a start before it is kept
+    alone, so a set someone else changed differs and is written again."""
+    if kind is not IPSetType.NET:
+        return frozenset(e.encoded() for e in elements)
+    items: set[bytes] = set()
+    start: bytes | None = None
+    for element in sorted(elements, key=lambda e: (e.key, not e.interval_end)):
+        if not element.interval_end:
+            if start is not None:  # two starts in a row: the first runs on
+                items.add(b"".join(interval(start, None)))
+            start = element.key
+        elif start is None:
+            items.add(element.encoded())
+        else:
+            items.add(b"".join(interval(start, element.key)))
+            start = None
+    if start is not None:
+        items.add(b"".join(interval(start, None)))  # to the last address
+    return frozenset(items)
 
 
 def expand(items: Iterable[bytes]) -> tuple[bytes, ...]:

@@ -24,6 +24,7 @@ the tool's or the kernel's fault, not a set's.
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import trio
 
 from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import CommandRunner, output_lines
+from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
 from dataplane.linux.kernel.written import Writes
 from dataplane.linux.nftables.elements import (
@@ -42,50 +43,23 @@ from dataplane.linux.nftables.elements import (
     ElementSink,
     send,
 )
+from dataplane.linux.nftables.reader import TableSource
 from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.set_elements import (
     elements_of,
     expand,
-    listed_members,
+    held_items,
     member_version,
     set_name,
     set_type,
 )
 from dataplane.model import IPSet, IPSetType
 
-__all__ = ["NftSets", "listed_sets"]
+__all__ = ["NftSets"]
 
 _FAMILY = {4: ("ip", NFPROTO_IPV4), 6: ("ip6", NFPROTO_IPV6)}
-_LISTED_SET = re.compile(r"^\tset (cali[46][0np][-_][A-Za-z0-9_]+) \{$")
+_OUR_SET = re.compile(r"cali[46][0np][-_][A-Za-z0-9_]+")
 _KINDS = {"0": IPSetType.IP, "n": IPSetType.NET, "p": IPSetType.IP_AND_PORT}
-
-
-def listed_sets(listing: bytes) -> dict[str, list[str]]:
-    """Our sets in ``nft list sets`` output, each with its elements as nft
-    prints them; line by line, so a worker parsing it lets the loop in."""
-    sets: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    inside = False
-    for raw in output_lines(listing):
-        line = raw.rstrip("\n")
-        named = _LISTED_SET.match(line)
-        if named:
-            current, inside = sets.setdefault(named.group(1), []), False
-            continue
-        if current is None:
-            continue
-        text = line.strip()
-        if text.startswith("elements = {"):
-            inside, text = True, text.removeprefix("elements = {")
-        if inside:
-            closing = text.endswith("}")
-            text = text.removesuffix("}")
-            current.extend(t.strip() for t in text.split(",") if t.strip())
-            if closing:
-                current, inside = None, False
-        elif line.startswith("\t}"):
-            current = None
-    return sets
 
 
 @dataclass(slots=True)
@@ -103,6 +77,7 @@ class NftSets:
     Args:
         runner: runs ``nft`` (in a namespace, or a fake).
         writer: writes element transactions (:class:`ElementWriter`).
+        reader: reads our sets back (:class:`TableReader`).
         tables: our table's name for each IP version programmed.
     """
 
@@ -110,12 +85,14 @@ class NftSets:
         self,
         runner: CommandRunner,
         writer: ElementSink,
+        reader: TableSource,
         tables: Mapping[int, str],
         *,
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self._runner = runner
         self._writer = writer
+        self._reader = reader
         self._tables = {v: nft_name(t) for v, t in tables.items()}
         self._versions = tuple(sorted(self._tables))
         self.quarantine: Quarantine[str] = Quarantine(clock)
@@ -208,15 +185,31 @@ class NftSets:
         return self._held
 
     async def _read(self) -> dict[tuple[int, str], frozenset[bytes]]:
+        # Through netlink, our table's sets only: ``nft list sets`` fetches
+        # every element of every set in the namespace first (the services
+        # table's hundreds of thousands too) and took minutes at 20,000
+        # services. Blocking reads: in a worker thread.
+        return await trio.to_thread.run_sync(self._read_sets)
+
+    def _our_sets(self, family: int, table: str) -> list[str]:
+        try:
+            return [n for n in self._reader.set_names(family, table) if _OUR_SET.fullmatch(n)]
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            return []  # no table yet: no sets
+
+    def _read_sets(self) -> dict[tuple[int, str], frozenset[bytes]]:
         held: dict[tuple[int, str], frozenset[bytes]] = {}
         for v in self._versions:
-            family = _FAMILY[v][0]
-            argv = ["nft", "list", "sets", "table", family, self._tables[v]]
-            result = await self._runner.run(argv, check=False)
-            if result.returncode == 0:  # else: no table yet, no sets
-                # Large sets are megabytes of text: parsed off the loop.
-                listed = await trio.to_thread.run_sync(_elements_listed, v, result.stdout)
-                held |= {(v, name): elements for name, elements in listed.items()}
+            family, table = _FAMILY[v][1], self._tables[v]
+            for name in self._our_sets(family, table):
+                try:
+                    elements = self._reader.elements(family, table, name)
+                    held[(v, name)] = held_items(_KINDS[name[5]], elements)
+                except OSError as exc:
+                    if exc.errno != errno.ENOENT:  # deleted since it was listed: not held
+                        raise
         return held
 
     async def refresh(self) -> bool:
@@ -400,13 +393,3 @@ class NftSets:
             await self._delete(sorted(held))
         self._held = {}
         self._dirty = set(self._wanted)
-
-
-def _elements_listed(version: int, listing: bytes) -> dict[str, frozenset[bytes]]:
-    """Our sets in ``nft list sets`` output and their elements (in a worker thread)."""
-    return {
-        name: elements_of(
-            _KINDS[name[5]], version, listed_members(_KINDS[name[5]], version, tokens)
-        )
-        for name, tokens in listed_sets(listing).items()
-    }
