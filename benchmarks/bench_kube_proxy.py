@@ -22,12 +22,14 @@ Measured, for each peer:
 2. **one change**: ``--changes`` times, one endpoint of one random
    service's slice is replaced by a new address (``--gap`` seconds apart);
    from the API write returning until that address is in the peer's
-   kernel: each namespace's ``nft monitor`` prints every committed change
-   (iptables-nft's too), and the line naming the address is timestamped as
-   it arrives. All peers run during the churn.
+   kernel: in each namespace a reader of nf_tables' notifications (the
+   messages ``nft monitor`` reads; iptables-nft's too) timestamps the first
+   one holding the address (``benchmarks/_nft_events.py``). All peers run during the churn.
 3. **RSS**: the process's peak (``VmHWM``) at the end.
-4. **requests**: the API server's LIST and WATCH requests during the churn
-   (its own ``apiserver_request_total``; none of the peers should list),
+4. **requests**: the API server's LIST requests during the churn (its own
+   ``apiserver_request_total``; the API server lists Services itself every
+   3 minutes, its node-port repair loop, so the drivers' own count of lists,
+   ``dataplane_kube_lists_total``, says whether a driver listed),
    and each peer's requests in all (the driver's
    ``dataplane_kube_requests_total``, kube-proxy's ``rest_client_requests_total``).
 
@@ -72,6 +74,7 @@ from tests.felix_harness import FelixHarness  # noqa: E402
 
 NS = "bench"
 DRIVER = Path(sys.executable).parent / "dataplane-driver"
+EVENTS = Path(__file__).resolve().parent / "_nft_events.py"
 PEERS = ("driver-nft", "driver-ipt", "kube-proxy-nft", "kube-proxy-ipt")
 
 
@@ -150,33 +153,37 @@ def list_floor(cp: ControlPlane) -> float:
 
 
 class Monitor:
-    """``nft monitor`` in a namespace: every committed change, timestamped on arrival."""
+    """Every nf_tables commit in a namespace naming an awaited address, timestamped
+    on arrival (``benchmarks/_nft_events.py``: the raw notifications, not ``nft
+    monitor``, whose userspace copy of the ruleset lags minutes behind at 20,000)."""
 
     def __init__(self, ns: Namespace) -> None:
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns.netns, "nft", "monitor"],
+            ["ip", "netns", "exec", ns.netns, sys.executable, str(EVENTS)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "listening":
+            raise RuntimeError("the nf_tables event reader did not start")
         self.seen: dict[str, float] = {}
-        self.wanted: set[str] = set()
         self._lock = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            now = time.monotonic()
+            address, _, at = line.partition(" ")
             with self._lock:
-                for address in [a for a in self.wanted if a in line]:
-                    self.wanted.discard(address)
-                    self.seen[address] = now
-                    self._lock.notify_all()
+                self.seen[address] = float(at)
+                self._lock.notify_all()
 
     def expect(self, address: str) -> None:
-        with self._lock:
-            self.wanted.add(address)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{address}\n")
+        self.proc.stdin.flush()
 
     def wait(self, address: str, deadline: float) -> float | None:
         with self._lock:
@@ -202,6 +209,8 @@ class Peer:
     stop: Any = None
     requests: Any = None
     monitor: Monitor | None = None
+    log: Any = None  # writes the driver's stderr to --driver-log's file
+    lists: Any = None  # the driver's own complete lists so far (kube-proxy: not told)
 
 
 def _rss_mb(pid: int) -> float:
@@ -222,7 +231,9 @@ def _metric(ns: Namespace, url: str, pattern: str) -> float:
     return total
 
 
-def start_driver(peer: Peer, cp: ControlPlane, kubeconfig: Path, nft: bool) -> None:
+def start_driver(
+    peer: Peer, cp: ControlPlane, kubeconfig: Path, nft: bool, log: Path | None
+) -> None:
     env = {
         **os.environ,
         "DATAPLANE_PLATFORM": "linux",
@@ -232,7 +243,7 @@ def start_driver(peer: Peer, cp: ControlPlane, kubeconfig: Path, nft: bool) -> N
         "DATAPLANE_NFTABLES_MODE": "enabled" if nft else "disabled",
         "DATAPLANE_SYSCTL_STATE": str(kubeconfig.parent / f"{peer.name}.sysctls.json"),
         "DATAPLANE_LISTEN": "127.0.0.1:9095",
-        "DATAPLANE_LOG_LEVEL": "WARNING",
+        "DATAPLANE_LOG_LEVEL": "INFO" if log else "WARNING",
     }
     import dataplane.wire._pb.felixbackend_pb2 as pb  # noqa: PLC0415
 
@@ -244,8 +255,13 @@ def start_driver(peer: Peer, cp: ControlPlane, kubeconfig: Path, nft: bool) -> N
     felix.drain()
     peer.pid = _child_pid(felix.proc.pid)
     peer.stop = felix.kill
+    if log is not None:
+        peer.log = lambda: log.write_text(felix.stderr_so_far())
     peer.requests = lambda: _metric(
         peer.ns, "http://127.0.0.1:9095/metrics", r"^dataplane_kube_requests_total "
+    )
+    peer.lists = lambda: _metric(
+        peer.ns, "http://127.0.0.1:9095/metrics", r"^dataplane_kube_lists_total"
     )
 
 
@@ -327,6 +343,11 @@ def churn(cp: ControlPlane, plan: dict[str, list[str]], peers: list[Peer], args:
             seen = peer.monitor.wait(address, written + 10)
             if seen is None:
                 peer.missed += 1
+                print(
+                    f"{peer.name}: {address} ({name}) not in force 10 s after the write"
+                    f" at {time.strftime('%H:%M:%S')}",
+                    flush=True,
+                )
             else:
                 peer.latencies.append(max(0.0, seen - written))
         time.sleep(args.gap)
@@ -339,6 +360,9 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=200)
     parser.add_argument("--gap", type=float, default=1.1, help="seconds between changes")
     parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument(
+        "--driver-log", type=Path, help="keep each driver's log (INFO) in DIR/PEER.log"
+    )
     args = parser.parse_args()
     require_root()
     why = unavailable() or _no_kube_proxy()
@@ -385,7 +409,8 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
         address = {"type": "InternalIP", "address": cp.attached[ns.netns]}
         cp.patch_status(f"/api/v1/nodes/{peer.node}", {"addresses": [address]})
         if name.startswith("driver"):
-            start_driver(peer, cp, config, nft=name.endswith("nft"))
+            log = args.driver_log / f"{name}.log" if args.driver_log else None
+            start_driver(peer, cp, config, nft=name.endswith("nft"), log=log)
         else:
             mode = "nftables" if name.endswith("nft") else "iptables"
             start_kube_proxy(peer, config, mode, args.services)
@@ -397,6 +422,7 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
         time.sleep(1.0)  # the monitors are listening
         lists_before = _apiserver_lists(cp)
         requests_before = {p.name: p.requests() for p in peers}
+        own_lists_before = {p.name: p.lists() for p in peers if p.lists is not None}
         churn(cp, plan, peers, args)
         lists = _apiserver_lists(cp) - lists_before
         lists_during = sum(lists.values())
@@ -412,9 +438,11 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
                     str(peer.missed),
                     f"{_rss_mb(peer.pid):.0f} MB",
                     f"{peer.requests() - requests_before[peer.name]:.0f}",
+                    _own_lists(peer, own_lists_before),
                 ]
             )
-        header = ["peer", "programmed", "one change p50 / p99", "missed", "peak RSS", "requests"]
+        header = ["peer", "programmed", "one change p50 / p99", "missed", "peak RSS"]
+        header += ["requests", "its lists"]
         print(
             f"\n{args.services:,} services x {args.endpoints} endpoints, {args.changes} changes"
             f" {args.gap:g} s apart; LIST requests to the API server during the churn:"
@@ -425,8 +453,15 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
         for peer in peers:
             if peer.monitor is not None:
                 peer.monitor.stop()
+            if peer.log is not None:
+                peer.log()
             if peer.stop is not None:
                 peer.stop()
+
+
+def _own_lists(peer: Peer, before: dict[str, float]) -> str:
+    """The lists a driver counted itself since ``before`` ("-": kube-proxy does not say)."""
+    return "-" if peer.lists is None else f"{peer.lists() - before[peer.name]:.0f}"
 
 
 def _apiserver_lists(cp: ControlPlane) -> Counter[str]:
