@@ -54,3 +54,15 @@ def test_explain_follows_a_vip_to_each_backend() -> None:
     text = _run("explain", "--log", str(LOG_PATH), *QUERY)
     assert "is service backend/api port http: 3 backend(s)" in text
     assert f"backend {REMOTE_API}:8080: DNAT to {REMOTE_API}, outside this node" in text
+
+
+def test_show_into_a_pipe_prints_a_block_per_record_and_a_line_per_field() -> None:
+    """Off a terminal no column is folded: grep finds a whole endpoint's line."""
+    shown = _run("show", "--log", str(LOG_PATH), "--kind", "service")
+    lines = shown.splitlines()
+    assert lines[0] == "service (3)"
+    block = lines[lines.index("service backend/api-public") :]
+    block = block[: block.index("")]
+    assert "  type: NodePort" in block and "    *:30080/tcp" in block
+    assert f"    {REMOTE_API}:8080/tcp (node-2): cluster; other node (Local policy)" in block
+    assert lines[-1] == "3 objects: 0 error, 0 pending"

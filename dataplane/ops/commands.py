@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 import trio
 from rich.console import Console
@@ -205,14 +205,18 @@ def _age(since: str, now: datetime) -> str:
     return f"{s // 86400}d{s % 86400 // 3600}h"
 
 
-def _table(kind: str, rows: list[dict[str, Any]], now: datetime) -> Table:
+def _columns(kind: str, rows: list[dict[str, Any]]) -> list[str]:
     hidden = _HIDDEN.get(kind, set())
     extra = [
         k
         for k in dict.fromkeys(k for row in rows for k in row)
         if k not in _BASE and k not in hidden
     ]
-    columns = ["id", "status", "age", *extra, "error"]
+    return ["id", "status", "age", *extra, "error"]
+
+
+def _table(kind: str, rows: list[dict[str, Any]], now: datetime) -> Table:
+    columns = _columns(kind, rows)
     table = Table(title=f"{kind} ({len(rows)})", title_justify="left")
     for column in columns:
         table.add_column(column.upper().replace("_", " "), overflow="fold")
@@ -223,18 +227,50 @@ def _table(kind: str, rows: list[dict[str, Any]], now: datetime) -> Table:
     return table
 
 
-def render_tables(objects: list[dict[str, Any]], console: Console) -> None:
-    """One table per kind, in the order a packet meets them."""
-    now = datetime.now(UTC)
+def _by_kind(objects: list[dict[str, Any]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Each kind's records, in the order a packet meets them."""
     kinds = [*KIND_ORDER, *sorted({o["kind"] for o in objects} - set(KIND_ORDER))]
     for kind in kinds:
         rows = [o for o in objects if o["kind"] == kind]
         if rows:
-            console.print(_table(kind, rows, now))
+            yield kind, rows
+
+
+def _summary(objects: list[dict[str, Any]]) -> str:
     errors = sum(1 for o in objects if o["status"] == "error")
     pending = sum(1 for o in objects if o["status"] == "pending")
     noun = "object" if len(objects) == 1 else "objects"
-    console.print(f"{len(objects)} {noun}: {errors} error, {pending} pending")
+    return f"{len(objects)} {noun}: {errors} error, {pending} pending"
+
+
+def render_tables(objects: list[dict[str, Any]], console: Console) -> None:
+    """One table per kind, fitted to the terminal's width."""
+    now = datetime.now(UTC)
+    for kind, rows in _by_kind(objects):
+        console.print(_table(kind, rows, now))
+    console.print(_summary(objects))
+
+
+def render_blocks(objects: list[dict[str, Any]], out: TextIO) -> None:
+    """Off a terminal: per kind its title, then one block per record, a line per
+    field and a line per item of a list, so grep finds a whole field and no
+    column is folded to a width nobody reads it at."""
+    now = datetime.now(UTC)
+    for kind, rows in _by_kind(objects):
+        out.write(f"{kind} ({len(rows)})\n")
+        for row in rows:
+            out.write(f"\n{kind} {row['id']}\n")
+            for column in _columns(kind, rows)[1:]:
+                value = row.get(column)
+                if column == "age":
+                    out.write(f"  age: {_age(row['since'], now)}\n")
+                elif isinstance(value, list):
+                    out.write(f"  {column}:{'' if value else ' -'}\n")
+                    out.writelines(f"    {_cell(item)}\n" for item in value)
+                elif value not in (None, ""):
+                    out.write(f"  {column}: {_cell(value)}\n")
+        out.write("\n")
+    out.write(_summary(objects) + "\n")
 
 
 class _Console(Console):
@@ -260,8 +296,10 @@ def run_show(args: argparse.Namespace) -> int:
         return 0
     if not document.get("in_sync", True):
         print(not_in_sync_line(document.get("waiting")))
-    # Off a terminal (a pipe, a file) rows stay whole for grep.
-    render_tables(document["objects"], _Console(width=None if sys.stdout.isatty() else 250))
+    if sys.stdout.isatty():
+        render_tables(document["objects"], _Console())
+    else:
+        render_blocks(document["objects"], sys.stdout)
     return 0
 
 
