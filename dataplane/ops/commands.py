@@ -258,9 +258,10 @@ def render_blocks(objects: list[dict[str, Any]], out: TextIO) -> None:
     now = datetime.now(UTC)
     for kind, rows in _by_kind(objects):
         out.write(f"{kind} ({len(rows)})\n")
+        columns = _columns(kind, rows)[1:]  # the id heads each block
         for row in rows:
             out.write(f"\n{kind} {row['id']}\n")
-            for column in _columns(kind, rows)[1:]:
+            for column in columns:
                 value = row.get(column)
                 if column == "age":
                     out.write(f"  age: {_age(row['since'], now)}\n")

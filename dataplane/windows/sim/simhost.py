@@ -302,6 +302,7 @@ class SimHost:
     def _opened(self, kind: str, object_id: str) -> Iterator[Json]:
         """``HcnOpen<kind>`` ... ``HcnClose<kind>`` around the body, as the binding does."""
         self._call(f"Open{kind}", object_id)
+        self._touch(kind, object_id)  # a write through the handle changes it
         found = self._get(_STORES[kind](self), object_id, f"Open{kind}")
         try:
             yield found
@@ -449,6 +450,7 @@ class SimHost:
         with self._access(write=True):
             self._call("DeleteEndpoint", endpoint_id)
             self._get(self.endpoints, endpoint_id, "DeleteEndpoint")
+            self._touch("Endpoint", endpoint_id)
             check_endpoint_unused(endpoint_id, self.load_balancers)
             del self.endpoints[guid(endpoint_id)]
 
@@ -496,13 +498,12 @@ class SimHost:
         with self._access(write=True):
             self._call("DeleteLoadBalancer", load_balancer_id)
             self._get(self.load_balancers, load_balancer_id, "DeleteLoadBalancer")
+            self._touch("LoadBalancer", load_balancer_id)
             del self.load_balancers[guid(load_balancer_id)]
 
     # --- helpers (the rules themselves are in simhost_rules) -------------------
 
     def _get(self, store: dict[str, Json], object_id: str, call: str) -> Json:
-        kind = next(k for k, of in _STORES.items() if of(self) is store)
-        self._touch(kind, object_id)
         found = store.get(guid(object_id))
         if found is None:
             code = {
