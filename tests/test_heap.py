@@ -7,8 +7,10 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+import trio
 
 from dataplane.core.heap import HeapFreezer
+from tests.conftest import run_trio
 
 
 @pytest.fixture
@@ -46,3 +48,40 @@ def test_freezes_after_the_first_apply_then_once_per_interval() -> None:
     now[0] += 1.0
     heap.after_apply()
     assert gc.get_freeze_count() >= frozen + len(more) and heap.freezes == 2
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_start_up_holds_automatic_collection_until_the_first_apply() -> None:
+    async def main() -> None:
+        heap = HeapFreezer(trio.current_time)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(heap.hold, 120.0)
+            await trio.sleep(1.0)
+            assert not gc.isenabled()
+            heap.after_apply()  # collects, freezes, and collects automatically again
+            assert gc.isenabled() and heap.freezes == 1
+            nursery.cancel_scope.cancel()
+        assert gc.isenabled()
+
+    run_trio(main)
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_a_start_up_without_an_apply_collects_again_after_the_limit() -> None:
+    async def main() -> None:
+        heap = HeapFreezer(trio.current_time)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(heap.hold, 120.0)
+            await trio.sleep(119.0)
+            assert not gc.isenabled()  # a source still not answering: held
+            await trio.sleep(2.0)
+            assert gc.isenabled() and heap.freezes == 0
+        # Once past start-up (a freeze done), holding again is refused.
+        heap.after_apply()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(heap.hold, 120.0)
+            await trio.sleep(1.0)
+            assert gc.isenabled()
+            nursery.cancel_scope.cancel()
+
+    run_trio(main)

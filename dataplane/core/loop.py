@@ -306,6 +306,8 @@ class Dataplane:
                 outer.start_soon(self._write_out, sink, outer.cancel_scope)
             async with trio.open_nursery() as inner:
                 inner.start_soon(self._heartbeat)
+                if self._heap is not None:
+                    inner.start_soon(self._heap.hold)
                 inner.start_soon(self.platform.serve)
                 for _name, run_source, _synced in self._sources:
                     inner.start_soon(run_source)
@@ -506,14 +508,17 @@ class Dataplane:
         if ended := self._retries.succeeded():
             log.info("apply succeeded after %d failed attempt(s)", ended)
         self.stats.applies += 1
-        if self._heap is not None:
-            self._heap.after_apply()
         for payload in self._status.changes(self.platform.endpoint_statuses()):
             self._send(payload)
         if not self._sent_in_sync:
             self._sent_in_sync = True
             self._send(pb.DataplaneInSync())
             log.info("dataplane programmed; DataplaneInSync sent")
+        # After the news has gone out (the writer runs at this checkpoint):
+        # the kernel holds it whether or not the heap is tidy yet.
+        if self._heap is not None:
+            await trio.lowlevel.checkpoint()
+            self._heap.after_apply()
 
     async def _finish(self) -> None:
         log.info("end of input after %d messages; stopping", self.stats.messages)
