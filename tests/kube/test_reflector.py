@@ -89,6 +89,27 @@ def test_the_first_list_is_paged_and_synced_once_with_everything() -> None:
     assert reflector.resource_version == str(server.revision)
 
 
+def test_each_page_is_told_before_the_next_is_asked() -> None:
+    """A list's objects are not all held at once (10,000 slices: ~100 MB)."""
+    server = FakeApiServer()
+    for i in range(5):
+        server.put(SERVICES, service("a", f"s{i}"))
+    asked_at: list[int] = []  # the server's request count at each upsert
+
+    async def body(reflector: Reflector, recorder: Recorder) -> None:
+        told = recorder.upsert
+
+        def upsert(key: ObjectKey, obj: dict[str, Any]) -> None:
+            asked_at.append(server.requests)
+            told(key, obj)
+
+        recorder.upsert = upsert  # type: ignore[method-assign]
+        await _until(lambda: recorder.synced_at is not None)
+
+    _, recorder = _run(server, body, page_size=2)
+    assert asked_at == [1, 1, 2, 2, 3] and recorder.state == _truth(server)
+
+
 def test_events_after_the_list_reach_the_handler_in_order() -> None:
     server = FakeApiServer()
     server.put(SERVICES, service("a", "one"))
@@ -163,10 +184,11 @@ def test_410_after_a_compaction_lists_again_and_tells_only_the_difference() -> N
 
     reflector, recorder = _run(server, body)
     assert reflector.relists == 1
+    # What is new or changed as the pages come; what vanished once the list is whole.
     assert recorder.log == [
-        ("delete", ("a", "vanish")),
         ("upsert", ("a", "change")),
         ("upsert", ("a", "new")),
+        ("delete", ("a", "vanish")),
     ]
     assert recorder.state == _truth(server) and reflector.broken_since is None
 
