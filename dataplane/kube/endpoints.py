@@ -31,7 +31,7 @@ import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from dataplane.errors import InputError
 from dataplane.model.services import Backend, BackendPort, BackendState, ServiceKey
@@ -59,8 +59,10 @@ class NodeInfo:
     zone: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class SliceEndpoint:
+class SliceEndpoint(NamedTuple):
+    """One endpoint of a slice (a tuple: made 100,000 times at 10,000
+    services, three times cheaper than a frozen dataclass)."""
+
     address: str
     ready: bool
     serving: bool
@@ -78,22 +80,22 @@ class Slice:
     endpoints: tuple[SliceEndpoint, ...]
 
 
-def _bool(value: Any, default: bool, field: str) -> bool:
+def _bool(value: Any, default: bool, path: str, name: str) -> bool:
     if value is None:
         return default
-    if not isinstance(value, bool):
-        raise InputError(field, value, "expected true or false")
-    return value
+    if value is True or value is False:
+        return bool(value)
+    raise InputError(f"{path}.conditions.{name}", value, "expected true or false")
 
 
 _NO_NAMES: frozenset[str] = frozenset()
 
 
-def _names(entries: Any, field: str) -> frozenset[str]:
+def _names(entries: Any, path: str, name: str) -> frozenset[str]:
     if not entries:
         return _NO_NAMES
     if not isinstance(entries, list):
-        raise InputError(field, entries, "expected a list")
+        raise InputError(f"{path}.hints.{name}", entries, "expected a list")
     return frozenset(str(e.get("name")) for e in entries if isinstance(e, dict) and e.get("name"))
 
 
@@ -125,25 +127,32 @@ def _canonical(text: Any, family: int, field: str) -> str:
     return str(ip)
 
 
-def _endpoint(raw: Any, family: int, path: str) -> SliceEndpoint | None:
+def _endpoint(raw: Any, family: int, index: int) -> SliceEndpoint | None:
+    # The field paths are made only for an error: this runs for every
+    # endpoint of every slice.
     if not isinstance(raw, dict):
-        raise InputError(path, raw, "expected an object")
+        raise InputError(f"endpoints[{index}]", raw, "expected an object")
     addresses = raw.get("addresses") or []
     if not isinstance(addresses, list):
-        raise InputError(f"{path}.addresses", addresses, "expected a list")
+        raise InputError(f"endpoints[{index}].addresses", addresses, "expected a list")
     if not addresses:
         return None  # kube-proxy skips it ("empty address")
+    path = f"endpoints[{index}]"
     address = _canonical(addresses[0], family, f"{path}.addresses[0]")
     conditions = raw.get("conditions") or {}
-    hints = raw.get("hints") or {}
+    hints = raw.get("hints")
+    if not isinstance(conditions, dict):
+        raise InputError(f"{path}.conditions", conditions, "expected an object")
+    if hints and not isinstance(hints, dict):
+        raise InputError(f"{path}.hints", hints, "expected an object")
     return SliceEndpoint(
-        address=address,
-        ready=_bool(conditions.get("ready"), True, f"{path}.conditions.ready"),
-        serving=_bool(conditions.get("serving"), True, f"{path}.conditions.serving"),
-        terminating=_bool(conditions.get("terminating"), False, f"{path}.conditions.terminating"),
-        node_name=str(raw.get("nodeName") or ""),
-        zone_hints=_names(hints.get("forZones"), f"{path}.hints.forZones"),
-        node_hints=_names(hints.get("forNodes"), f"{path}.hints.forNodes"),
+        address,
+        _bool(conditions.get("ready"), True, path, "ready"),
+        _bool(conditions.get("serving"), True, path, "serving"),
+        _bool(conditions.get("terminating"), False, path, "terminating"),
+        str(raw.get("nodeName") or ""),
+        _names(hints.get("forZones"), path, "forZones") if hints else _NO_NAMES,
+        _names(hints.get("forNodes"), path, "forNodes") if hints else _NO_NAMES,
     )
 
 
@@ -187,9 +196,7 @@ def parse_slice(obj: dict[str, Any]) -> Slice | None:
     raw = obj.get("endpoints") or []
     if not isinstance(raw, list):
         raise InputError("endpoints", raw, "expected a list")
-    endpoints = tuple(
-        e for i, r in enumerate(raw) if (e := _endpoint(r, family, f"endpoints[{i}]")) is not None
-    )
+    endpoints = tuple(e for i, r in enumerate(raw) if (e := _endpoint(r, family, i)) is not None)
     return Slice(
         ServiceKey(str(meta.get("namespace") or ""), str(service)),
         str(meta.get("name") or ""),
@@ -226,7 +233,9 @@ def _state(endpoint: SliceEndpoint) -> BackendState | None:
     return None  # neither ready nor serving: never chosen
 
 
-_Group = tuple[str, bool, BackendState, str, bool]  # address, local, state, node, in topology
+# address, local, state's value, node, in topology: sorted as a plain tuple.
+_Group = tuple[str, bool, str, str, bool]
+_STATES = {state.value: state for state in BackendState}
 
 
 def backends(slices: Iterable[Slice], node: NodeInfo) -> tuple[Backend, ...]:
@@ -243,32 +252,37 @@ def backends(slices: Iterable[Slice], node: NodeInfo) -> tuple[Backend, ...]:
     groups: dict[_Group, dict[tuple[str, str], list[int]]] = {}
     for (name, protocol), chosen in sorted(by_port.items()):
         mode = _mode(chosen.values(), node)
+        column = (name, protocol)
         for (address, number), e in chosen.items():
             state = _state(e)
             if state is None:
                 continue
             topology = state is not BackendState.ACTIVE or _in_topology(e, mode, node)
-            group = (address, e.node_name == node.name, state, e.node_name, topology)
-            groups.setdefault(group, {}).setdefault((name, protocol), []).append(number)
+            group = (address, e.node_name == node.name, state.value, e.node_name, topology)
+            groups.setdefault(group, {}).setdefault(column, []).append(number)
     out = []
     # Endpoints of one service mostly share their ports: one tuple for all.
     shared: dict[tuple[tuple[str, str, int], ...], tuple[BackendPort, ...]] = {}
-    for (address, local, state, node_name, topology), ports in sorted(
-        groups.items(), key=lambda item: (*item[0][:2], item[0][2].value, *item[0][3:])
-    ):
-        columns = [
-            (name, proto, sorted(numbers)) for (name, proto), numbers in sorted(ports.items())
-        ]
-        # An address with two numbers for one port (two slices disagreeing)
-        # is two endpoints, as in kube-proxy: one backend for each.
-        for i in range(max(len(numbers) for _, _, numbers in columns)):
-            spec = tuple(
-                (name, proto, numbers[i]) for name, proto, numbers in columns if i < len(numbers)
-            )
+    for (address, local, value, node_name, topology), ports in sorted(groups.items()):
+        spec_list: list[tuple[tuple[str, str, int], ...]]
+        if len(ports) == 1 and len(numbers := next(iter(ports.values()))) == 1:
+            # The common endpoint: one port, one number (no sorting to do).
+            spec_list = [((*next(iter(ports)), numbers[0]),)]
+        else:
+            columns = [
+                (name, proto, sorted(numbers)) for (name, proto), numbers in sorted(ports.items())
+            ]
+            # An address with two numbers for one port (two slices disagreeing)
+            # is two endpoints, as in kube-proxy: one backend for each.
+            spec_list = [
+                tuple((name, proto, ns[i]) for name, proto, ns in columns if i < len(ns))
+                for i in range(max(len(ns) for _, _, ns in columns))
+            ]
+        for spec in spec_list:
             shared_ports = shared.get(spec)
             if shared_ports is None:
                 shared_ports = shared[spec] = tuple(BackendPort(*k) for k in spec)
-            out.append(Backend(address, shared_ports, local, state, node_name, topology))
+            out.append(Backend(address, shared_ports, local, _STATES[value], node_name, topology))
     return tuple(out)
 
 

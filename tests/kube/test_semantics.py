@@ -140,6 +140,21 @@ def test_a_slice_s_bad_values_are_refused_naming_them() -> None:
     with pytest.raises(InputError, match=r"ports\[0\]\.port"):
         parse_slice(_slice("a", "IPv4", [{"name": "http", "port": 0x10000}]))
     assert parse_slice(_slice("a", "FQDN", [], {"addresses": ["db.example"]})) is None
+    # Each field an endpoint is read from, named when it is not what it must be.
+    ok: dict[str, Any] = {"addresses": ["10.0.0.1"]}
+    cases: list[tuple[Any, str]] = [
+        ({**ok, "conditions": ["ready"]}, r"endpoints\[1\]\.conditions="),
+        ({**ok, "conditions": {"serving": "yes"}}, r"endpoints\[1\]\.conditions\.serving="),
+        ({**ok, "conditions": {"terminating": 1}}, r"endpoints\[1\]\.conditions\.terminating="),
+        ({**ok, "hints": "zone-a"}, r"endpoints\[1\]\.hints="),
+        ({**ok, "hints": {"forZones": {"name": "a"}}}, r"endpoints\[1\]\.hints\.forZones="),
+        ({**ok, "hints": {"forNodes": "n1"}}, r"endpoints\[1\]\.hints\.forNodes="),
+        ({"addresses": "10.0.0.1"}, r"endpoints\[1\]\.addresses="),
+        ("10.0.0.1", r"endpoints\[1\]="),
+    ]
+    for endpoint, field in cases:
+        with pytest.raises(InputError, match=field):
+            parse_slice(_slice("a", "IPv4", [], ok, endpoint))
 
 
 def test_ports_by_name_with_each_slice_s_number_and_duplicates_merged() -> None:
