@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import trio
 import trio.testing
+from google.protobuf.message import Message
 
 from dataplane.core.loop import Dataplane
 from dataplane.ops.metrics import Metrics
@@ -115,3 +117,35 @@ def test_a_live_node_before_in_sync_publishes_what_it_holds_as_pending() -> None
             dp.close_input()
 
     run_trio(main)
+
+
+def test_previews_before_in_sync_take_at_most_a_tenth_of_the_loop() -> None:
+    """A preview costing 0.5 s (a big start's services) waits 5 s for the
+    next one, not PREVIEW_INTERVAL: the lists the first apply waits for go on."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    observer = Observer(SimPlatform(), metrics=Metrics(process=False))
+    dp = Dataplane(observer.platform, observer=observer)
+    previews: list[float] = []
+
+    class Costly:
+        def on_update(self, msg: Message) -> None:
+            pass
+
+        def complete_deferred_work(self) -> None:
+            previews.append(trio.current_time())
+            clock.jump(0.5)
+
+    dp.register_manager(Costly())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            for i in range(30):  # a message every second, never InSync
+                dp.send_message(pb.IPSetUpdate(id=f"s:{i}", members=["10.65.0.10"]))
+                await trio.sleep(1.0)
+            before_close = list(previews)
+            dp.close_input()
+        gaps = [b - a for a, b in itertools.pairwise(before_close)]
+        assert len(gaps) >= 3 and min(gaps) >= 5.0, gaps
+
+    trio.run(main, clock=clock)

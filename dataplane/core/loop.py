@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 # handed down for `show` at most this often: a start's burst of messages
 # is not resolved once per batch.
 PREVIEW_INTERVAL = 1.0
+# ... and never more than this share of the loop's time: at 10,000 services
+# from the API a preview takes a few hundred milliseconds, every one of
+# them taken from the lists the first apply is waiting for.
+PREVIEW_SHARE = 0.1
 
 # Workload endpoints as accepted go to the status reporter: Felix's
 # endpoint-status files are written from what its status updates carry.
@@ -156,7 +160,7 @@ class Dataplane:
         self._dirty = False
         # Changes not handed down since the last preview (see _maybe_preview).
         self._unpreviewed = False
-        self._previewed_at = -math.inf
+        self._preview_due = -math.inf
         self._sources: list[tuple[str, Callable[[], Awaitable[None]], Callable[[], bool]]] = []
         self._said_waiting = False
         self._retries = ApplyRetries(self.backoff)
@@ -437,7 +441,7 @@ class Dataplane:
         """When the loop must run phase 2 even if no input arrives."""
         if not self._may_program():
             if self._unpreviewed and self.observer.wants_preview:
-                return self._previewed_at + PREVIEW_INTERVAL
+                return self._preview_due
             return math.inf
         if self._retries.retry_at is not None:
             return self._retries.retry_at
@@ -463,12 +467,13 @@ class Dataplane:
         if not self._unpreviewed or not self.observer.wants_preview:
             return
         now = trio.current_time()
-        if not final and now < self._previewed_at + PREVIEW_INTERVAL:
+        if not final and now < self._preview_due:
             return
         for manager in self._managers:
             manager.complete_deferred_work()
         self._unpreviewed = False  # _dirty stays: the first apply is still owed
-        self._previewed_at = now
+        cost = trio.current_time() - now
+        self._preview_due = now + max(PREVIEW_INTERVAL, cost / PREVIEW_SHARE)
         self.observer.previewed(self._waiting_for())
 
     def _waiting_for(self) -> str:
