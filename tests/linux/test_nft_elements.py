@@ -245,6 +245,14 @@ def test_encoded_elements_nest_as_netlink_attributes(key: bytes, data: bytes) ->
     assert encoded(key, data) == attr(1, body, nested=True)  # NFTA_LIST_ELEM
 
 
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.binary(max_size=40)), max_size=5))
+def test_an_encoder_of_one_shape_encodes_as_encoded_does(pairs: list[tuple[bytes, bytes]]) -> None:
+    from dataplane.linux.nftables.elements import encoded, encoder  # noqa: PLC0415
+
+    for key, data in pairs:
+        assert encoder(len(key), len(data))(key, data) == encoded(key, data)
+
+
 _INTERVALS = """
 import sys
 from dataplane.linux.nftables.elements import (

@@ -71,6 +71,7 @@ __all__ = [
     "data_of",
     "encode_batch",
     "encoded",
+    "encoder",
     "ifname",
     "integer",
     "interval",
@@ -154,6 +155,20 @@ def encoded(key: bytes, data: bytes = b"") -> bytes:
     """
     head, pad, data_head, data_pad = _framing(len(key), len(data))
     return head + key + pad + data_head + data + data_pad
+
+
+@functools.lru_cache(maxsize=64)
+def encoder(key_len: int, data_len: int) -> Callable[[bytes, bytes], bytes]:
+    """:func:`encoded` for many elements of one shape (keys of ``key_len``
+    bytes, data of ``data_len``): the framing found once, one join each
+    (a third of :func:`encoded`'s cost; a service's slots are most of a
+    start's elements)."""
+    head, pad, data_head, data_pad = _framing(key_len, data_len)
+
+    def encode(key: bytes, data: bytes) -> bytes:
+        return b"".join((head, key, pad, data_head, data, data_pad))
+
+    return encode
 
 
 def key_of(element: bytes) -> bytes:

@@ -220,6 +220,9 @@ class ServiceTable:
     def _count(
         self, old: Mapping[str, frozenset[bytes]], new: Mapping[str, frozenset[bytes]]
     ) -> None:
+        if not old:
+            self._count_new(new)  # a start's every service: no differences to take
+            return
         for name in old.keys() | new.keys():
             before, after = old.get(name, frozenset()), new.get(name, frozenset())
             wanted = self._wanted.setdefault(name, {})  # affinity's live sets come and go
@@ -233,6 +236,16 @@ class ServiceTable:
                 count = wanted.get(element, 0)
                 wanted[element] = count + 1
                 if not count:
+                    self._note(name, element, present=True)
+
+    def _count_new(self, new: Mapping[str, frozenset[bytes]]) -> None:
+        note = not self._whole  # a whole write takes every element anyway
+        for name, after in new.items():
+            wanted = self._wanted.setdefault(name, {})
+            for element in after:
+                count = wanted.get(element, 0)
+                wanted[element] = count + 1
+                if note and not count:
                     self._note(name, element, present=True)
 
     def held_back(self) -> dict[str, str]:
