@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -150,7 +151,7 @@ def _endpoint(raw: Any, family: int, index: int) -> SliceEndpoint | None:
         _bool(conditions.get("ready"), True, path, "ready"),
         _bool(conditions.get("serving"), True, path, "serving"),
         _bool(conditions.get("terminating"), False, path, "terminating"),
-        str(raw.get("nodeName") or ""),
+        sys.intern(str(raw.get("nodeName") or "")),  # a few nodes, 100,000 endpoints
         _names(hints.get("forZones"), path, "forZones") if hints else _NO_NAMES,
         _names(hints.get("forNodes"), path, "forNodes") if hints else _NO_NAMES,
     )
