@@ -180,3 +180,23 @@ def test_headless_services_are_left_out_by_the_selector() -> None:
         assert set(platform.programmed.services) == {WEB}
 
     _run(server, body)
+
+
+def test_a_new_node_port_range_takes_a_service_refused_under_the_old_one() -> None:
+    """The kept Services are read again when the range changes (requeue_all)."""
+    server = FakeApiServer()
+    web = _service("web", "10.96.0.10")
+    web["spec"].update(type="NodePort", ports=[{"name": "http", "port": 80, "nodePort": 40000}])
+    server.put(SERVICES, web)
+    server.put(SLICES, _slice("web", "10.65.0.1"))
+
+    async def body(dp: Dataplane, platform: SimPlatform, source: KubeServices) -> None:
+        dp.send_message(pb.InSync())
+        await _until(lambda: dp.in_sync)
+        assert WEB not in platform.programmed.services and source.refusals == 1
+        dp.send_message(pb.ConfigUpdate(config={"KubeNodePortRanges": "30000:32767,40000"}))
+        await _until(lambda: WEB in platform.programmed.services)
+        assert platform.programmed.services[WEB].ports[0].node_port == 40000
+        assert _backends(platform) == {("10.65.0.1", 8080)}
+
+    _run(server, body)
