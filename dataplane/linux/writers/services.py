@@ -51,6 +51,10 @@ class ServiceWriter:
         self._dirty: set[ServiceKey] = set()
         self._frontends: dict[tuple[int, ServiceKey], list[Frontend]] = {}
         self._local_endpoints: dict[ServiceKey, int] = {}
+        # The services with a health-check node port (Local load balancers),
+        # kept as they change: a write that walked every service for them
+        # cost each change time in proportion to the node's services.
+        self._health_checked: set[ServiceKey] = set()
         self._groups = ChainGroups()
         self._pools: frozenset[str] = frozenset()
         self._pools_dirty = True
@@ -119,11 +123,19 @@ class ServiceWriter:
             self._groups.set(nat, "svc-dispatch", renderer.dispatch(frontends))
             filt.update_chain(renderer.rejects(frontends))
         self._pools_dirty = False
+        for key in keys:
+            service = self._services.get(key)
+            if service is not None and service.external_local and service.health_check_node_port:
+                self._health_checked.add(key)
+            else:
+                self._health_checked.discard(key)
         self._health.update(
             {
-                s.health_check_node_port: (key, self._local_endpoints.get(key, 0))
-                for key, s in self._services.items()
-                if s.external_local and s.health_check_node_port
+                self._services[key].health_check_node_port: (
+                    key,
+                    self._local_endpoints.get(key, 0),
+                )
+                for key in sorted(self._health_checked)
             }
         )
         self._dirty.clear()
