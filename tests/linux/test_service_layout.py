@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from ipaddress import ip_network
 
 import pytest
@@ -449,6 +450,11 @@ def test_a_frontend_two_services_claim_is_one_services_and_the_other_is_held_bac
     table.remove_service(first.key)
     trio.run(table.apply)
     assert kernel.contents()["addr"] == slots(k, "10.65.1.2")[0]
+    assert table.held_back() == {}
+    # Contested again, then not: the other service moves to an address of its own.
+    table.set_service(first)
+    assert set(table.held_back()) == {"service prod/b"}
+    table.set_service(replace(second, external_ips=("192.0.2.8",)))
     assert table.held_back() == {}
 
 
