@@ -283,3 +283,50 @@ def test_no_created_series_felix_does_not_export() -> None:
     page = generate_latest(metrics.registry).decode()
     assert 'felix_int_dataplane_messages_total{type="in_sync"} 1.0' in page
     assert "_created" not in page
+
+
+def test_the_gauges_that_walk_every_object_are_counted_for_a_scrape() -> None:
+    """Objects by kind and status, and the services' backends: counted when a
+    scrape renders a new snapshot, not in every apply."""
+    observer = Observer(SimPlatform(), metrics=Metrics(process=False))
+    dp = Dataplane(observer.platform, observer=observer)
+    server = OpsServer(observer, ListenAddress("127.0.0.1", 0))
+    service = pb.ServiceUpdate(
+        name="web",
+        namespace="prod",
+        cluster_ips=["10.96.0.10"],
+        ports=[pb.ServicePort(Protocol="TCP", Port=80, name="http")],
+    )
+    http = pb.ServiceBackendPort(name="http", protocol="TCP", port=8080)
+    backends = pb.ServiceBackendsUpdate(
+        name="web",
+        namespace="prod",
+        backends=[
+            pb.ServiceBackend(addresses=[a], ports=[http]) for a in ("10.65.0.1", "10.65.0.2")
+        ],
+    )
+
+    def samples() -> dict[str, str]:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            page: str = response.read().decode()
+        return dict(line.rsplit(" ", 1) for line in page.splitlines() if line[:1] != "#")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            for message in (_policy("a"), service, backends, pb.InSync()):
+                dp.send_message(message)
+            await trio.testing.wait_all_tasks_blocked()
+            dp.close_input()
+
+    server.start()
+    try:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        got = samples()
+        assert got["dataplane_service_backends"] == "2.0"
+        assert got['dataplane_objects{kind="policy",status="done"}'] == "1.0"
+        assert got['dataplane_objects{kind="service",status="done"}'] == "1.0"
+        assert got['dataplane_quarantined_objects{kind="service"}'] == "0.0"
+    finally:
+        server.close()

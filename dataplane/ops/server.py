@@ -189,6 +189,8 @@ class OpsServer:
                 return cached[2]
             # Rendered under the lock: parallel scrapers wait for one render
             # rather than each paying for their own.
+            if cached is None or cached[1] is not snap:
+                self._observer.count_objects(snap)
             page = encoder(self._observer.metrics.registry)
             self._pages[content_type] = (now, snap, page)
             return page
