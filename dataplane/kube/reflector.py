@@ -22,8 +22,8 @@ needs to tell the difference; the objects themselves go to the handler
 and are not kept here) is what the last list and the events since say
 (while a list is under way: with the pages so far taken in); the handler
 has been told exactly the differences, in order. So during a relist the
-dataplane may hold, for a moment, what was there before beside what the
-pages so far say is new, never less than either.
+dataplane may hold, for a moment, the pages so far beside what was there
+before of the objects the list has not reached yet (deleted or not).
 """
 
 from __future__ import annotations

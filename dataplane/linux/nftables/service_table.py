@@ -109,7 +109,7 @@ class ServiceTable:
         self._claims: dict[bytes, set[ServiceKey]] = {}  # frontend -> services claiming it
         # The frontends more than one service claims: held_back() runs after
         # every apply, and walking every claim there cost a change time in
-        # proportion to the node's services (5 ms of each at 10,000).
+        # proportion to the node's services (about 20 ms of each at 10,000).
         self._contested: set[bytes] = set()
         self._unsaid: Unsaid[str] = Unsaid()
         # Frontends whose slots changed (parts "all"/"local") and those
