@@ -32,6 +32,11 @@ Measured, for each peer:
    ``dataplane_kube_lists_total``, says whether a driver listed),
    and each peer's requests in all (the driver's
    ``dataplane_kube_requests_total``, kube-proxy's ``rest_client_requests_total``).
+5. **its own**: the driver's mean over the churn of its
+   ``dataplane_network_programming_duration_seconds`` for services, from a
+   watch event's arrival to the end of the apply that took it (the steps
+   after the services table's commit included): what of *one change* is
+   the driver's, and what each apply costs after it.
 
 Goals (issue 39): programmed <= 2 s and <= 0.5x kube-proxy nftables; one
 change p99 <= 20 ms; RSS <= 150 MB; no list during the churn; at 20,000
@@ -211,6 +216,7 @@ class Peer:
     monitor: Monitor | None = None
     log: Any = None  # writes the driver's stderr to --driver-log's file
     lists: Any = None  # the driver's own complete lists so far (kube-proxy: not told)
+    own: Any = None  # the driver's own event-to-kernel (sum s, count) so far
 
 
 def _rss_mb(pid: int) -> float:
@@ -262,6 +268,11 @@ def start_driver(
     )
     peer.lists = lambda: _metric(
         peer.ns, "http://127.0.0.1:9095/metrics", r"^dataplane_kube_lists_total"
+    )
+    latency = r'^dataplane_network_programming_duration_seconds_{}\{{kind="kube_service"\}}'
+    peer.own = lambda: (
+        _metric(peer.ns, "http://127.0.0.1:9095/metrics", latency.format("sum")),
+        _metric(peer.ns, "http://127.0.0.1:9095/metrics", latency.format("count")),
     )
 
 
@@ -423,6 +434,7 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
         lists_before = _apiserver_lists(cp)
         requests_before = {p.name: p.requests() for p in peers}
         own_lists_before = {p.name: p.lists() for p in peers if p.lists is not None}
+        own_before = {p.name: p.own() for p in peers if p.own is not None}
         churn(cp, plan, peers, args)
         lists = _apiserver_lists(cp) - lists_before
         lists_during = sum(lists.values())
@@ -439,10 +451,11 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
                     f"{_rss_mb(peer.pid):.0f} MB",
                     f"{peer.requests() - requests_before[peer.name]:.0f}",
                     _own_lists(peer, own_lists_before),
+                    _own_latency(peer, own_before),
                 ]
             )
         header = ["peer", "programmed", "one change p50 / p99", "missed", "peak RSS"]
-        header += ["requests", "its lists"]
+        header += ["requests", "its lists", "its own event to kernel, mean"]
         print(
             f"\n{args.services:,} services x {args.endpoints} endpoints, {args.changes} changes"
             f" {args.gap:g} s apart; LIST requests to the API server during the churn:"
@@ -462,6 +475,16 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
 def _own_lists(peer: Peer, before: dict[str, float]) -> str:
     """The lists a driver counted itself since ``before`` ("-": kube-proxy does not say)."""
     return "-" if peer.lists is None else f"{peer.lists() - before[peer.name]:.0f}"
+
+
+def _own_latency(peer: Peer, before: dict[str, tuple[float, float]]) -> str:
+    """The driver's mean from receiving a watch event to that change in the kernel
+    during the churn ("-": kube-proxy does not say): the rest of *one change*
+    is the API server's delivery and the event's way to the kernel's notification."""
+    if peer.own is None:
+        return "-"
+    (total, count), (total0, count0) = peer.own(), before[peer.name]
+    return f"{(total - total0) / (count - count0) * 1000:.1f} ms" if count > count0 else "-"
 
 
 def _apiserver_lists(cp: ControlPlane) -> Counter[str]:
