@@ -120,6 +120,11 @@ def test_a_cluster_ip_is_a_frontend_its_slots_and_its_backends() -> None:
         "remote": remote("10.65.1.1"),
         "hairpin": {encoded(addr("10.65.1.2").value * 2)},
     }
+    # Each set's elements sorted: the table compares a frontend's old and
+    # new tuples to find what changed, so equal sets must be equal tuples.
+    made = LAYOUT.contribution(svc(*(b(f"10.65.1.{i}") for i in (9, 3, 7, 1))))
+    parts = [f.elements for f in made.frontends.values()] + [made.shared]
+    assert all(list(e) == sorted(e) for part in parts for e in part.values())
 
 
 def test_nowhere_to_go_is_refused_or_dropped_as_kube_proxy_does() -> None:
@@ -413,6 +418,11 @@ def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure
         ("delete", "remote", 1),
     ]
     assert len(sent) == 2
+    # The same service again (a new object): its elements compare equal
+    # (sorted tuples), so no slot looks changed and nothing is written.
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.3")))
+    assert not trio.run(table.apply)
+    assert len(sent) == 2
     assert len(nft.scripts) == 1 and "10.65.0.0/16" in nft.scripts[0]
     table.set_pools(["10.65.0.0/16"])
     trio.run(table.apply)
@@ -494,19 +504,19 @@ def held(kernel: FakeSets, name: str = "aff_addr") -> set[bytes]:
 def test_affinity_elements_name_each_frontend_and_its_live_backends() -> None:
     made = LAYOUT.contribution(svc(b("10.65.1.1"), b("10.65.1.2"), session_affinity=True))
     (front,) = made.frontends.values()
-    assert front.elements["aff"] == {encoded(key("10.96.0.10"))}
+    assert front.elements["aff"] == (encoded(key("10.96.0.10")),)
     live = {
         encoded(key("10.96.0.10") + addr(a).value + port(8080).value + b"\0\0")
         for a in ("10.65.1.1", "10.65.1.2")
     }
-    assert front.elements["aff_live_10800"] == live
+    assert set(front.elements["aff_live_10800"]) == live
     # IPv6 the same (its keys 16-byte addresses); none without the field.
     v6 = ServiceLayout(6, "cali-svc", 0x4000000)
     dual = svc(b("fd00:65::1"), cluster_ips=("fd00:96::10",), session_affinity=True)
     (front6,) = v6.contribution(dual).frontends.values()
     vip6 = addr("fd00:96::10").value + key("10.96.0.10")[4:]  # protocol . port as above
-    assert front6.elements["aff"] == {encoded(vip6)}
-    assert front6.elements["aff_live_10800"] == {
+    assert front6.elements["aff"] == (encoded(vip6),)
+    assert set(front6.elements["aff_live_10800"]) == {
         encoded(vip6 + addr("fd00:65::1").value + port(8080).value + b"\0\0")
     }
     assert "aff" not in contribution(svc(b("10.65.1.1")))

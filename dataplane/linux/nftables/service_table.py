@@ -72,6 +72,7 @@ from dataplane.linux.nftables.service_layout import (
     NOTHING,
     Affinity,
     Contribution,
+    Elements,
     FrontendElements,
     ServiceLayout,
     second_bank,
@@ -199,8 +200,8 @@ class ServiceTable:
     def _note_flip(
         self,
         ident: bytes,
-        before: Mapping[str, frozenset[bytes]],
-        after: Mapping[str, frozenset[bytes]],
+        before: Mapping[str, Elements],
+        after: Mapping[str, Elements],
     ) -> None:
         """Remember a frontend whose slots changed and nothing else: its new
         slots can go in force through the second bank, add-only."""
@@ -225,14 +226,12 @@ class ServiceTable:
         source = contribution if owner == key else self._services[owner]
         return source.frontends[ident]
 
-    def _count(
-        self, old: Mapping[str, frozenset[bytes]], new: Mapping[str, frozenset[bytes]]
-    ) -> None:
+    def _count(self, old: Mapping[str, Elements], new: Mapping[str, Elements]) -> None:
         if not old:
             self._count_new(new)  # a start's every service: no differences to take
             return
         for name in old.keys() | new.keys():
-            before, after = old.get(name, frozenset()), new.get(name, frozenset())
+            before, after = set(old.get(name, ())), set(new.get(name, ()))
             wanted = self._wanted.setdefault(name, {})  # affinity's live sets come and go
             for element in before - after:
                 count = wanted.pop(element) - 1
@@ -246,7 +245,7 @@ class ServiceTable:
                 if not count:
                     self._note(name, element, present=True)
 
-    def _count_new(self, new: Mapping[str, frozenset[bytes]]) -> None:
+    def _count_new(self, new: Mapping[str, Elements]) -> None:
         note = not self._whole  # a whole write takes every element anyway
         for name, after in new.items():
             wanted = self._wanted.setdefault(name, {})
@@ -691,5 +690,5 @@ class ServiceTable:
         self.mark_for_resync()
 
 
-def _elements(frontend: FrontendElements | None) -> Mapping[str, frozenset[bytes]]:
+def _elements(frontend: FrontendElements | None) -> Mapping[str, Elements]:
     return frontend.elements if frontend else {}
