@@ -194,7 +194,7 @@ def test_the_batch_is_one_transaction_of_acknowledged_changes() -> None:
     assert owners == [0, 1]
 
 
-def _framing(data: bytes) -> tuple[list[int], list[int], list[int]]:
+def _framing(data: bytes | bytearray) -> tuple[list[int], list[int], list[int]]:
     kinds, seqs, lengths, offset = [], [], [], 0
     while offset < len(data):
         length = int.from_bytes(data[offset : offset + 4], sys.byteorder)

@@ -325,14 +325,19 @@ def _chunks(change: ElementChange) -> list[bytes]:
     return parts
 
 
-def encode_batch(changes: Sequence[ElementChange], first_seq: int = 1) -> tuple[bytes, list[int]]:
+def encode_batch(
+    changes: Sequence[ElementChange], first_seq: int = 1
+) -> tuple[bytearray, list[int]]:
     """The whole transaction: batch begin, the changes' messages (each asking
     for an acknowledgement, sequence numbers from ``first_seq``), batch end;
     and, per message, the index of the change it belongs to.
 
     A flush is a delete naming no elements, which the kernel reads as "all".
+    The messages are appended to one buffer as they are made: a list of
+    them joined at the end held the batch twice, and a whole write's batch
+    is 10 MB at 10,000 services (the driver's peak memory is this moment).
     """
-    out = [message(BATCH_BEGIN, F_REQUEST, 0, socket.AF_UNSPEC)]
+    out = bytearray(message(BATCH_BEGIN, F_REQUEST, 0, socket.AF_UNSPEC))
     owners: list[int] = []
     seq = first_seq
     for index, change in enumerate(changes):
@@ -344,11 +349,11 @@ def encode_batch(changes: Sequence[ElementChange], first_seq: int = 1) -> tuple[
         head = attr(_LIST_TABLE, name(change.table)) + attr(_LIST_SET, name(change.set))
         for part in _chunks(change):
             body = head + (nested(_LIST_ELEMENTS, part) if change.op != "flush" else b"")
-            out.append(message(kind, flags, seq, change.family, body))
+            out += message(kind, flags, seq, change.family, body)
             owners.append(index)
             seq += 1
-    out.append(message(BATCH_END, F_REQUEST, seq, socket.AF_UNSPEC))
-    return b"".join(out), owners
+    out += message(BATCH_END, F_REQUEST, seq, socket.AF_UNSPEC)
+    return out, owners
 
 
 # Who writes element changes: an ElementWriter, or a fake in tests.
@@ -407,7 +412,9 @@ class ElementWriter:
         out.append(message(BATCH_END, F_REQUEST, len(rules) + 1, socket.AF_UNSPEC))
         self._transact(b"".join(out), list(range(len(rules))), lambda i: f"rule {i}")
 
-    def _transact(self, batch: bytes, owners: list[int], describe: Callable[[int], str]) -> None:
+    def _transact(
+        self, batch: bytes | bytearray, owners: list[int], describe: Callable[[int], str]
+    ) -> None:
         """Send one batch; raise for the first message the kernel refused."""
         sock = self._socket()
         try:
