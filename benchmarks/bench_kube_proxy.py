@@ -18,7 +18,8 @@ Measured, for each peer:
    is in the kernel (the driver's ``DataplaneInSync``; kube-proxy's first
    ``SyncProxyRules complete`` with every service: it does not sync before
    its informers have). Peers start one at a time, so none competes with
-   another's start.
+   another's start. A kube-proxy not synced within ``--deadline`` seconds
+   is stopped (its peak RSS kept) and left out of the churn.
 2. **one change**: ``--changes`` times, one endpoint of one random
    service's slice is replaced by a new address (``--gap`` seconds apart);
    from the API write returning until that address is in the peer's
@@ -44,6 +45,7 @@ services a change no dearer than 1.5x at 1,000.
 
 Usage (root, ``make upstream`` done): python benchmarks/bench_kube_proxy.py
     [--services N] [--endpoints N] [--changes N] [--gap S] [--peers a,b,...]
+    [--deadline S] [--driver-log DIR]
 """
 
 from __future__ import annotations
@@ -208,7 +210,8 @@ class Peer:
     ns: Namespace
     node: str
     pid: int = 0
-    programmed: float = 0.0
+    programmed: float | None = 0.0  # None: not synced within --deadline (then stopped)
+    peak_at_stop: float = 0.0  # MB, of a peer stopped unsynced
     latencies: list[float] = field(default_factory=list)
     missed: int = 0
     stop: Any = None
@@ -281,7 +284,9 @@ def _child_pid(pid: int) -> int:
     return pid
 
 
-def start_kube_proxy(peer: Peer, kubeconfig: Path, mode: str, services: int) -> None:
+def start_kube_proxy(
+    peer: Peer, kubeconfig: Path, mode: str, services: int, deadline: float
+) -> None:
     binary = upstream.binary(f"kube-proxy-{upstream.K8S}")
     argv = [
         "ip", "netns", "exec", peer.ns.netns, str(binary),
@@ -301,9 +306,18 @@ def start_kube_proxy(peer: Peer, kubeconfig: Path, mode: str, services: int) -> 
             lines.put(line)
 
     threading.Thread(target=read, daemon=True).start()
-    deadline = started + 900
+    end = started + deadline
     while True:
-        line = lines.get(timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            line = lines.get(timeout=max(0.1, end - time.monotonic()))
+        except queue.Empty:
+            line = ""
+        if time.monotonic() > end:
+            # Not synced in time: stopped, so its work does not slow the others.
+            peer.programmed, peer.peak_at_stop = None, _rss_mb(proc.pid)
+            proc.kill()
+            proc.wait()
+            return
         if "SyncProxyRules complete" not in line:
             continue
         # Its first sync waits for both informers; checked, not timed.
@@ -372,6 +386,12 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=1.1, help="seconds between changes")
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument(
+        "--deadline",
+        type=float,
+        default=900,
+        help="seconds a kube-proxy has to sync, or it is stopped",
+    )
+    parser.add_argument(
         "--driver-log", type=Path, help="keep each driver's log (INFO) in DIR/PEER.log"
     )
     args = parser.parse_args()
@@ -408,6 +428,7 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
     )
     print(f"the API's lists alone (the floor): {list_floor(cp):.2f} s", flush=True)
     peers: list[Peer] = []
+    unsynced: list[Peer] = []  # kube-proxy not synced within --deadline: not in the churn
     for name in args.peers.split(","):
         ns = Namespace(topo, name, topo.new_netns(name[:3] + name[-3:]))
         topo.adopt(ns)
@@ -424,7 +445,11 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
             start_driver(peer, cp, config, nft=name.endswith("nft"), log=log)
         else:
             mode = "nftables" if name.endswith("nft") else "iptables"
-            start_kube_proxy(peer, config, mode, args.services)
+            start_kube_proxy(peer, config, mode, args.services, args.deadline)
+        if peer.programmed is None:
+            print(f"{name}: not synced in {args.deadline:g} s, stopped", flush=True)
+            unsynced.append(peer)
+            continue
         print(f"{name}: programmed in {peer.programmed:.2f} s", flush=True)
         peers.append(peer)
     try:
@@ -453,6 +478,11 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
                     _own_lists(peer, own_lists_before),
                     _own_latency(peer, own_before),
                 ]
+            )
+        for peer in unsynced:
+            not_yet = f"not synced in {args.deadline:g} s"
+            rows.append(
+                [peer.name, not_yet, "-", "-", f"{peer.peak_at_stop:.0f} MB", "-", "-", "-"]
             )
         header = ["peer", "programmed", "one change p50 / p99", "missed", "peak RSS"]
         header += ["requests", "its lists", "its own event to kernel, mean"]
