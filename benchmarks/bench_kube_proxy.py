@@ -176,6 +176,7 @@ class Monitor:
         if self.proc.stdout.readline().strip() != "listening":
             raise RuntimeError("the nf_tables event reader did not start")
         self.seen: dict[str, float] = {}
+        self.overruns: list[float] = []  # when the reader's socket dropped notifications
         self._lock = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -184,7 +185,10 @@ class Monitor:
         for line in self.proc.stdout:
             address, _, at = line.partition(" ")
             with self._lock:
-                self.seen[address] = float(at)
+                if address == "overrun":
+                    self.overruns.append(float(at))
+                else:
+                    self.seen[address] = float(at)
                 self._lock.notify_all()
 
     def expect(self, address: str) -> None:
@@ -368,9 +372,11 @@ def churn(cp: ControlPlane, plan: dict[str, list[str]], peers: list[Peer], args:
             seen = peer.monitor.wait(address, written + 10)
             if seen is None:
                 peer.missed += 1
+                lost = sum(at >= written for at in peer.monitor.overruns)
                 print(
                     f"{peer.name}: {address} ({name}) not in force 10 s after the write"
-                    f" at {time.strftime('%H:%M:%S')}",
+                    f" at {time.strftime('%H:%M:%S')}"
+                    + (f" (the reader dropped notifications {lost} times)" if lost else ""),
                     flush=True,
                 )
             else:

@@ -1,0 +1,62 @@
+"""The services benchmark's reader of nf_tables notifications (benchmarks/_nft_events.py).
+
+Its timestamps are every *one change* figure of ``bench_kube_proxy.py``;
+an address it misses is counted against the peer. The address is asked
+for before the write that brings it, but the reader's stdin thread may
+take it after the peer's commit on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.topology import Topology
+from tests.kernel.marks import requires_root
+
+pytestmark = [requires_root, pytest.mark.own_backend]
+
+READER = Path(__file__).resolve().parents[2] / "benchmarks" / "_nft_events.py"
+
+
+def _line(proc: subprocess.Popen[str], within: float = 10.0) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], within)
+    assert ready, "the reader printed nothing"
+    return proc.stdout.readline().strip()
+
+
+def test_an_address_asked_for_after_its_commit_is_found_with_the_commits_time(
+    topology: Topology,
+) -> None:
+    netns = topology.new_netns("evt")
+
+    def nft(script: str) -> None:
+        subprocess.run(["ip", "netns", "exec", netns, "nft", script], check=True)
+
+    argv = ["ip", "netns", "exec", netns, sys.executable, str(READER)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    try:
+        assert _line(proc) == "listening"
+        nft("add table ip t; add set ip t s { type ipv4_addr; }; add element ip t s { 10.64.1.2 }")
+        committed = time.monotonic()
+        proc.stdin.write("10.64.1.2\n")  # asked for late, as a loaded machine may
+        proc.stdin.flush()
+        address, at = _line(proc).split()
+        assert address == "10.64.1.2" and float(at) <= committed
+        # Asked for in time: printed when its commit comes, and only that one.
+        proc.stdin.write("10.64.1.3\n10.64.1.4\n")
+        proc.stdin.flush()
+        nft("add element ip t s { 10.64.1.3 }")
+        assert _line(proc).split()[0] == "10.64.1.3"
+        nft("add element ip t s { 10.64.1.4 }")
+        assert _line(proc).split()[0] == "10.64.1.4"
+    finally:
+        proc.kill()
+        proc.wait()
