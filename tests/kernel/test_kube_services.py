@@ -322,6 +322,7 @@ def test_a_compaction_while_the_driver_is_cut_off_is_a_relist_of_only_the_differ
     api.put_slice("web", [_endpoint("api-1", api.node), _endpoint("api-2", api.node)])
     cluster = Cluster(topology)
     felix = _start(cluster, control_plane, api, tmp_path)
+    felix.drain()  # its log is read as it comes (stderr_so_far below)
     client = cluster.pods["web-1"]
     try:
         _serves(client, vip, {"api-1", "api-2"}, "both endpoints serve", deadline=30)
@@ -336,10 +337,17 @@ def test_a_compaction_while_the_driver_is_cut_off_is_a_relist_of_only_the_differ
             assert set(served_by(client, vip, 80, 12)) == {"api-1", "api-2"}
         finally:
             cluster.node.ip("link", "set", "kapi0", "up")
+        # A 410, not only a resumed watch. Waited for before traffic is
+        # judged: the driver comes back after its backoff (seconds), and in
+        # about one run in six connections reached only api-2 before it had
+        # (on earlier builds too; not understood yet), so closing the input
+        # then left no relist to see.
+        eventually(
+            lambda: "listing again" in felix.stderr_so_far(), deadline=60, what="a 410 and a list"
+        )
         _serves(client, vip, {"api-2"}, "the change made while cut off is in force", deadline=60)
         felix.close_input()
         code, err = felix.wait(timeout=20)
         assert code == 0, err
-        assert "listing again" in err  # a 410, not only a resumed watch
     finally:
         felix.kill()
