@@ -105,30 +105,17 @@ class ApiClient:
             ExpiredError: the continue token expired (410).
             ApiError, TransportError: see the module docstring.
         """
-        self.requests += 1
-        request = self._client.build_request(
-            "GET",
-            path,
-            params=params,
-            headers=self.connection.headers(),
-            extensions=self._extensions,
-        )
+        what = f"list {path}"
         # The body is read into a buffer of our own, never cached on the
         # response: httpx's response sits in reference cycles, so a body it
         # holds (up to a megabyte a page) lives until the collector runs,
         # and the driver holds the collector off until its first apply
         # (core/heap.py) -- at 10,000 services the pages were 20 MB of it.
         try:
-            response = await self._client.send(request, stream=True)
-            try:
-                if response.status_code >= 300:
-                    await response.aread()
-                    _check(response, f"list {path}")
+            async with self._open(what, path, params) as response:
                 content = b"".join([chunk async for chunk in response.aiter_bytes()])
-            finally:
-                await response.aclose()
         except httpx.TransportError as exc:
-            raise TransportError(f"list {path}: {type(exc).__name__}: {exc}") from exc
+            raise TransportError(f"{what}: {type(exc).__name__}: {exc}") from exc
         try:
             body = json.loads(content)
             meta = body["metadata"]
@@ -138,7 +125,7 @@ class ApiClient:
                 str(meta.get("continue") or ""),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise ApiError(f"list {path}", response.status_code, f"not a list: {exc}") from exc
+            raise ApiError(what, response.status_code, f"not a list: {exc}") from exc
 
     @asynccontextmanager
     async def watch(
@@ -152,26 +139,44 @@ class ApiClient:
             ExpiredError: 410, as a status or an ``ERROR`` event.
             ApiError, TransportError: see the module docstring.
         """
-        self.requests += 1
         query = {**params, "watch": "true", "timeoutSeconds": str(timeout_seconds)}
         timeout = httpx.Timeout(timeout_seconds + WATCH_GRACE, connect=CONNECT_TIMEOUT)
+        async with self._open(f"watch {path}", path, query, timeout) as response:
+            yield _events(response, path)
+
+    @asynccontextmanager
+    async def _open(
+        self,
+        what: str,
+        path: str,
+        params: dict[str, str],
+        timeout: httpx.Timeout | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """A GET whose body is the caller's to stream; an error status raised
+        (its body read for the message), the response closed after.
+
+        Raises:
+            ExpiredError, ApiError: an error status.
+            TransportError: no answer came.
+        """
+        self.requests += 1
         request = self._client.build_request(
             "GET",
             path,
-            params=query,
+            params=params,
             headers=self.connection.headers(),
-            timeout=timeout,
             extensions=self._extensions,
+            timeout=self._client.timeout if timeout is None else timeout,
         )
         try:
             response = await self._client.send(request, stream=True)
         except httpx.TransportError as exc:
-            raise TransportError(f"watch {path}: {type(exc).__name__}: {exc}") from exc
+            raise TransportError(f"{what}: {type(exc).__name__}: {exc}") from exc
         try:
             if response.status_code >= 300:
                 await response.aread()
-                _check(response, f"watch {path}")
-            yield _events(response, path)
+                _check(response, what)
+            yield response
         finally:
             await response.aclose()
 
