@@ -340,3 +340,36 @@ def test_a_due_platform_timer_does_not_starve_queued_input() -> None:
             nursery.cancel_scope.cancel()
 
     run_trio(main)
+
+
+def test_a_source_s_news_during_an_apply_is_applied_without_more_input() -> None:
+    """A source (the Kubernetes API) says it changed while an apply runs:
+    the loop is not waiting then, so its wake-up finds nothing to cancel.
+    The next wait must see the work owed and apply at once, not when the
+    next message or timer comes (a refresh interval, or never)."""
+
+    class Gated(SimPlatform):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered = trio.Event()
+            self.release = trio.Event()
+
+        async def apply(self) -> None:
+            self.entered.set()
+            await self.release.wait()
+            await super().apply()
+
+    async def main() -> None:
+        platform = Gated()
+        dp = Dataplane(platform)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            dp.send_message(pb.InSync())
+            await platform.entered.wait()
+            dp.changed()  # as a source's task does, between the apply's awaits
+            platform.release.set()
+            await _settle()
+            assert platform.apply_count == 2
+            dp.close_input()
+
+    run_trio(main)

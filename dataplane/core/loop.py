@@ -445,6 +445,11 @@ class Dataplane:
             return math.inf
         if self._retries.retry_at is not None:
             return self._retries.retry_at
+        if self._dirty:
+            # A source's news came while no wait was open to cancel (during
+            # an apply): messages wait in the queue, a source's change only
+            # in this flag, so the wait must not outlast it.
+            return -math.inf
         return self.platform.wants_apply_at()
 
     async def _maybe_apply(self) -> None:
