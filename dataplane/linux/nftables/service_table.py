@@ -227,33 +227,34 @@ class ServiceTable:
         return source.frontends[ident]
 
     def _count(self, old: Mapping[str, Elements], new: Mapping[str, Elements]) -> None:
-        if not old:
-            self._count_new(new)  # a start's every service: no differences to take
+        if not old:  # a start's every service: no differences to take
+            for name, elements in new.items():
+                self._add(name, elements)
             return
         for name in old.keys() | new.keys():
             before, after = set(old.get(name, ())), set(new.get(name, ()))
-            wanted = self._wanted.setdefault(name, {})  # affinity's live sets come and go
-            for element in before - after:
-                count = wanted.pop(element) - 1
-                if count:
-                    wanted[element] = count
-                else:
-                    self._note(name, element, present=False)
-            for element in after - before:
-                count = wanted.get(element, 0)
-                wanted[element] = count + 1
-                if not count:
-                    self._note(name, element, present=True)
+            self._remove(name, before - after)
+            self._add(name, after - before)
 
-    def _count_new(self, new: Mapping[str, Elements]) -> None:
+    def _add(self, name: str, elements: Iterable[bytes]) -> None:
+        """One more user of each element; the first one's element is written."""
+        wanted = self._wanted.setdefault(name, {})  # affinity's live sets come and go
         note = not self._whole  # a whole write takes every element anyway
-        for name, after in new.items():
-            wanted = self._wanted.setdefault(name, {})
-            for element in after:
-                count = wanted.get(element, 0)
-                wanted[element] = count + 1
-                if note and not count:
-                    self._note(name, element, present=True)
+        for element in elements:
+            count = wanted.get(element, 0)
+            wanted[element] = count + 1
+            if note and not count:
+                self._note(name, element, present=True)
+
+    def _remove(self, name: str, elements: Iterable[bytes]) -> None:
+        """One user fewer of each element; the last one's element is deleted."""
+        wanted = self._wanted.setdefault(name, {})
+        for element in elements:
+            count = wanted.pop(element) - 1
+            if count:
+                wanted[element] = count
+            else:
+                self._note(name, element, present=False)
 
     def held_back(self) -> dict[str, str]:
         """Services not programmed whole: a frontend of theirs is another's."""
