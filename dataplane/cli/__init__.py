@@ -62,3 +62,8 @@ def _setup_logging(level: str | None, log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(log_format))
     logging.basicConfig(level=getattr(logging, level or "INFO"), handlers=[handler])
+    # httpx says every request at INFO: a line per list page and per watch
+    # (85 at a 20,000-service start). The reflector says what an operator
+    # acts on (listed, retrying, listing again); the API client says each
+    # request at DEBUG, which LogSeverityScreen can turn on too.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -16,6 +16,7 @@ caller's business. Failures come out as three errors:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from dataplane.errors import DataplaneError
 from dataplane.kube.connection import Connection
 
 __all__ = ["ApiClient", "ApiError", "ExpiredError", "Page", "TransportError", "WatchEvent"]
+
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0
 LIST_TIMEOUT = 60.0
@@ -172,6 +175,7 @@ class ApiClient:
             response = await self._client.send(request, stream=True)
         except httpx.TransportError as exc:
             raise TransportError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        log.debug("%s: %s %s", what, response.status_code, request.url)
         try:
             if response.status_code >= 300:
                 await response.aread()

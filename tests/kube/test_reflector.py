@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import gc
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
+import pytest
 import trio
 import trio.testing
 
+from dataplane.cli import _setup_logging
 from dataplane.kube.api import ApiClient
 from dataplane.kube.connection import Connection
 from dataplane.kube.reflector import ObjectKey, Reflector, Resource, RetryDelays
@@ -162,6 +165,38 @@ def test_a_page_body_is_not_left_on_a_response_for_the_collector() -> None:
     finally:
         gc.enable()
     assert kept and not bodies  # the response is still about; its body is not
+
+
+def test_each_request_is_said_at_debug_by_the_client_not_at_info_by_httpx(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At INFO a start of 10,000 services is not 40 lines of httpx's; at
+    DEBUG (a flag, or Felix's LogSeverityScreen on our logger) each request
+    is still said, with its status."""
+    server = FakeApiServer()
+    server.put(SERVICES, service("a", "s0"))
+    api = ApiClient(
+        Connection(server="https://fake.invalid", ca_pem=None, token=lambda: "t"),
+        transport=server.transport(),
+    )
+
+    async def main() -> None:
+        await api.list_page(SERVICES, {"limit": "500"})
+        await api.aclose()
+
+    caplog.set_level(logging.INFO)  # the driver's default level
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    try:
+        _setup_logging(None)  # as the driver's command line sets it up
+        with caplog.at_level(logging.DEBUG, logger="dataplane"):
+            trio.run(main)
+    finally:
+        logging.getLogger("httpx").setLevel(logging.NOTSET)
+        root.handlers[:] = handlers
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("httpx")] == []
+    said = [r.getMessage() for r in caplog.records if r.name == "dataplane.kube.api"]
+    assert said == [f"list {SERVICES}: 200 https://fake.invalid{SERVICES}?limit=500"]
 
 
 def test_events_after_the_list_reach_the_handler_in_order() -> None:
