@@ -316,9 +316,11 @@ class LinuxPlatform:
         return self._desired.write(kernel.tables, kernel.ipsets, kernel.services)
 
     async def _program(self, kernel: Programmers) -> None:
-        # Cleared before writing: drift the refresher finds while this apply
-        # runs may come after the part it concerns, and wants another apply.
+        # Cleared before writing: drift the refresher finds, or a link that
+        # comes or goes, while this apply runs may come after the part it
+        # concerns (the routes read the links once), and wants another apply.
         self._repair_wanted = False
+        self._links_changed = False
         plan = self._write(kernel)
         try:
             await kernel.ipsets.apply_updates()
@@ -339,7 +341,6 @@ class LinuxPlatform:
         finally:
             # Said even when a later step failed: a refusal is news either way.
             _log_refusals(kernel)
-        self._links_changed = False
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
         if self._meter is not None:

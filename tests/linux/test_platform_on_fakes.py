@@ -112,3 +112,32 @@ def test_the_demo_node_programs_on_fakes_and_a_restart_writes_nothing(tmp_path: 
     }
     assert len(tools.ipset.restores) == ipset_restores
     assert netlink.writes == route_writes
+
+
+def test_a_link_that_changes_during_an_apply_asks_for_another(tmp_path: Path) -> None:
+    """A pod's interface that appears while an apply runs (after its routes
+    step read the links, say) is the next apply's at once, not the pending
+    routes' backstop's, seconds later."""
+    tools, netlink = FakeTools(), pods_node()
+    platform = LinuxPlatform(
+        runner=tools, netlink=netlink, netlink_writer=netlink.write, sysctl_root=str(tmp_path)
+    )
+    run = tools.run
+    seen: list[Sequence[str]] = []
+
+    async def run_and_see_a_link(
+        argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        if not seen:  # once, in the first apply
+            seen.append(argv)
+            platform._on_link_change()  # as the link monitor calls it
+        return await run(argv, stdin=stdin, check=check)
+
+    tools.run = run_and_see_a_link  # type: ignore[method-assign]
+    dataplane = Dataplane(platform)
+    for envelope in demo_log():
+        dataplane.send_message(envelope)
+    dataplane.close_input()
+    trio.run(dataplane.run)
+    assert seen
+    assert dataplane.stats.applies == 2
