@@ -61,15 +61,21 @@ def demo_log() -> list[pb.ToDataplane]:
     return envelopes
 
 
-def program(tools: FakeTools, netlink: FakeNetlink, sysctls: Path) -> LinuxPlatform:
-    platform = LinuxPlatform(
-        runner=tools, netlink=netlink, netlink_writer=netlink.write, sysctl_root=str(sysctls)
-    )
+def replay(platform: LinuxPlatform) -> Dataplane:
+    """The demo's messages through the loop into ``platform``, to the end of input."""
     dataplane = Dataplane(platform)
     for envelope in demo_log():
         dataplane.send_message(envelope)
     dataplane.close_input()
     trio.run(dataplane.run)
+    return dataplane
+
+
+def program(tools: FakeTools, netlink: FakeNetlink, sysctls: Path) -> LinuxPlatform:
+    platform = LinuxPlatform(
+        runner=tools, netlink=netlink, netlink_writer=netlink.write, sysctl_root=str(sysctls)
+    )
+    replay(platform)
     return platform
 
 
@@ -134,10 +140,6 @@ def test_a_link_that_changes_during_an_apply_asks_for_another(tmp_path: Path) ->
         return await run(argv, stdin=stdin, check=check)
 
     tools.run = run_and_see_a_link  # type: ignore[method-assign]
-    dataplane = Dataplane(platform)
-    for envelope in demo_log():
-        dataplane.send_message(envelope)
-    dataplane.close_input()
-    trio.run(dataplane.run)
+    dataplane = replay(platform)
     assert seen
     assert dataplane.stats.applies == 2
