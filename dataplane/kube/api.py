@@ -179,17 +179,16 @@ class ApiClient:
         try:
             if response.status_code >= 300:
                 await response.aread()
-                _check(response, what)
+                raise _status_error(response, what)
             yield response
         finally:
             await response.aclose()
 
 
-def _check(response: httpx.Response, what: str) -> None:
-    if response.status_code < 300:
-        return
+def _status_error(response: httpx.Response, what: str) -> ApiError:
+    """The error an error status (>= 300) is: 410 expired, any other refused."""
     error = ExpiredError if response.status_code == 410 else ApiError
-    raise error(what, response.status_code, _status_message(response))
+    return error(what, response.status_code, _status_message(response))
 
 
 async def _events(response: httpx.Response, path: str) -> AsyncIterator[WatchEvent]:
