@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest deploy-check proto bench system-deps upstream clean
+.PHONY: demo test test-releases lint typecheck pytest deploy-check proto bench system-deps upstream clean
 
 # With the bench extra: mypy checks benchmarks/ too, and bench_iptc.py
 # imports python-iptables (without it, `make typecheck` fails on that import).
@@ -31,14 +31,22 @@ demo: $(STAMP) system-deps
 
 test: $(STAMP) system-deps upstream lint typecheck pytest
 
-# The real upstream peers (kube-apiserver, kube-controller-manager,
-# kube-proxy, etcd; calico-felix and calicoctl where the Go module proxy
-# serves them), built from testbed/upstream/*/go.mod into a cache outside
-# the work tree (~/.cache/dataplane-upstream): minutes cold, seconds after.
-# Prints `NAME PATH` per binary; what the proxy refuses is one line on
-# stderr, and the tests that need it skip with the same words.
+# The real upstream peers: kube-apiserver, kube-controller-manager,
+# kube-proxy and etcd from testbed/upstream/*/go.mod (the Go module proxy);
+# calico-felix, calicoctl and the Calico CNI plugin (also calico-ipam) from
+# Calico's source archives in ../shared/upstream/ (checked against its
+# SHA256SUMS): the pinned release (v3.31.7) and the newest (master). Built
+# into a cache outside the work tree (~/.cache/dataplane-upstream): minutes
+# cold, seconds after. Prints `NAME PATH` per binary; what could not be
+# built is one line on stderr, and the tests that need it skip with the
+# same words.
 upstream: $(STAMP)
 	$(BIN)/python -m testbed.upstream
+
+# The real-Felix suite (tests/felix/) under every release in ../shared/upstream.
+test-releases: $(STAMP) system-deps
+	$(BIN)/python -m testbed.upstream --all-releases
+	DATAPLANE_TEST_FELIX_RELEASES=all $(BIN)/pytest -q tests/felix
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -13,6 +13,8 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 # its namespace.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v socat >/dev/null 2>&1 || need+=(socat)
+# Unpacking Calico's source archives (testbed/upstream/calico.py).
+command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-system-deps: missing ${need[*]} (run as root on Debian/Ubuntu to install)" >&2

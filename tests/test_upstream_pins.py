@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import re
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from testbed import upstream
+from testbed.upstream import calico
 
 
 @pytest.mark.parametrize("module", upstream.MODULES, ids=lambda m: m.folder)
@@ -71,3 +77,79 @@ def test_without_go_the_reason_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
         upstream.binary(f"kube-apiserver-{upstream.K8S}")
     with pytest.raises(upstream.UnavailableError):
         list(upstream.build())
+
+
+# --- Calico from its source archives ------------------------------------------
+
+COMMIT = "94bd1d5b0e04459d4d1c83653e0335a9201248b8"
+
+
+def _archive(folder: Path, label: str, *, commit: str = COMMIT) -> str:
+    """A tiny ``git archive``-like tarball (pax comment = commit); returns its SHA256."""
+    path = folder / f"calico-{label}.tar.xz"
+    member = tarfile.TarInfo(f"calico-{label}/go.mod")
+    body = b"module github.com/projectcalico/calico\n"
+    member.size, member.mtime = len(body), 1_787_247_067  # 2026-08-20T17:31:07Z
+    with tarfile.open(
+        path, "w:xz", format=tarfile.PAX_FORMAT, pax_headers={"comment": commit}
+    ) as tar:
+        tar.addfile(member, io.BytesIO(body))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def archives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    lines = [
+        f"{_archive(tmp_path, label)}  calico-{label}.tar.xz"
+        for label in ("v3.31.7", "master-87c15906")
+    ]
+    (tmp_path / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("DATAPLANE_CALICO_ARCHIVES", str(tmp_path))
+    calico.archives.cache_clear()
+    yield tmp_path
+    calico.archives.cache_clear()
+
+
+def test_the_archives_are_the_ones_sha256sums_lists(archives: Path) -> None:
+    assert [a.label for a in calico.archives()] == ["v3.31.7", "master-87c15906"]
+    assert calico.archive("master").label == "master-87c15906"  # a label's prefix
+    assert calico.archive("v3.31.7").is_tag and not calico.archive("master").is_tag
+    with pytest.raises(
+        calico.ArchiveError, match=re.escape("no single Calico archive for 'v3.32.1'")
+    ):
+        calico.archive("v3.32.1")
+
+
+def test_a_release_is_stamped_as_calicos_release_build_stamps_it(archives: Path) -> None:
+    """Commit and date come from the archive itself: git archive's pax comment and mtimes."""
+    stamps = calico.archive("v3.31.7").ldflags()
+    buildinfo = "github.com/projectcalico/calico/pkg/buildinfo"
+    assert stamps == (
+        f"-X {buildinfo}.Version=v3.31.7 -X {buildinfo}.GitRevision={COMMIT}"
+        f" -X {buildinfo}.BuildDate=2026-08-20T17:31:07Z"
+    )
+
+
+def test_an_archive_that_is_not_the_listed_one_is_not_built(archives: Path) -> None:
+    item = calico.archive("v3.31.7")
+    _archive(archives, "v3.31.7", commit="0" * 40)  # same name, other bytes
+    folder, why = calico.build_archive(item, archives / "cache", "go-not-run", "go1.26.8")
+    assert why is not None and "is not the" in why and "SHA256SUMS lists" in why
+    assert not (folder / "bin").exists()
+
+
+def test_a_listed_archive_that_is_missing_is_named(archives: Path) -> None:
+    (archives / "calico-v3.31.7.tar.xz").unlink()
+    with pytest.raises(
+        calico.ArchiveError, match=re.escape("calico-v3.31.7.tar.xz is listed in SHA256SUMS")
+    ):
+        calico.archives()
+
+
+def test_the_cache_key_follows_the_checksum_and_the_go_version(archives: Path) -> None:
+    item = calico.archive("v3.31.7")
+    same = item.folder(Path("/c"), "go1.26.8")
+    assert same == item.folder(Path("/c"), "go1.26.8")
+    assert same != item.folder(Path("/c"), "go1.27.0")
+    other = calico.Archive(item.label, item.path, "0" * 64)
+    assert same != other.folder(Path("/c"), "go1.26.8")

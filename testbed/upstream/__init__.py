@@ -1,22 +1,29 @@
-"""The real upstream peers, built from the Go module proxy and cached.
+"""The real upstream peers, built and cached: Kubernetes from the Go module proxy,
+Calico from its source archives.
 
-What Felix and Kubernetes do is taken from running them. Each folder here is
-a small Go module of ours (``go.mod``, ``go.sum`` where one can be made, and
-a ``tools.go`` naming the main packages; no upstream code is copied) pinning
-one upstream release. :func:`build` compiles its binaries with
-``CGO_ENABLED=0``, as upstream's release builds do, into a cache outside the
-work tree keyed by the module's files and the Go version, so a second run
-costs nothing. :func:`binary` finds a built one for a test, or says why
-there is none (no Go, not built yet, or the module proxy refused a module:
-its exact error), which the test then gives as its skip reason.
+What Felix and Kubernetes do is taken from running them. Kubernetes and
+etcd: each folder here is a small Go module of ours (``go.mod``, ``go.sum``
+where one can be made, and a ``tools.go`` naming the main packages; no
+upstream code is copied) pinning one upstream release. :func:`build`
+compiles its binaries with ``CGO_ENABLED=0``, as upstream's release builds
+do, into a cache outside the work tree keyed by the module's files and the
+Go version, so a second run costs nothing. :func:`binary` finds a built one
+for a test, or says why there is none (no Go, not built yet, or the module
+proxy refused a module: its exact error), which the test then gives as its
+skip reason. Calico (calico-felix, calicoctl, the CNI plugin and
+calico-ipam) is built from the archives in ``../shared/upstream/``
+(:mod:`testbed.upstream.calico`): the proxy refuses Calico's module.
 
-``python -m testbed.upstream`` (``make upstream``) builds every pin and
-prints one line per binary, ``NAME PATH``; what could not be built is one
-line on stderr, ``NAME: not built: <why>``.
+``python -m testbed.upstream`` (``make upstream``) builds the Kubernetes
+pins and the Calico releases the tests run (the pinned one and the newest;
+``--all-releases`` every archive) and prints one line per binary, ``NAME
+PATH``; what could not be built is one line on stderr, ``NAME: not built:
+<why>``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -27,7 +34,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MODULES", "Binary", "Module", "UnavailableError", "binary", "build", "cache_root"]
+from testbed.upstream import calico
+
+__all__ = [
+    "MODULES",
+    "Binary",
+    "Module",
+    "Outcome",
+    "UnavailableError",
+    "binary",
+    "build",
+    "cache_root",
+    "calico_releases",
+]
 
 HERE = Path(__file__).resolve().parent
 _MODULE_FILES = ("go.mod", "go.sum", "tools.go")
@@ -57,7 +76,6 @@ class Module:
 K8S = "v1.33.13"  # the release Calico v3.31.7's go.mod requires
 _K8S_MAJOR, _K8S_MINOR, _ = K8S[1:].split(".")
 ETCD = "v3.5.21"  # the etcd that k8s.io/kubernetes v1.33.13 pins
-CALICO = "v3.31.7"
 
 MODULES: tuple[Module, ...] = (
     Module(
@@ -82,15 +100,6 @@ MODULES: tuple[Module, ...] = (
             )
         ),
     ),
-    Module(
-        f"calico-{CALICO}",
-        (
-            Binary(
-                f"calico-felix-{CALICO}", "github.com/projectcalico/calico/felix/cmd/calico-felix"
-            ),
-            Binary(f"calicoctl-{CALICO}", "github.com/projectcalico/calico/calicoctl/calicoctl"),
-        ),
-    ),
 )
 
 
@@ -107,6 +116,7 @@ def _go() -> str | None:
     return shutil.which("go")
 
 
+@functools.cache
 def _go_version(go: str) -> str:
     out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
     return out.stdout.strip()
@@ -156,7 +166,8 @@ def _why_failed(stderr: str) -> tuple[bool, str]:
 
 @dataclass(frozen=True)
 class Outcome:
-    module: Module
+    name: str  # a module's folder, or calico-<label>
+    binaries: tuple[str, ...]  # what it builds
     built: dict[str, Path]  # name -> path
     failed: str | None  # why nothing was built
     refused: bool  # the proxy refused a module (expected here; not a build error)
@@ -165,9 +176,10 @@ class Outcome:
 def _build_module(module: Module, go: str, go_version: str) -> Outcome:
     folder = _folder(module, go_version)
     bin_dir = folder / "bin"
+    names = tuple(b.name for b in module.binaries)
     wanted = {b.name: bin_dir / b.name for b in module.binaries}
     if all(p.exists() for p in wanted.values()):
-        return Outcome(module, wanted, None, False)
+        return Outcome(module.folder, names, wanted, None, False)
     with tempfile.TemporaryDirectory(prefix="upstream-") as tmp:
         work = Path(tmp)
         for name in _MODULE_FILES:
@@ -193,34 +205,106 @@ def _build_module(module: Module, go: str, go_version: str) -> Outcome:
         if result.returncode != 0:
             refused, why = _why_failed(result.stderr)
             refusal.write_text(why + "\n")
-            return Outcome(module, {}, why, refused)
+            return Outcome(module.folder, names, {}, why, refused)
         bin_dir.mkdir(exist_ok=True)
         for b in module.binaries:
             os.replace(out / _out_name(b.package), wanted[b.name])
         refusal.unlink(missing_ok=True)
-    return Outcome(module, wanted, None, False)
+    return Outcome(module.folder, names, wanted, None, False)
 
 
-def build(modules: tuple[Module, ...] = MODULES) -> Iterator[Outcome]:
-    """Build every module not yet cached; one outcome each, as each finishes.
+def calico_releases(every: bool = False) -> tuple[calico.Archive, ...]:
+    """The Calico archives to build: the pinned release and the newest, or ``every`` one.
 
     Raises:
-        UnavailableError: there is no ``go`` on PATH.
+        UnavailableError: the archives are not there (the text says where).
+    """
+    try:
+        if every:
+            return calico.archives()
+        return (calico.archive(calico.PINNED), calico.archive(calico.NEWEST))
+    except calico.ArchiveError as exc:
+        raise UnavailableError(str(exc)) from exc
+
+
+def _build_calico(item: calico.Archive, go: str, go_version: str) -> Outcome:
+    folder, why = calico.build_archive(item, cache_root(), go, go_version)
+    wanted = calico.binaries(folder, item.label)
+    names = tuple(wanted)
+    refusal = folder / "not-built"
+    if why is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        refusal.write_text(why + "\n")
+        return Outcome(f"calico-{item.label}", names, {}, why, False)
+    refusal.unlink(missing_ok=True)
+    return Outcome(f"calico-{item.label}", names, wanted, None, False)
+
+
+def build(
+    modules: tuple[Module, ...] = MODULES, releases: tuple[calico.Archive, ...] | None = None
+) -> Iterator[Outcome]:
+    """Build every module and Calico release not yet cached; one outcome each, as each finishes.
+
+    ``releases`` defaults to :func:`calico_releases` (the pinned and the newest).
+
+    Raises:
+        UnavailableError: there is no ``go`` on PATH, or no Calico archives.
     """
     go = _go()
     if go is None:
         raise UnavailableError("no go command on PATH")
     version = _go_version(go)
+    if releases is None:
+        releases = calico_releases()
     for module in modules:
         yield _build_module(module, go, version)
+    for item in releases:
+        yield _build_calico(item, go, version)
+
+
+def _calico_binary(name: str) -> Path | None:
+    """The cached Calico binary ``name`` (``calico-felix-v3.31.7``), None if no archive makes it.
+
+    Raises:
+        UnavailableError: not built (the text says why), or no go.
+    """
+    try:
+        every = calico.archives()
+    except calico.ArchiveError as exc:
+        if name.startswith(("calico-", "calicoctl-")):
+            raise UnavailableError(f"{name}: {exc}") from exc
+        return None
+    for item in every:
+        if name.endswith("-" + item.label) and name[: -len(item.label) - 1] in (
+            "calico-felix",
+            "calicoctl",
+            "calico",
+            "calico-ipam",
+        ):
+            go = _go()
+            if go is None:
+                raise UnavailableError(f"{name}: no go command on PATH to build it with")
+            folder = item.folder(cache_root(), _go_version(go))
+            path = calico.binaries(folder, item.label)[name]
+            if path.exists():
+                return path
+            refusal = folder / "not-built"
+            if refusal.exists():
+                raise UnavailableError(f"{name}: not built: {refusal.read_text().strip()}")
+            how = "make upstream" if item in calico_releases() else "make test-releases"
+            raise UnavailableError(f"{name}: not built yet ({how} builds it)")
+    return None
 
 
 def binary(name: str) -> Path:
-    """The cached binary called ``name`` (e.g. ``kube-apiserver-v1.33.13``).
+    """The cached binary ``name`` (``kube-apiserver-v1.33.13``, ``calico-felix-v3.31.7``).
 
     Raises:
         UnavailableError: its text says why (no Go, not built yet, or refused).
     """
+    found = _calico_binary(name)
+    if found is not None:
+        return found
     module = next((m for m in MODULES if any(b.name == name for b in m.binaries)), None)
     if module is None:
         raise UnavailableError(f"{name} is not one of the pinned upstream binaries")
