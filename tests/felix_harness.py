@@ -46,6 +46,7 @@ class FelixHarness:
         program: Sequence[str] | None = None,
         cwd: Path = REPO,
         own_status_dir: bool = True,
+        send_in_sync: bool = True,
     ) -> None:
         """Start ``driver.py ARGS``; inside network namespace ``netns`` if given.
 
@@ -55,7 +56,9 @@ class FelixHarness:
         ``python driver.py`` (e.g. the ``dataplane-driver`` console script),
         started in ``cwd``. Unless ``own_status_dir`` is False (the test then
         sets ``EndpointStatusPathPrefix`` itself), endpoint-status files go
-        to a directory of the harness's own, :attr:`status_prefix`.
+        to a directory of the harness's own, :attr:`status_prefix`. Unless
+        ``send_in_sync`` is False the driver is asked to send DataplaneInSync
+        (``--send-in-sync yes``), which the harness's callers wait on.
         """
         to_driver_r, self.to_driver = os.pipe()
         self.from_driver, from_driver_w = os.pipe()
@@ -77,6 +80,10 @@ class FelixHarness:
         env = dict(os.environ if env is None else env)
         if own_status_dir:
             env.setdefault("DATAPLANE_ENDPOINT_STATUS_PREFIX", str(self.status_prefix))
+        # A parent of our own that reads DataplaneInSync (Felix drops it, so
+        # the driver sends it only when asked); tests wait on it.
+        if send_in_sync:
+            env.setdefault("DATAPLANE_SEND_IN_SYNC", "yes")
         prefix = ["ip", "netns", "exec", netns] if netns else []
         driver = program or [sys.executable, str(REPO / "driver.py")]
         self.proc = subprocess.Popen(

@@ -63,6 +63,7 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_KUBECONFIG": "/tmp/kubeconfig",
         "DATAPLANE_NODE_NAME": "node-7",
         "DATAPLANE_KUBERNETES_GRACE": "15",
+        "DATAPLANE_SEND_IN_SYNC": "yes",
     }
     assert len(environ) == len(GLOBAL_OPTIONS)  # one per option
     args = parse_args([], environ)
@@ -90,6 +91,7 @@ def test_every_variable_takes_effect() -> None:
     assert args.log_format == "json"
     assert args.policy_counters_interval == 0.0
     assert args.nftables_mode == "enabled"
+    assert args.send_in_sync == "yes"
 
 
 def test_without_variables_the_defaults_hold() -> None:
@@ -98,6 +100,7 @@ def test_without_variables_the_defaults_hold() -> None:
     assert list(args.host_address) == []
     assert args.felix_release == "auto"
     assert args.log_level is None  # so LogSeverityScreen is followed
+    assert args.send_in_sync == "no"  # no Felix release takes DataplaneInSync
 
 
 def test_the_command_line_wins() -> None:

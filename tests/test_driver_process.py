@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from dataplane.wire.framing import encode_frame
 from dataplane.wire.msglog import read_log
 from tests.conftest import REPO, ipset, workload
 from tests.felix_harness import FelixHarness
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +62,31 @@ def test_felix_mode_handshake_status_and_clean_exit(tmp_path: Path) -> None:
         "workload_endpoint_update",
         "in_sync",
     ]
+
+
+def test_as_felix_starts_it_no_dataplane_in_sync_goes_to_felix(tmp_path: Path) -> None:
+    """No Felix release takes DataplaneInSync from a driver: each logs two warnings.
+
+    By default the driver does not send it; the status files, which wait for
+    it, are written all the same.
+    """
+    felix = FelixHarness("--platform", "sim", send_in_sync=False)
+    felix.send(
+        pb.ConfigUpdate(config={"ReportingIntervalSecs": "1", "FelixHostname": "node-1"}),
+        workload("ns/web-1", "cali1234", "10.0.0.1/32"),
+        pb.InSync(),
+    )
+    got = felix.recv_until("workload_endpoint_status_update")
+    got += felix.recv_until("process_status_update")
+    assert "dataplane_in_sync" not in [e.WhichOneof("payload") for e in got]
+    status_dir = felix.status_prefix / "endpoint-status"
+    eventually(
+        lambda: status_dir.exists() and os.listdir(status_dir) == ["k8s ns%2Fweb-1 eth0"],
+        what="the endpoint's status file",
+    )
+    felix.close_input()
+    code, err = felix.wait()
+    assert code == 0, err
 
 
 def _fatal_line(err: str) -> str:

@@ -24,6 +24,7 @@ from dataplane.core.platform import Platform
 from dataplane.core.status_files import StatusFileSink
 from dataplane.errors import PlatformUnavailableError, ProtocolError
 from dataplane.kube.connection import KubeConnectionError, in_cluster, kubeconfig
+from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.transport import MessageSink, PipeSink, PipeSource, check_pipe_fd
 
 __all__ = ["report_end", "run"]
@@ -192,7 +193,9 @@ def _services_source(dataplane: Dataplane, args: argparse.Namespace) -> None:
 
 def _felix_sink(dataplane: Dataplane, args: argparse.Namespace) -> MessageSink:
     """Felix's fd 4; on Linux (as Felix, which ignores it on Windows) with the status files."""
-    pipe = PipeSink(FELIX_OUTPUT_FD)
+    pipe: MessageSink = PipeSink(FELIX_OUTPUT_FD)
+    if args.send_in_sync != "yes":
+        pipe = _WithoutInSync(pipe)
     if dataplane.platform.name == "windows":
         return pipe
     override: str | None = args.endpoint_status_prefix
@@ -203,6 +206,24 @@ def _felix_sink(dataplane: Dataplane, args: argparse.Namespace) -> MessageSink:
         return dataplane.config.endpoint_status_path_prefix
 
     return StatusFileSink(pipe, prefix)
+
+
+class _WithoutInSync:
+    """Felix's fd 4 without DataplaneInSync, which no Felix release takes from a driver.
+
+    ``ext_dataplane.go``'s RecvMessage maps five status payloads and logs
+    "Ignoring unknown message from dataplane" for any other, and hands on
+    a nil that ``daemon.go`` logs as "Unknown message from dataplane": two
+    WARNING lines at every start, in v3.30.7 to master. The status-file
+    writer in front of this still sees it (it starts its first full pass).
+    """
+
+    def __init__(self, inner: MessageSink) -> None:
+        self.inner = inner
+
+    async def send(self, envelope: pb.FromDataplane) -> None:
+        if envelope.WhichOneof("payload") != "dataplane_in_sync":
+            await self.inner.send(envelope)
 
 
 async def _serve(dataplane: Dataplane, source: PipeSource, sink: MessageSink) -> str | None:

@@ -142,6 +142,15 @@ GLOBAL_OPTIONS: tuple[Option, ...] = (
         **_enum("disabled", "enabled", "auto"),
     ),
     Option(
+        "--send-in-sync",
+        "under Felix: also send DataplaneInSync on fd 4 once the node is programmed from a"
+        " complete snapshot (yes), for a parent of your own that reads it. Every Felix"
+        " release drops it from an external driver and logs two warnings, so the default"
+        " is no; the endpoint-status files are written either way",
+        default="no",
+        **_enum("no", "yes"),
+    ),
+    Option(
         "--services-source",
         "under Felix: where services and their endpoints come from: felix (ServiceUpdate"
         " and ServiceBackendsUpdate messages; no Felix sends backends) or kubernetes (the"
