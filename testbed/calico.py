@@ -1,0 +1,418 @@
+"""Calico on the test bed's control plane: CRDs, calicoctl, the CNI plugin, Felix.
+
+Model::
+
+    control-plane netns: etcd, kube-apiserver, kube-controller-manager; calicoctl runs here
+    node netns:          calico-felix ─fds 3/4─ dataplane-driver     (Felix's own env)
+                         calico CNI plugin (ADD/DEL) ─ calico-ipam ──▶ API (IPAM blocks)
+    pod netns:           eth0 made, addressed and routed by the CNI plugin
+
+Everything Calico here is the real thing, built from the source archives
+(:mod:`testbed.upstream.calico`): the CRDs come from the same archive's
+``libcalico-go/config/crd/``, the cluster is initialised as calico-node's
+start-up initialises it (``EnsureInitialized``: ClusterInformation with
+``datastoreReady``, the default and admin-policy tiers), pods are made by
+the CNI plugin with Calico IPAM, and Felix runs in KDD mode with our
+``dataplane-driver`` as its ``DataplaneDriver``. There is no kubelet: a
+test writes a Pod's status (IP, Ready) as a kubelet would, after the CNI
+plugin made its network.
+
+What a bare host lacks is the test bed's to set, never the driver's: no
+syslog (``LogSeveritySys: none``), no log file, no usage reporting (it
+would reach out of the sandbox), endpoint-status files in a directory of
+the test's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed import upstream
+from testbed.control_plane import API_PORT, ControlPlane, ControlPlaneError
+from testbed.topology import Node, Pod, Topology, TopologyError
+
+__all__ = ["Calico", "CalicoError", "Felix", "unavailable"]
+
+POOL_V4 = "10.65.0.0/16"  # the topology's pod range, so external hosts route it back
+BLOCK_SIZE = 26
+CNI_TIMEOUT = 60.0
+READY_TIMEOUT = 60.0
+DRIVER = Path(sys.executable).with_name("dataplane-driver")
+
+
+class CalicoError(TopologyError):
+    """A Calico tool failed, or Calico did not come up; says which and why."""
+
+
+def unavailable(release: str) -> str | None:
+    """Why Calico ``release`` cannot run here (a skip reason), or None."""
+    try:
+        label = upstream.calico.archive(release).label
+        for name in ("calico-felix", "calicoctl", "calico", "calico-ipam"):
+            upstream.binary(f"{name}-{label}")
+    except (upstream.UnavailableError, upstream.calico.ArchiveError) as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Calico build: its label and where its parts are."""
+
+    label: str
+    felix: Path
+    calicoctl: Path
+    cni_dir: Path  # holds ``calico`` and ``calico-ipam``
+    crds: Path
+
+    @classmethod
+    def find(cls, release: str) -> Release:
+        label = upstream.calico.archive(release).label
+        felix = upstream.binary(f"calico-felix-{label}")
+        plugin = upstream.binary(f"calico-{label}")
+        return cls(
+            label,
+            felix,
+            upstream.binary(f"calicoctl-{label}"),
+            plugin.parent,
+            # bin/ and cni/ sit beside the unpacked source.
+            plugin.parent.parent / "src" / "libcalico-go" / "config" / "crd",
+        )
+
+
+class Calico:
+    """Calico (one release) installed on a control plane, with nodes, pods and Felix."""
+
+    def __init__(self, cp: ControlPlane, release: str, workdir: Path) -> None:
+        self.cp = cp
+        self.release = Release.find(release)
+        self.workdir = workdir
+        self.topology: Topology = cp.topology
+        self._local_kubeconfig = workdir / "calicoctl.kubeconfig"
+        self._local_kubeconfig.write_text(cp.kubeconfig(f"https://127.0.0.1:{API_PORT}"))
+        self.node_kubeconfigs: dict[str, Path] = {}
+        self.pod_names: dict[str, tuple[str, str]] = {}  # netns -> (namespace, name)
+
+    # --- the cluster ---------------------------------------------------------
+
+    def install(self, *, vxlan: bool = False) -> None:
+        """The release's CRDs, calico-node's initialisation, and one IPv4 pool."""
+        for path in sorted(self.release.crds.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc:
+                    self.cp.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
+        self._wait_established()
+        # As libcalico-go's EnsureInitialized (calico-node's start-up):
+        # Felix waits for datastoreReady; policies need their tier.
+        self.cp.create(
+            "/apis/crd.projectcalico.org/v1/clusterinformations",
+            {
+                "apiVersion": "crd.projectcalico.org/v1",
+                "kind": "ClusterInformation",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "clusterGUID": "dataplane-test",
+                    "clusterType": "k8s,kdd",
+                    "calicoVersion": self.release.label,
+                    "datastoreReady": True,
+                },
+            },
+        )
+        tiers = [
+            ("default", "Deny", 1000000),
+            ("adminnetworkpolicy", "Pass", 1000),
+            ("baselineadminnetworkpolicy", "Pass", 10000000),
+        ]
+        self.apply(
+            *(
+                {
+                    "apiVersion": "projectcalico.org/v3",
+                    "kind": "Tier",
+                    "metadata": {"name": name},
+                    "spec": {"order": order, "defaultAction": action},
+                }
+                for name, action, order in tiers
+            ),
+            {
+                "apiVersion": "projectcalico.org/v3",
+                "kind": "IPPool",
+                "metadata": {"name": "pods-v4"},
+                "spec": {
+                    "cidr": POOL_V4,
+                    "blockSize": BLOCK_SIZE,
+                    "ipipMode": "Never",
+                    "vxlanMode": "Always" if vxlan else "Never",
+                    "natOutgoing": False,
+                    "nodeSelector": "all()",
+                },
+            },
+        )
+
+    def _wait_established(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            crds = self.cp.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            pending = [
+                crd["metadata"]["name"]
+                for crd in crds["items"]
+                if not any(
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in (crd.get("status") or {}).get("conditions") or []
+                )
+            ]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise CalicoError(f"CRDs not established in {READY_TIMEOUT:.0f} s: {pending}")
+            time.sleep(0.1)  # polling the API server's own work, not a verdict
+
+    def calicoctl(self, *args: str, stdin: str | None = None) -> str:
+        """Run calicoctl (KDD, admin) inside the control plane's namespace; its stdout."""
+        result = self.cp.ns.run(
+            "env",
+            "DATASTORE_TYPE=kubernetes",
+            f"KUBECONFIG={self._local_kubeconfig}",
+            str(self.release.calicoctl),
+            *args,
+            check=False,
+            stdin=stdin,
+        )
+        if result.returncode != 0:
+            raise CalicoError(
+                f"calicoctl {' '.join(args)}: exit {result.returncode}: "
+                f"{(result.stderr or result.stdout).strip()}"
+            )
+        return result.stdout
+
+    def apply(self, *resources: Mapping[str, Any]) -> None:
+        """``calicoctl apply`` of projectcalico.org/v3 resources (one call for all)."""
+        text = "".join("---\n" + yaml.safe_dump(dict(r)) for r in resources)
+        self.calicoctl("apply", "-f", "-", stdin=text)
+
+    def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
+        args = ["delete", kind, name] + (["-n", namespace] if namespace else [])
+        self.calicoctl(*args)
+
+    # --- nodes ---------------------------------------------------------------
+
+    def add_node(self, node: Node, name: str | None = None) -> str:
+        """Join ``node`` to the API (a veth), and make its Node object; returns the name."""
+        name = name or node.name
+        server = self.cp.attach(node)
+        kubeconfig = self.workdir / f"{name}.kubeconfig"
+        kubeconfig.write_text(self.cp.kubeconfig(server))
+        self.node_kubeconfigs[node.netns] = kubeconfig
+        # calico-node writes this at start; the CNI plugin refuses to run
+        # without it (it is how the plugin knows calico-node is there).
+        (self.workdir / f"{name}.nodename").write_text(name)
+        self.cp.create(
+            "/api/v1/nodes",
+            {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}},
+        )
+        return name
+
+    # --- pods ----------------------------------------------------------------
+
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        self.cp.create(
+            "/api/v1/namespaces", {"metadata": {"name": name, "labels": dict(labels or {})}}
+        )
+
+    def add_pod(
+        self,
+        node: Node,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str] | None = None,
+        ports: Sequence[Mapping[str, Any]] = (),
+    ) -> Pod:
+        """A Pod in the API on ``node``, its network made by the real CNI plugin.
+
+        Then its status written as a kubelet would (IP, Running, Ready), so
+        that EndpointSlices follow it.
+        """
+        node_name = self._node_name(node)
+        body = {
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+            "spec": {
+                "nodeName": node_name,
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "main", "image": "none", "ports": list(ports)}],
+            },
+        }
+        self._create_pod(namespace, body)
+        netns = self.topology.new_netns("pod")
+        result = self._cni(node, "ADD", netns, namespace, name)
+        ipv4 = next(ip["address"].split("/")[0] for ip in result["ips"] if ":" not in ip["address"])
+        iface = next(i["name"] for i in result["interfaces"] if "sandbox" not in i)
+        pod = Pod(self.topology, name, netns, node=node, ipv4=ipv4, ipv6=None, iface=iface)
+        node.pods[f"{namespace}/{name}"] = pod
+        self.pod_names[netns] = (namespace, name)
+        self.cp.patch_status(
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            {
+                "phase": "Running",
+                "podIP": ipv4,
+                "podIPs": [{"ip": ipv4}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        )
+        return pod
+
+    def delete_pod(self, pod: Pod) -> None:
+        """CNI DEL (releases its IP), then the Pod object, then its namespace."""
+        namespace, name = self.pod_names.pop(pod.netns)
+        self._cni(pod.node, "DEL", pod.netns, namespace, name)
+        self.cp.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        pod.agent.stop()
+        del pod.node.pods[f"{namespace}/{name}"]
+        self.topology.delete_netns(pod.netns)
+
+    def _create_pod(self, namespace: str, body: Mapping[str, Any]) -> None:
+        # The ServiceAccount admission plugin refuses a pod until the
+        # controller manager has made the namespace's default account.
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            try:
+                self.cp.create(f"/api/v1/namespaces/{namespace}/pods", body)
+                return
+            except ControlPlaneError as exc:
+                if "serviceaccount" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)  # waiting on the controller manager, not a verdict
+
+    def _node_name(self, node: Node) -> str:
+        if node.netns not in self.node_kubeconfigs:
+            raise CalicoError(f"{node.name} was not added with add_node()")
+        return self.node_kubeconfigs[node.netns].stem
+
+    def _cni(self, node: Node, command: str, netns: str, namespace: str, name: str) -> Any:
+        node_name = self._node_name(node)
+        config = {
+            "cniVersion": "0.3.1",
+            "name": "k8s-pod-network",
+            "type": "calico",
+            "datastore_type": "kubernetes",
+            "nodename": node_name,
+            "nodename_file": str(self.workdir / f"{node_name}.nodename"),
+            "log_level": "info",
+            "log_file_path": str(self.workdir / f"cni-{node_name}.log"),
+            "mtu": 1450,
+            "ipam": {"type": "calico-ipam", "assign_ipv4": "true", "assign_ipv6": "false"},
+            "policy": {"type": "k8s"},
+            "kubernetes": {"kubeconfig": str(self.node_kubeconfigs[node.netns])},
+        }
+        env = {
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": f"c-{netns}",
+            "CNI_NETNS": f"/var/run/netns/{netns}",
+            "CNI_IFNAME": "eth0",
+            "CNI_PATH": str(self.release.cni_dir),
+            "CNI_ARGS": (
+                f"K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name};"
+                f"K8S_POD_INFRA_CONTAINER_ID=c-{netns}"
+            ),
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        }
+        result = subprocess.run(
+            ["ip", "netns", "exec", node.netns, str(self.release.cni_dir / "calico")],
+            input=json.dumps(config),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CNI_TIMEOUT,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise CalicoError(
+                f"CNI {command} {namespace}/{name}: exit {result.returncode}:"
+                f" {result.stdout.strip()} {result.stderr.strip()[-500:]}"
+            )
+        return json.loads(result.stdout) if command == "ADD" else None
+
+    # --- Felix ---------------------------------------------------------------
+
+    def start_felix(self, node: Node, env: Mapping[str, str] | None = None) -> Felix:
+        """calico-felix in ``node``'s namespace (KDD), our driver as its dataplane."""
+        name = self._node_name(node)
+        return Felix(self, node, name, dict(env or {}))
+
+
+class Felix:
+    """One calico-felix process for one node, as calico-node's supervisor runs it.
+
+    Felix exits 129 after a config change (and the supervisor starts it
+    again); :meth:`restart_if_exited` plays the supervisor.
+    """
+
+    def __init__(self, calico: Calico, node: Node, name: str, env: dict[str, str]) -> None:
+        self.calico = calico
+        self.node = node
+        self.name = name
+        self.status_dir = calico.workdir / f"status-{name}"
+        self.status_dir.mkdir(exist_ok=True)
+        self.log_path = calico.workdir / f"felix-{name}.log"
+        self.env = {
+            **os.environ,
+            "FELIX_DATASTORETYPE": "kubernetes",
+            "KUBECONFIG": str(calico.node_kubeconfigs[node.netns]),
+            "FELIX_FELIXHOSTNAME": name,
+            "NODENAME": name,
+            "FELIX_USEINTERNALDATAPLANEDRIVER": "false",
+            "FELIX_DATAPLANEDRIVER": str(DRIVER),
+            # A bare host's settings (the test bed's, not the driver's):
+            "FELIX_LOGSEVERITYSYS": "none",
+            "FELIX_LOGFILEPATH": "none",
+            "FELIX_LOGSEVERITYSCREEN": "info",
+            "FELIX_USAGEREPORTINGENABLED": "false",
+            "FELIX_IPV6SUPPORT": "false",
+            "FELIX_ENDPOINTSTATUSPATHPREFIX": str(self.status_dir),
+            **env,
+        }
+        self.exits: list[int] = []
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen(
+                ["ip", "netns", "exec", self.node.netns, str(self.calico.release.felix)],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def restart_if_exited(self) -> bool:
+        """If Felix has exited, note its code and start it again (the supervisor's job)."""
+        code = self.proc.poll()
+        if code is None:
+            return False
+        self.exits.append(code)
+        self.proc = self._spawn()
+        return True
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, as calico-node's supervisor stops it; its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
