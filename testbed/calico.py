@@ -271,10 +271,17 @@ class Calico:
         return pod
 
     def delete_pod(self, pod: Pod) -> None:
-        """CNI DEL (releases its IP), then the Pod object, then its namespace."""
+        """Delete the Pod as a user and its kubelet do, then its network namespace.
+
+        The API delete marks it terminating; the kubelet's part follows:
+        CNI DEL (the plugin releases its IP), then the delete with no grace
+        that removes the object.
+        """
         namespace, name = self.pod_names.pop(pod.netns)
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        self.cp.delete(path)
         self._cni(pod.node, "DEL", pod.netns, namespace, name)
-        self.cp.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        self.cp.request("DELETE", path, {"gracePeriodSeconds": 0})
         pod.agent.stop()
         del pod.node.pods[f"{namespace}/{name}"]
         self.topology.delete_netns(pod.netns)

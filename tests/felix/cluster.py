@@ -1,0 +1,222 @@
+"""A one-node Calico cluster under the real Felix, and how tests judge it.
+
+:func:`running` brings up the real control plane, the release's Calico
+(CRDs, initialisation, an IPv4 pool), a node namespace with calico-felix
+running our driver, and three pods made by the CNI plugin: ``web`` and
+``client`` in namespace ``alpha`` (labels ``team=a``), ``other`` and
+``db`` in ``beta`` (``team=b``); each has the label ``app`` (``web``,
+``client``, ``client``, ``db``). Every pod answers TCP on :data:`PORT` (named
+``http``) and UDP on :data:`UDP_PORT` with its name. Tests change the
+cluster through the API or calicoctl and put it back when they are done:
+one cluster serves a whole session's tests of a release and backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.calico import Calico, Felix
+from testbed.control_plane import ControlPlane
+from testbed.topology import Namespace, Node, Pod, Proto, Topology
+from tests.waiting import eventually
+
+__all__ = ["PORT", "PROGRAMMED", "UDP_PORT", "Cluster", "running"]
+
+PORT = 8080
+UDP_PORT = 5353
+OPS_PORT = 9095  # the driver's /metrics, on the node's loopback
+PROGRAMMED = 60.0  # Felix's start, its sync with the API, the driver's first apply
+NAMESPACES = {"alpha": {"team": "a"}, "beta": {"team": "b"}}
+PODS = (
+    ("alpha", "web", "web"),
+    ("alpha", "client", "client"),
+    ("beta", "other", "client"),
+    ("beta", "db", "db"),
+)
+
+_names = itertools.count()
+_COUNTER = re.compile(r"counter packets \d+ bytes \d+")
+
+
+@dataclass
+class Cluster:
+    calico: Calico
+    node: Node
+    felix: Felix
+    nftables_mode: str
+    pods: dict[str, Pod] = field(default_factory=dict)
+
+    @property
+    def cp(self) -> ControlPlane:
+        return self.calico.cp
+
+    @property
+    def external(self) -> Namespace:
+        return self.node.external
+
+    # --- pods ------------------------------------------------------------------
+
+    def pod(self, namespace: str, name: str, **labels: str) -> Pod:
+        """A pod made by the CNI plugin, serving TCP and UDP with its name."""
+        ports = [{"name": "http", "containerPort": PORT, "protocol": "TCP"}]
+        pod = self.calico.add_pod(self.node, namespace, name, labels, ports)
+        pod.listen("tcp", PORT, 4)
+        pod.listen("udp", UDP_PORT, 4)
+        self.pods[name] = pod
+        return pod
+
+    def remove_pod(self, name: str) -> None:
+        """CNI DEL, then the Pod object, then its namespace."""
+        self.calico.delete_pod(self.pods.pop(name))
+
+    def label_pod(self, name: str, labels: Mapping[str, str | None]) -> None:
+        namespace, api_name = self.calico.pod_names[self.pods[name].netns]
+        self.cp.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{api_name}",
+            {"metadata": {"labels": dict(labels)}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
+    # --- Kubernetes NetworkPolicy ---------------------------------------------------
+
+    def netpol(self, namespace: str, spec: Mapping[str, Any], name: str | None = None) -> str:
+        name = name or f"np{next(_names)}"
+        self.cp.create(
+            f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+            {"metadata": {"name": name, "namespace": namespace}, "spec": dict(spec)},
+        )
+        return name
+
+    def replace_netpol(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
+        path = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}"
+        current = self.cp.get(path)
+        current["spec"] = dict(spec)
+        self.cp.request("PUT", path, current)
+
+    def delete_netpol(self, namespace: str, name: str) -> None:
+        self.cp.delete(f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}")
+
+    @contextlib.contextmanager
+    def netpols(self, namespace: str, *specs: Mapping[str, Any]) -> Iterator[list[str]]:
+        names = [self.netpol(namespace, spec) for spec in specs]
+        try:
+            yield names
+        finally:
+            for name in names:
+                self.delete_netpol(namespace, name)
+
+    @contextlib.contextmanager
+    def calico_resources(self, *resources: Mapping[str, Any]) -> Iterator[None]:
+        """``calicoctl apply`` them; ``calicoctl delete`` them, last first, at the end."""
+        self.calico.apply(*resources)
+        try:
+            yield
+        finally:
+            for r in reversed(resources):
+                meta = r["metadata"]
+                self.calico.delete(r["kind"], meta["name"], meta.get("namespace"))
+
+    # --- what the kernel holds ------------------------------------------------------
+
+    def rules(self) -> list[str]:
+        """Every rule of ours in the kernel, as it would show a rewrite.
+
+        nftables: each rule with its handle (a rewritten rule gets a new
+        one); set elements are left out. iptables: the ``iptables-save``
+        rules without counters, with the driver's count of rule lines it
+        has written (``felix_iptables_lines_executed``) appended, since a
+        rule rewritten with the same text would not show otherwise.
+        """
+        if self.nftables_mode == "Enabled":
+            text = self.node.run("nft", "-a", "list", "ruleset").stdout
+            rules, chain = [], None
+            for line in text.splitlines():
+                stripped = line.strip()
+                if stripped.startswith("chain "):
+                    chain = stripped.split()[1]
+                elif stripped.startswith(("set ", "map ")) or stripped == "}":
+                    chain = None
+                elif chain is not None and "# handle" in stripped:
+                    rules.append(f"{chain}: {_COUNTER.sub('counter', stripped)}")
+            return rules
+        text = self.node.run("iptables-save").stdout
+        rules = [line for line in text.splitlines() if line.startswith("-A cali")]
+        return [*rules, f"lines written: {self.metric('felix_iptables_lines_executed_total')}"]
+
+    def metric(self, name: str) -> float:
+        """The sum of a metric's samples on the driver's /metrics."""
+        script = (
+            "import urllib.request as u\n"
+            f"print(u.urlopen('http://127.0.0.1:{OPS_PORT}/metrics', timeout=5).read().decode())"
+        )
+        text = self.node.run("python3", "-c", script).stdout
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name + "{") or line.startswith(name + " ")
+        ]
+        return sum(values)
+
+    # --- verdicts --------------------------------------------------------------
+
+    def source(self, name: str) -> Namespace:
+        return self.external if name == "external" else self.pods[name]
+
+    def reaches(self, src: str, dst: str, proto: Proto = "tcp", port: int | None = None) -> bool:
+        """One real connection from ``src`` (a pod or ``external``) to pod ``dst``."""
+        target = self.pods[dst]
+        port = port if port is not None else (PORT if proto == "tcp" else UDP_PORT)
+        probe = self.source(src).connect(proto, target.ipv4, port, timeout=0.5)
+        return probe.ok and probe.reply == dst
+
+    def expect(
+        self,
+        want: Mapping[tuple[str, str], bool],
+        proto: Proto = "tcp",
+        what: str = "",
+        deadline: float = PROGRAMMED,
+    ) -> None:
+        """Wait until every ``(src, dst)`` connection's verdict is as wanted."""
+        expected = {f"{a}->{b}": ok for (a, b), ok in want.items()}
+        seen: dict[str, bool] = {}
+
+        def holds() -> bool:
+            seen.clear()
+            seen.update({f"{a}->{b}": self.reaches(a, b, proto) for a, b in want})
+            return seen == expected
+
+        try:
+            eventually(holds, deadline, what or str(expected))
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}; {proto} last seen {seen}; Felix's log {self.felix.log_path}"
+            ) from exc
+
+
+@contextlib.contextmanager
+def running(topo: Topology, workdir: Path, release: str, nftables_mode: str) -> Iterator[Cluster]:
+    """The one-node cluster of this module's docstring, torn down at the end."""
+    with ControlPlane(topo, workdir, controller_manager=True) as cp:
+        calico = Calico(cp, release, workdir)
+        calico.install()
+        node = topo.add_node("node-1")
+        calico.add_node(node)
+        for namespace, labels in NAMESPACES.items():
+            calico.create_namespace(namespace, labels)
+        env = {"FELIX_NFTABLESMODE": nftables_mode, "DATAPLANE_LISTEN": f"127.0.0.1:{OPS_PORT}"}
+        felix = calico.start_felix(node, env)
+        cluster = Cluster(calico, node, felix, nftables_mode)
+        try:
+            for namespace, name, app in PODS:
+                cluster.pod(namespace, name, app=app)
+            yield cluster
+        finally:
+            felix.stop()
+            print(f"Felix's log: {felix.log_path}")
