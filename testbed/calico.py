@@ -20,7 +20,7 @@ plugin made its network.
 What a bare host lacks is the test bed's to set, never the driver's: no
 syslog (``LogSeveritySys: none``), no log file, no usage reporting (it
 would reach out of the sandbox), endpoint-status files in a directory of
-the test's.
+the test's, and a log that drops no line (the tests read it).
 """
 
 from __future__ import annotations
@@ -385,6 +385,9 @@ class Felix:
             "FELIX_USAGEREPORTINGENABLED": "false",
             "FELIX_IPV6SUPPORT": "false",
             "FELIX_ENDPOINTSTATUSPATHPREFIX": str(self.status_dir),
+            # Tests read Felix's log: every line, even when it is busy
+            # (by default it drops lines it cannot write fast enough).
+            "FELIX_DEBUGDISABLELOGDROPPING": "true",
             **env,
         }
         self.exits: list[int] = []

@@ -260,7 +260,7 @@ MESSAGES: dict[str, Message] = {
 LOOP_LINES = {
     "in_sync": [
         "seq={seq} InSync received; programming the dataplane",
-        "dataplane programmed; DataplaneInSync sent",
+        "dataplane programmed from a complete snapshot",
     ],
     "config_update": ["config updated (1 keys received)"],
 }

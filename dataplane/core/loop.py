@@ -523,7 +523,7 @@ class Dataplane:
         if not self._sent_in_sync:
             self._sent_in_sync = True
             self._send(pb.DataplaneInSync())
-            log.info("dataplane programmed; DataplaneInSync sent")
+            log.info("dataplane programmed from a complete snapshot")
         # After the news has gone out (the writer runs at this checkpoint):
         # the kernel holds it whether or not the heap is tidy yet.
         if self._heap is not None:

@@ -26,7 +26,7 @@ from testbed.control_plane import ControlPlane
 from testbed.topology import Namespace, Node, Pod, Proto, Topology
 from tests.waiting import eventually
 
-__all__ = ["PORT", "PROGRAMMED", "UDP_PORT", "Cluster", "running"]
+__all__ = ["PORT", "PROGRAMMED", "UDP_PORT", "Cluster", "complaints", "running"]
 
 PORT = 8080
 UDP_PORT = 5353
@@ -126,13 +126,12 @@ class Cluster:
     # --- what the kernel holds ------------------------------------------------------
 
     def rules(self) -> list[str]:
-        """Every rule of ours in the kernel, as it would show a rewrite.
+        """Every rule in the node's kernel, as it would show a rewrite.
 
         nftables: each rule with its handle (a rewritten rule gets a new
-        one); set elements are left out. iptables: the ``iptables-save``
-        rules without counters, with the driver's count of rule lines it
-        has written (``felix_iptables_lines_executed``) appended, since a
-        rule rewritten with the same text would not show otherwise.
+        one), counters and set elements left out. iptables: the rules of
+        ``iptables-save`` without counters; a rule rewritten with the same
+        text does not show there, so :meth:`lines_written` goes with it.
         """
         if self.nftables_mode == "Enabled":
             text = self.node.run("nft", "-a", "list", "ruleset").stdout
@@ -147,8 +146,11 @@ class Cluster:
                     rules.append(f"{chain}: {_COUNTER.sub('counter', stripped)}")
             return rules
         text = self.node.run("iptables-save").stdout
-        rules = [line for line in text.splitlines() if line.startswith("-A cali")]
-        return [*rules, f"lines written: {self.metric('felix_iptables_lines_executed_total')}"]
+        return [line for line in text.splitlines() if line.startswith("-A ")]
+
+    def lines_written(self) -> float:
+        """The rule lines the running driver has written to iptables (0 on nftables)."""
+        return self.metric("felix_iptables_lines_executed_total")
 
     def metric(self, name: str) -> float:
         """The sum of a metric's samples on the driver's /metrics."""
@@ -198,6 +200,26 @@ class Cluster:
             raise AssertionError(
                 f"{exc}; {proto} last seen {seen}; Felix's log {self.felix.log_path}"
             ) from exc
+
+
+def complaints(log: str) -> list[str]:
+    """Felix's WARNING and worse lines, outside its own shutdowns.
+
+    From "Felix is shutting down" until it starts again ("Felix starting
+    up"), Felix logs a WARNING for any driver that exits (``Driver process
+    stopped error=<nil>``), an ERROR for the EOF on its pipe and a FATAL to
+    exit (``daemon.go``'s ``monitorAndManageShutdown``), whatever the driver
+    did: those are Felix's own shutdown, not the driver's doing.
+    """
+    found, stopping = [], False
+    for line in log.splitlines():
+        if "Felix is shutting down" in line:
+            stopping = True
+        elif "Felix starting up" in line:
+            stopping = False
+        elif not stopping and re.search(r"\[(WARNING|ERROR|FATAL|PANIC)\]", line):
+            found.append(line)
+    return found
 
 
 @contextlib.contextmanager

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.felix.cluster import Cluster
+from tests.felix.cluster import PROGRAMMED, Cluster
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -104,3 +105,81 @@ def test_a_global_network_set_in_a_selector(cluster: Cluster) -> None:
         cluster.calico.apply(trusted)
         cluster.expect({("db", "web"): True, ("other", "web"): True, ("client", "web"): False})
     cluster.expect(ALL)
+
+
+def _host_reached(cluster: Cluster, port: int) -> bool:
+    probe = cluster.external.connect("tcp", cluster.node.address(4), port, timeout=0.5)
+    return probe.ok and probe.reply == cluster.node.name
+
+
+def _expect_host(cluster: Cluster, want: dict[int, bool], what: str) -> None:
+    seen: dict[int, bool] = {}
+
+    def holds() -> bool:
+        seen.clear()
+        seen.update({port: _host_reached(cluster, port) for port in want})
+        return seen == want
+
+    try:
+        eventually(holds, PROGRAMMED, what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen {seen}") from exc
+
+
+def test_a_host_endpoint_with_pre_dnat_and_untracked_policy(cluster: Cluster) -> None:
+    """The node's uplink as a HostEndpoint, judged from the external host."""
+    for port in (7000, 7001, 7002):
+        cluster.node.listen("tcp", port, 4)
+    _expect_host(cluster, {7000: True, 7001: True, 7002: True}, "no host endpoint: open")
+    uplink = "role == 'uplink'"
+    hep = {
+        "apiVersion": V3,
+        "kind": "HostEndpoint",
+        "metadata": {"name": "node-1-eth0", "labels": {"role": "uplink"}},
+        "spec": {
+            "node": "node-1",
+            "interfaceName": "eth0",
+            "expectedIPs": [cluster.node.address(4)],
+        },
+    }
+    normal: dict[str, Any] = {
+        "selector": uplink,
+        "types": ["Ingress"],
+        "ingress": [{"action": "Deny"}],
+    }
+    pre_dnat = {
+        "selector": uplink,
+        "preDNAT": True,
+        "applyOnForward": True,
+        "types": ["Ingress"],
+        "ingress": [{"action": "Deny", "protocol": "TCP", "destination": {"ports": [7001]}}],
+    }
+    # Untracked: replies are untracked too, so both directions need an allow.
+    untracked = {
+        "selector": uplink,
+        "doNotTrack": True,
+        "applyOnForward": True,
+        "types": ["Ingress", "Egress"],
+        "ingress": [{"action": "Allow", "protocol": "TCP", "destination": {"ports": [7002]}}],
+        "egress": [{"action": "Allow", "protocol": "TCP", "source": {"ports": [7002]}}],
+    }
+    normal_policy = _policy("GlobalNetworkPolicy", "uplink-normal", normal)
+    resources = (
+        hep,
+        normal_policy,
+        _policy("GlobalNetworkPolicy", "uplink-pre-dnat", pre_dnat),
+        _policy("GlobalNetworkPolicy", "uplink-untracked", untracked),
+    )
+    with cluster.calico_resources(*resources):
+        _expect_host(
+            cluster,
+            {7000: False, 7001: False, 7002: True},
+            "normal policy denies; the untracked allow goes round it",
+        )
+        normal["ingress"] = [{"action": "Allow"}]
+        cluster.calico.apply(normal_policy)
+        _expect_host(
+            cluster, {7000: True, 7001: False, 7002: True}, "the pre-DNAT deny holds before it"
+        )
+        cluster.expect({("client", "web"): True}, what="the pods are not the host")
+    _expect_host(cluster, {7000: True, 7001: True, 7002: True}, "host endpoint gone: open")

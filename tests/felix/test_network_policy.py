@@ -9,11 +9,9 @@ programs them; connections between the pods say what is in force.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from tests.felix.cluster import Cluster
+from tests.felix.cluster import Cluster, complaints
 
 pytestmark = pytest.mark.slow
 
@@ -87,23 +85,9 @@ def test_default_deny_then_egress_to_an_ip_block_with_an_exception(cluster: Clus
     cluster.expect(ALL)
 
 
-def complaints(log: str) -> list[str]:
-    """Felix's WARNING and worse lines, up to its own shutdown.
-
-    From "Felix is shutting down" on, Felix logs a WARNING for any driver
-    that exits (``Driver process stopped error=<nil>``), an ERROR for the
-    EOF on its pipe and a FATAL to exit (``daemon.go``'s
-    ``monitorAndManageShutdown``), whatever the driver did: those are
-    Felix's own shutdown, not the driver's doing.
-    """
-    lines = log.splitlines()
-    end = next((i for i, line in enumerate(lines) if "Felix is shutting down" in line), len(lines))
-    return [line for line in lines[:end] if re.search(r"\[(WARNING|ERROR|FATAL|PANIC)\]", line)]
-
-
 def test_felix_logs_no_warning_or_error_about_its_driver(cluster: Cluster) -> None:
     cluster.expect(ALL)
-    assert complaints(cluster.felix.log()) == []
+    assert complaints(cluster.felix.log()) == []  # at start and in steady state
 
 
 def test_the_backend_felix_asks_for_is_the_one_programmed(cluster: Cluster) -> None:
