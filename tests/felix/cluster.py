@@ -8,7 +8,10 @@ running our driver, and three pods made by the CNI plugin: ``web`` and
 ``client``, ``client``, ``db``). Every pod answers TCP on :data:`PORT` (named
 ``http``) and UDP on :data:`UDP_PORT` with its name. Tests change the
 cluster through the API or calicoctl and put it back when they are done:
-one cluster serves a whole session's tests of a release and backend.
+one cluster serves a whole session's tests of a release and backend. The
+driver takes services from the API (``DATAPLANE_SERVICES_SOURCE=
+kubernetes``), whose EndpointSlices kube-controller-manager writes from
+the pods.
 """
 
 from __future__ import annotations
@@ -83,6 +86,23 @@ class Cluster:
             {"metadata": {"labels": dict(labels)}},
             headers={"Content-Type": "application/merge-patch+json"},
         )
+
+    # --- Services ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def service(self, namespace: str, name: str, spec: Mapping[str, Any]) -> Iterator[Any]:
+        """A Service in the API (deleted at the end); yields it as created."""
+        path = f"/api/v1/namespaces/{namespace}/services"
+        created = self.cp.create(path, {"metadata": {"name": name}, "spec": dict(spec)})
+        try:
+            yield created
+        finally:
+            self.cp.delete(f"{path}/{name}")
+
+    def served_by(self, src: str, address: str, port: int, proto: Proto = "tcp") -> str | None:
+        """Which pod answered one connection from ``src``, or None."""
+        probe = self.source(src).connect(proto, address, port, timeout=0.5)
+        return probe.reply if probe.ok else None
 
     # --- Kubernetes NetworkPolicy ---------------------------------------------------
 
@@ -232,7 +252,14 @@ def running(topo: Topology, workdir: Path, release: str, nftables_mode: str) -> 
         calico.add_node(node)
         for namespace, labels in NAMESPACES.items():
             calico.create_namespace(namespace, labels)
-        env = {"FELIX_NFTABLESMODE": nftables_mode, "DATAPLANE_LISTEN": f"127.0.0.1:{OPS_PORT}"}
+        env = {
+            "FELIX_NFTABLESMODE": nftables_mode,
+            "DATAPLANE_LISTEN": f"127.0.0.1:{OPS_PORT}",
+            # As an operator switches kube-proxy off: services from the API,
+            # with the node's credentials (the node name is Felix's NODENAME).
+            "DATAPLANE_SERVICES_SOURCE": "kubernetes",
+            "DATAPLANE_KUBECONFIG": str(calico.node_kubeconfigs[node.netns]),
+        }
         felix = calico.start_felix(node, env)
         cluster = Cluster(calico, node, felix, nftables_mode)
         try:
