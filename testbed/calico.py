@@ -1,19 +1,20 @@
-"""Calico on the test bed's control plane: CRDs, calicoctl, the CNI plugin, Felix.
+"""Calico on the test bed's control plane: CRDs, calico-node, calicoctl, the CNI plugin, Felix.
 
 Model::
 
     control-plane netns: etcd, kube-apiserver, kube-controller-manager; calicoctl runs here
-    node netns:          calico-felix ─fds 3/4─ dataplane-driver     (Felix's own env)
+    node netns:          calico-node -startup, -allocate-tunnel-addrs-run-once (once)
+                         calico-felix ─fds 3/4─ dataplane-driver     (Felix's own env)
                          calico CNI plugin (ADD/DEL) ─ calico-ipam ──▶ API (IPAM blocks)
     pod netns:           eth0 made, addressed and routed by the CNI plugin
 
 Everything Calico here is the real thing, built from the source archives
 (:mod:`testbed.upstream.calico`): the CRDs come from the same archive's
-``libcalico-go/config/crd/``, the cluster is initialised as calico-node's
-start-up initialises it (``EnsureInitialized``: ClusterInformation with
-``datastoreReady``, the default and admin-policy tiers), pods are made by
-the CNI plugin with Calico IPAM, and Felix runs in KDD mode with our
-``dataplane-driver`` as its ``DataplaneDriver``. There is no kubelet: a
+``libcalico-go/config/crd/``; the real calico-node's start-up initialises
+the cluster (ClusterInformation with ``datastoreReady``, the tiers) and
+each node (its address annotations, the ``nodename`` file, its VXLAN
+tunnel address); pods are made by the CNI plugin with Calico IPAM; Felix
+runs in KDD mode with our ``dataplane-driver`` as its ``DataplaneDriver``. There is no kubelet: a
 test writes a Pod's status (IP, Ready) as a kubelet would, after the CNI
 plugin made its network.
 
@@ -59,7 +60,7 @@ def unavailable(release: str) -> str | None:
     """Why Calico ``release`` cannot run here (a skip reason), or None."""
     try:
         label = upstream.calico.archive(release).label
-        for name in ("calico-felix", "calicoctl", "calico", "calico-ipam"):
+        for name in ("calico-node", "calico-felix", "calicoctl", "calico", "calico-ipam"):
             upstream.binary(f"{name}-{label}")
     except (upstream.UnavailableError, upstream.calico.ArchiveError) as exc:
         return str(exc)
@@ -71,6 +72,7 @@ class Release:
     """One Calico build: its label and where its parts are."""
 
     label: str
+    node: Path
     felix: Path
     calicoctl: Path
     cni_dir: Path  # holds ``calico`` and ``calico-ipam``
@@ -83,6 +85,7 @@ class Release:
         plugin = upstream.binary(f"calico-{label}")
         return cls(
             label,
+            upstream.binary(f"calico-node-{label}"),
             felix,
             upstream.binary(f"calicoctl-{label}"),
             plugin.parent,
@@ -102,62 +105,31 @@ class Calico:
         self._local_kubeconfig = workdir / "calicoctl.kubeconfig"
         self._local_kubeconfig.write_text(cp.kubeconfig(f"https://127.0.0.1:{API_PORT}"))
         self.node_kubeconfigs: dict[str, Path] = {}
+        self._pool: dict[str, Any] | None = None
         self.pod_names: dict[str, tuple[str, str]] = {}  # netns -> (namespace, name)
 
     # --- the cluster ---------------------------------------------------------
 
     def install(self, *, vxlan: bool = False) -> None:
-        """The release's CRDs, calico-node's initialisation, and one IPv4 pool."""
+        """The release's CRDs; the IPv4 pool (VXLAN or none) comes with the first node."""
         for path in sorted(self.release.crds.glob("*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc:
                     self.cp.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
         self._wait_established()
-        # As libcalico-go's EnsureInitialized (calico-node's start-up):
-        # Felix waits for datastoreReady; policies need their tier.
-        self.cp.create(
-            "/apis/crd.projectcalico.org/v1/clusterinformations",
-            {
-                "apiVersion": "crd.projectcalico.org/v1",
-                "kind": "ClusterInformation",
-                "metadata": {"name": "default"},
-                "spec": {
-                    "clusterGUID": "dataplane-test",
-                    "clusterType": "k8s,kdd",
-                    "calicoVersion": self.release.label,
-                    "datastoreReady": True,
-                },
+        self._pool = {
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "IPPool",
+            "metadata": {"name": "pods-v4"},
+            "spec": {
+                "cidr": POOL_V4,
+                "blockSize": BLOCK_SIZE,
+                "ipipMode": "Never",
+                "vxlanMode": "Always" if vxlan else "Never",
+                "natOutgoing": False,
+                "nodeSelector": "all()",
             },
-        )
-        tiers = [
-            ("default", "Deny", 1000000),
-            ("adminnetworkpolicy", "Pass", 1000),
-            ("baselineadminnetworkpolicy", "Pass", 10000000),
-        ]
-        self.apply(
-            *(
-                {
-                    "apiVersion": "projectcalico.org/v3",
-                    "kind": "Tier",
-                    "metadata": {"name": name},
-                    "spec": {"order": order, "defaultAction": action},
-                }
-                for name, action, order in tiers
-            ),
-            {
-                "apiVersion": "projectcalico.org/v3",
-                "kind": "IPPool",
-                "metadata": {"name": "pods-v4"},
-                "spec": {
-                    "cidr": POOL_V4,
-                    "blockSize": BLOCK_SIZE,
-                    "ipipMode": "Never",
-                    "vxlanMode": "Always" if vxlan else "Never",
-                    "natOutgoing": False,
-                    "nodeSelector": "all()",
-                },
-            },
-        )
+        }
 
     def _wait_established(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
@@ -207,20 +179,67 @@ class Calico:
     # --- nodes ---------------------------------------------------------------
 
     def add_node(self, node: Node, name: str | None = None) -> str:
-        """Join ``node`` to the API (a veth), and make its Node object; returns the name."""
+        """Join ``node`` to the cluster as calico-node's start-up does; returns its name.
+
+        A veth to the API server, a kubeconfig, the Node object; then the
+        real ``calico-node -startup`` in the node's namespace (the cluster's
+        initialisation on the first node: ClusterInformation, the tiers;
+        the node's address annotations from ``eth0``; the ``nodename``
+        file the CNI plugin needs), the pool after the first node, and
+        ``calico-node -allocate-tunnel-addrs-run-once`` (the VXLAN tunnel
+        address, from the node's IPAM block).
+        """
         name = name or node.name
         server = self.cp.attach(node)
         kubeconfig = self.workdir / f"{name}.kubeconfig"
         kubeconfig.write_text(self.cp.kubeconfig(server))
         self.node_kubeconfigs[node.netns] = kubeconfig
-        # calico-node writes this at start; the CNI plugin refuses to run
-        # without it (it is how the plugin knows calico-node is there).
-        (self.workdir / f"{name}.nodename").write_text(name)
         self.cp.create(
             "/api/v1/nodes",
             {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}},
         )
+        startup, tunnels = upstream.calico.node_commands(self.release.node)
+        self._calico_node(node, name, startup)
+        if self._pool is not None:
+            self.apply(self._pool)
+            self._pool = None
+        self._calico_node(node, name, tunnels)
         return name
+
+    def _calico_node(self, node: Node, name: str, argv: tuple[str, ...]) -> None:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "DATASTORE_TYPE": "kubernetes",
+            "KUBECONFIG": str(self.node_kubeconfigs[node.netns]),
+            "NODENAME": name,
+            "CALICO_NODENAME_FILE": str(self.workdir / f"{name}.nodename"),
+            "CALICO_NETWORKING_BACKEND": "vxlan",  # no BIRD here
+            "CLUSTER_TYPE": "k8s,kdd",
+            "IP": "autodetect",
+            "IP_AUTODETECTION_METHOD": "interface=eth0",
+            "NO_DEFAULT_POOLS": "true",
+            "WAIT_FOR_DATASTORE": "true",
+            "CALICO_DISABLE_FILE_LOGGING": "true",
+            "FELIX_IPV6SUPPORT": "false",
+        }
+        # It makes /var/lib/calico if missing: on a tmpfs of its own mount
+        # namespace (ip netns exec's), never on this machine's disk.
+        script = 'mount -t tmpfs tmpfs /var/lib && exec "$0" "$@"'
+        result = subprocess.run(
+            ["ip", "netns", "exec", node.netns, "sh", "-c", script, *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=READY_TIMEOUT,
+            check=False,
+        )
+        with (self.workdir / f"calico-node-{name}.log").open("a") as log:
+            log.write(result.stdout + result.stderr)
+        if result.returncode != 0:
+            raise CalicoError(
+                f"{' '.join(argv[1:])} on {name}: exit {result.returncode}:"
+                f" {(result.stderr or result.stdout).strip()[-500:]}"
+            )
 
     # --- pods ----------------------------------------------------------------
 

@@ -10,8 +10,8 @@ do, into a cache outside the work tree keyed by the module's files and the
 Go version, so a second run costs nothing. :func:`binary` finds a built one
 for a test, or says why there is none (no Go, not built yet, or the module
 proxy refused a module: its exact error), which the test then gives as its
-skip reason. Calico (calico-felix, calicoctl, the CNI plugin and
-calico-ipam) is built from the archives in ``../shared/upstream/``
+skip reason. Calico (calico-node, calico-felix, calicoctl, the CNI
+plugin and calico-ipam) is built from the archives in ``../shared/upstream/``
 (:mod:`testbed.upstream.calico`): the proxy refuses Calico's module.
 
 ``python -m testbed.upstream`` (``make upstream``) builds the Kubernetes
@@ -276,6 +276,7 @@ def _calico_binary(name: str) -> Path | None:
         return None
     for item in every:
         if name.endswith("-" + item.label) and name[: -len(item.label) - 1] in (
+            "calico-node",
             "calico-felix",
             "calicoctl",
             "calico",

@@ -9,11 +9,13 @@ Calico needs comes from the proxy.
 
 For each archive :func:`build_archive` checks the file against
 ``SHA256SUMS`` first, unpacks it into the cache, and builds, with
-``CGO_ENABLED=0`` and ``-trimpath``, the three main packages the test bed
-runs, stamped as Calico's release builds stamp them (``lib.Makefile``:
-``pkg/buildinfo`` Version, GitRevision, BuildDate)::
+``CGO_ENABLED=0`` and ``-trimpath``, the four main packages the test bed
+runs (calico-node for its start-up and tunnel addresses, Felix, calicoctl,
+the CNI plugin), stamped as Calico's release builds stamp them
+(``lib.Makefile``: ``pkg/buildinfo`` Version, GitRevision, BuildDate)::
 
     <cache>/calico-<label>-<key>/src/              the unpacked tree (CRDs, config_params.go)
+    <cache>/calico-<label>-<key>/bin/calico-node-<label>
     <cache>/calico-<label>-<key>/bin/calico-felix-<label>
     <cache>/calico-<label>-<key>/bin/calicoctl-<label>
     <cache>/calico-<label>-<key>/cni/calico         the CNI plugin; calico-ipam is the same
@@ -61,6 +63,33 @@ PACKAGES = {
     "calicoctl": "./calicoctl/calicoctl",
     "calico": "./cni-plugin/cmd/calico",
 }
+
+
+def node_package(src: Path) -> str:
+    """calico-node's main package in a tree: its own up to v3.32, the unified ``calico`` after.
+
+    From v3.33 ``node/cmd/calico-node`` is gone and calico-node's commands
+    are ``calico component node ...`` of ``./cmd/calico``.
+    """
+    if any((src / "node" / "cmd" / "calico-node").glob("*.go")):
+        return "./node/cmd/calico-node"
+    return "./cmd/calico"
+
+
+def node_commands(node: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(start-up, tunnel addresses once): the argv of each for the calico-node ``node``.
+
+    ``node`` is ``bin/calico-node-<label>`` of a built folder; its source
+    beside it says which command line it has.
+    """
+    if node_package(node.parent.parent / "src") == "./node/cmd/calico-node":
+        return (str(node), "-startup"), (
+            str(node),
+            "-allocate-tunnel-addrs",
+            "-allocate-tunnel-addrs-run-once",
+        )
+    base = (str(node), "component", "node")
+    return (*base, "startup"), (*base, "allocate-tunnel-addrs", "--run-once")
 
 
 class ArchiveError(Exception):
@@ -168,6 +197,7 @@ def archive(release: str) -> Archive:
 def binaries(folder: Path, label: str) -> dict[str, Path]:
     """Name -> path of what a built archive's folder holds (built or not)."""
     return {
+        f"calico-node-{label}": folder / "bin" / f"calico-node-{label}",
         f"calico-felix-{label}": folder / "bin" / f"calico-felix-{label}",
         f"calicoctl-{label}": folder / "bin" / f"calicoctl-{label}",
         f"calico-{label}": folder / "cni" / "calico",
@@ -203,25 +233,30 @@ def build_archive(item: Archive, cache: Path, go: str, go_version: str) -> tuple
     # GOTOOLCHAIN=local: an archive that needs a newer Go says so, rather
     # than the go command fetching a toolchain of its own.
     env = dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN="local", GOFLAGS="-mod=readonly")
+    packages = {**PACKAGES, "calico-node": node_package(src)}
     with tempfile.TemporaryDirectory(prefix="out-", dir=folder) as tmp:
-        result = subprocess.run(
-            [go, "build", "-trimpath", "-ldflags", ldflags, "-o", tmp + "/", *PACKAGES.values()],
-            cwd=src,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            lines = [
-                line
-                for line in result.stderr.splitlines()
-                if line.strip() and not line.startswith(("go: downloading", "#"))
-            ]
-            return folder, lines[0].strip() if lines else "go build failed with no message"
+        out = Path(tmp)
+        # One build per binary: ./cmd/calico (calico-node from v3.33) and
+        # the CNI plugin would both be "calico" in one output directory.
+        for name, package in packages.items():
+            result = subprocess.run(
+                [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(out / name), package],
+                cwd=src,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode != 0:
+                lines = [
+                    line
+                    for line in result.stderr.splitlines()
+                    if line.strip() and not line.startswith(("go: downloading", "#"))
+                ]
+                return folder, lines[0].strip() if lines else "go build failed with no message"
         (folder / "bin").mkdir(exist_ok=True)
         (folder / "cni").mkdir(exist_ok=True)
-        out = Path(tmp)
+        os.replace(out / "calico-node", wanted[f"calico-node-{item.label}"])
         os.replace(out / "calico-felix", wanted[f"calico-felix-{item.label}"])
         os.replace(out / "calicoctl", wanted[f"calicoctl-{item.label}"])
         ipam = wanted[f"calico-ipam-{item.label}"]

@@ -24,12 +24,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from testbed.calico import Calico, Felix
+from testbed.calico import unavailable as calico_unavailable
 from testbed.control_plane import ControlPlane
+from testbed.control_plane import unavailable as cp_unavailable
 from testbed.topology import Namespace, Node, Pod, Proto, Topology
+from tests.kernel.marks import KERNEL_UNAVAILABLE
 from tests.waiting import eventually
 
-__all__ = ["PORT", "PROGRAMMED", "UDP_PORT", "Cluster", "complaints", "running"]
+__all__ = [
+    "PORT",
+    "PROGRAMMED",
+    "UDP_PORT",
+    "Cluster",
+    "complaints",
+    "own_cluster",
+    "running",
+    "skip_unless_runnable",
+]
 
 PORT = 8080
 UDP_PORT = 5353
@@ -269,3 +283,24 @@ def running(topo: Topology, workdir: Path, release: str, nftables_mode: str) -> 
         finally:
             felix.stop()
             print(f"Felix's log: {felix.log_path}")
+
+
+def skip_unless_runnable(release: str) -> None:
+    """Skip with the reason when namespaces, the control plane or the release are missing."""
+    for why in (KERNEL_UNAVAILABLE, cp_unavailable(controller_manager=True)):
+        if why is not None:
+            pytest.skip(why)
+    if (why := calico_unavailable(release)) is not None:
+        pytest.skip(why)
+
+
+@contextlib.contextmanager
+def own_cluster(
+    felix_setup: tuple[str, str], tmp_path_factory: pytest.TempPathFactory, label: str
+) -> Iterator[Cluster]:
+    """A one-node cluster (tests.felix.cluster) of this release and backend, skips as it must."""
+    release, nftables_mode = felix_setup
+    skip_unless_runnable(release)
+    workdir = Path(tmp_path_factory.mktemp(f"{label}-{release}-{nftables_mode}"))
+    with Topology() as topo, running(topo, workdir, release, nftables_mode) as made:
+        yield made

@@ -17,16 +17,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from testbed.calico import unavailable as calico_unavailable
-from testbed.control_plane import unavailable as cp_unavailable
-from testbed.topology import Topology
 from testbed.upstream import calico
-from tests.felix.cluster import Cluster, running
-from tests.kernel.marks import KERNEL_UNAVAILABLE
+from tests.felix.cluster import Cluster, own_cluster
 
 BACKENDS = {"iptables": "Disabled", "nftables": "Enabled"}
 
@@ -57,27 +52,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def felix_setup(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """(release, FELIX_NFTABLESMODE value) of this module instance."""
+    """(release, FELIX_NFTABLESMODE value) of the tests that use it."""
     release, backend = request.param
     return release, BACKENDS[backend]
-
-
-def skip_unless_runnable(release: str) -> None:
-    """Skip with the reason when namespaces, the control plane or the release are missing."""
-    for why in (KERNEL_UNAVAILABLE, cp_unavailable(controller_manager=True)):
-        if why is not None:
-            pytest.skip(why)
-    if (why := calico_unavailable(release)) is not None:
-        pytest.skip(why)
 
 
 @pytest.fixture(scope="session")
 def cluster(
     felix_setup: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    """The one-node cluster (tests.felix.cluster) of this release and backend."""
-    release, nftables_mode = felix_setup
-    skip_unless_runnable(release)
-    workdir = Path(tmp_path_factory.mktemp(f"felix-{release}-{nftables_mode}"))
-    with Topology() as topo, running(topo, workdir, release, nftables_mode) as made:
+    """The cluster the session's tests of this release and backend share."""
+    with own_cluster(felix_setup, tmp_path_factory, "felix") as made:
         yield made

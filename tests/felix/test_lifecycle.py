@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from testbed.topology import CommandError, Topology
-from tests.felix.cluster import PROGRAMMED, Cluster, complaints, running
-from tests.felix.conftest import skip_unless_runnable
+from testbed.topology import CommandError
+from tests.felix.cluster import PROGRAMMED, Cluster, complaints, own_cluster
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -32,13 +30,11 @@ FROM_CLIENTS = {
 
 
 @pytest.fixture(scope="module")
-def own_cluster(
+def restartable(
     felix_setup: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
-    release, nftables_mode = felix_setup
-    skip_unless_runnable(release)
-    workdir = Path(tmp_path_factory.mktemp(f"lifecycle-{release}-{nftables_mode}"))
-    with Topology() as topo, running(topo, workdir, release, nftables_mode) as made:
+    """A cluster of this module's own, with alpha's web open to its clients only."""
+    with own_cluster(felix_setup, tmp_path_factory, "lifecycle") as made:
         made.netpol("alpha", FROM_CLIENTS)
         made.expect({("client", "web"): True, ("other", "web"): False})
         yield made
@@ -53,9 +49,9 @@ def _driver_in_sync(cluster: Cluster) -> bool:
 
 
 def test_a_config_change_restarts_felix_and_its_driver_without_a_dropped_connection(
-    own_cluster: Cluster,
+    restartable: Cluster,
 ) -> None:
-    cluster = own_cluster
+    cluster = restartable
     before = cluster.rules()
     held = cluster.pods["client"].hold("tcp", cluster.pods["web"].ipv4, 8080)
     cluster.calico.apply(
@@ -88,9 +84,9 @@ def test_a_config_change_restarts_felix_and_its_driver_without_a_dropped_connect
 
 
 def test_on_felix_sigterm_the_driver_exits_in_time_and_the_dataplane_stays(
-    own_cluster: Cluster,
+    restartable: Cluster,
 ) -> None:
-    cluster = own_cluster
+    cluster = restartable
     cluster.expect({("client", "web"): True, ("other", "web"): False})
     code = cluster.felix.stop()
     log = cluster.felix.log()
