@@ -18,19 +18,14 @@ runs in KDD mode with our ``dataplane-driver`` as its ``DataplaneDriver``. There
 test writes a Pod's status (IP, Ready) as a kubelet would, after the CNI
 plugin made its network.
 
-What a bare host lacks is the test bed's to set, never the driver's: no
-syslog (``LogSeveritySys: none``), no log file, no usage reporting (it
-would reach out of the sandbox), endpoint-status files in a directory of
-the test's, and a log that drops no line (the tests read it).
+Felix itself is :class:`testbed.felix.Felix`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,15 +36,15 @@ import yaml
 
 from testbed import upstream
 from testbed.control_plane import API_PORT, ControlPlane, ControlPlaneError
+from testbed.felix import Felix
 from testbed.topology import Node, Pod, Topology, TopologyError
 
-__all__ = ["Calico", "CalicoError", "Felix", "unavailable"]
+__all__ = ["Calico", "CalicoError", "unavailable"]
 
 POOL_V4 = "10.65.0.0/16"  # the topology's pod range, so external hosts route it back
 BLOCK_SIZE = 26
 CNI_TIMEOUT = 60.0
 READY_TIMEOUT = 60.0
-DRIVER = Path(sys.executable).with_name("dataplane-driver")
 
 
 class CalicoError(TopologyError):
@@ -371,77 +366,11 @@ class Calico:
 
     def start_felix(self, node: Node, env: Mapping[str, str] | None = None) -> Felix:
         """calico-felix in ``node``'s namespace (KDD), our driver as its dataplane."""
-        name = self._node_name(node)
-        return Felix(self, node, name, dict(env or {}))
-
-
-class Felix:
-    """One calico-felix process for one node, as calico-node's supervisor runs it.
-
-    Felix exits 129 after a config change (and the supervisor starts it
-    again); :meth:`restart_if_exited` plays the supervisor.
-    """
-
-    def __init__(self, calico: Calico, node: Node, name: str, env: dict[str, str]) -> None:
-        self.calico = calico
-        self.node = node
-        self.name = name
-        self.status_dir = calico.workdir / f"status-{name}"
-        self.status_dir.mkdir(exist_ok=True)
-        self.log_path = calico.workdir / f"felix-{name}.log"
-        self.env = {
-            **os.environ,
-            "FELIX_DATASTORETYPE": "kubernetes",
-            "KUBECONFIG": str(calico.node_kubeconfigs[node.netns]),
-            "FELIX_FELIXHOSTNAME": name,
-            "NODENAME": name,
-            "FELIX_USEINTERNALDATAPLANEDRIVER": "false",
-            "FELIX_DATAPLANEDRIVER": str(DRIVER),
-            # A bare host's settings (the test bed's, not the driver's):
-            "FELIX_LOGSEVERITYSYS": "none",
-            "FELIX_LOGFILEPATH": "none",
-            "FELIX_LOGSEVERITYSCREEN": "info",
-            "FELIX_USAGEREPORTINGENABLED": "false",
-            "FELIX_IPV6SUPPORT": "false",
-            "FELIX_ENDPOINTSTATUSPATHPREFIX": str(self.status_dir),
-            # Tests read Felix's log: every line, even when it is busy
-            # (by default it drops lines it cannot write fast enough).
-            "FELIX_DEBUGDISABLELOGDROPPING": "true",
-            **env,
-        }
-        self.exits: list[int] = []
-        self.proc = self._spawn()
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        with self.log_path.open("ab") as log:
-            return subprocess.Popen(
-                ["ip", "netns", "exec", self.node.netns, str(self.calico.release.felix)],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def restart_if_exited(self) -> bool:
-        """If Felix has exited, note its code and start it again (the supervisor's job)."""
-        code = self.proc.poll()
-        if code is None:
-            return False
-        self.exits.append(code)
-        self.proc = self._spawn()
-        return True
-
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM, as calico-node's supervisor stops it; its exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
+        return Felix(
+            self.release.felix,
+            node=node,
+            name=self._node_name(node),
+            kubeconfig=self.node_kubeconfigs[node.netns],
+            workdir=self.workdir,
+            env=dict(env or {}),
+        )

@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 
-from testbed.calico import Calico, Felix
+from testbed.calico import Calico
 from testbed.calico import unavailable as calico_unavailable
 from testbed.control_plane import ControlPlane
 from testbed.control_plane import unavailable as cp_unavailable
+from testbed.felix import Felix
 from testbed.topology import Namespace, Node, Pod, Proto, Topology
 from tests.kernel.marks import KERNEL_UNAVAILABLE
 from tests.waiting import eventually

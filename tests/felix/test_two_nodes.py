@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.calico import Calico, Felix
+from testbed.calico import Calico
 from testbed.control_plane import ControlPlane
+from testbed.felix import Felix
 from testbed.topology import Node, Pod, Proto, Topology
 from testbed.underlay import Underlay
 from tests.felix.cluster import PORT, PROGRAMMED, UDP_PORT, complaints, skip_unless_runnable
