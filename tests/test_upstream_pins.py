@@ -121,13 +121,23 @@ def test_the_archives_are_the_ones_sha256sums_lists(archives: Path) -> None:
 
 
 def test_a_release_is_stamped_as_calicos_release_build_stamps_it(archives: Path) -> None:
-    """Commit and date come from the archive itself: git archive's pax comment and mtimes."""
-    stamps = calico.archive("v3.31.7").ldflags()
-    buildinfo = "github.com/projectcalico/calico/pkg/buildinfo"
-    assert stamps == (
-        f"-X {buildinfo}.Version=v3.31.7 -X {buildinfo}.GitRevision={COMMIT}"
-        f" -X {buildinfo}.BuildDate=2026-08-20T17:31:07Z"
-    )
+    """Commit and date come from the archive itself: git archive's pax comment and mtimes.
+
+    Both layouts' variables are set: pkg/buildinfo (v3.31 on) and each
+    component's own (v3.30: felix/buildinfo, calicoctl's commands, main).
+    """
+    stamps = calico.archive("v3.31.7").ldflags().removeprefix("-X ").split(" -X ")
+    calico_ = "github.com/projectcalico/calico"
+    for stamp in (
+        f"{calico_}/pkg/buildinfo.Version=v3.31.7",
+        f"{calico_}/pkg/buildinfo.GitRevision={COMMIT}",
+        f"{calico_}/pkg/buildinfo.BuildDate=2026-08-20T17:31:07Z",
+        f"{calico_}/felix/buildinfo.GitVersion=v3.31.7",
+        f"{calico_}/calicoctl/calicoctl/commands.GIT_REVISION={COMMIT[:7]}",
+        "main.VERSION=v3.31.7",
+    ):
+        assert stamp in stamps
+    assert calico.archive("master").ldflags().count("=master-87c15906") == 7
 
 
 def test_an_archive_that_is_not_the_listed_one_is_not_built(archives: Path) -> None:
@@ -146,10 +156,15 @@ def test_a_listed_archive_that_is_missing_is_named(archives: Path) -> None:
         calico.archives()
 
 
-def test_the_cache_key_follows_the_checksum_and_the_go_version(archives: Path) -> None:
+def test_the_cache_key_follows_the_checksum_the_go_version_and_the_recipe(
+    archives: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     item = calico.archive("v3.31.7")
     same = item.folder(Path("/c"), "go1.26.8")
     assert same == item.folder(Path("/c"), "go1.26.8")
     assert same != item.folder(Path("/c"), "go1.27.0")
     other = calico.Archive(item.label, item.path, "0" * 64)
     assert same != other.folder(Path("/c"), "go1.26.8")
+    # A change in how it is built (another stamped variable) builds again.
+    monkeypatch.setattr(calico, "STAMPS", (*calico.STAMPS, ("main.OTHER", "version")))
+    assert same != item.folder(Path("/c"), "go1.26.8")

@@ -21,8 +21,9 @@ the CNI plugin), stamped as Calico's release builds stamp them
     <cache>/calico-<label>-<key>/cni/calico         the CNI plugin; calico-ipam is the same
     <cache>/calico-<label>-<key>/cni/calico-ipam    binary, which acts by the name it runs as
 
-The key hashes the archive's listed checksum and the Go version, so an
-unchanged archive costs nothing the second time and a new Go builds again.
+The key hashes the archive's listed checksum, the Go version and the build
+recipe (packages, stamped variables), so an unchanged archive costs nothing
+the second time and a new Go or recipe builds again.
 The archive's commit and date are read from the archive itself (``git
 archive`` of a commit writes its id into the pax header, and every member's
 time is the commit's), so nothing here restates them.
@@ -56,7 +57,27 @@ REPO = Path(__file__).resolve().parents[2]
 PINNED = "v3.31.7"  # the release the project is proven against first
 NEWEST = "master"  # the archive whose label starts so: master's newest commit here
 _NAME = re.compile(r"calico-(?P<label>[A-Za-z0-9.\-]+)\.tar\.xz")
-_BUILDINFO = "github.com/projectcalico/calico/pkg/buildinfo"
+_CALICO = "github.com/projectcalico/calico"
+# (variable, value) the release builds stamp, v3.31 on and up to v3.30.
+STAMPS = (
+    (f"{_CALICO}/pkg/buildinfo.Version", "version"),
+    (f"{_CALICO}/pkg/buildinfo.GitRevision", "commit"),
+    (f"{_CALICO}/pkg/buildinfo.BuildDate", "date"),
+    *(
+        (f"{_CALICO}/{component}/buildinfo.{var}", value)
+        for component in ("felix", "node")
+        for var, value in (
+            ("GitVersion", "version"),
+            ("BuildDate", "date"),
+            ("GitRevision", "commit"),
+        )
+    ),
+    (f"{_CALICO}/node/pkg/lifecycle/startup.VERSION", "version"),
+    (f"{_CALICO}/calicoctl/calicoctl/commands.VERSION", "version"),
+    (f"{_CALICO}/calicoctl/calicoctl/commands.GIT_REVISION", "short"),
+    (f"{_CALICO}/calicoctl/calicoctl/commands/common.VERSION", "version"),
+    ("main.VERSION", "version"),
+)
 # Main packages, and the names their binaries get in bin/.
 PACKAGES = {
     "calico-felix": "./felix/cmd/calico-felix",
@@ -114,7 +135,9 @@ class Archive:
         return re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+", self.label) is not None
 
     def folder(self, cache: Path, go_version: str) -> Path:
-        key = hashlib.sha256(f"{self.sha256}\0{go_version}".encode()).hexdigest()[:16]
+        """Keyed by the archive, the Go version and how it is built (a new recipe builds anew)."""
+        recipe = repr((sorted(PACKAGES.items()), STAMPS))
+        key = hashlib.sha256(f"{self.sha256}\0{go_version}\0{recipe}".encode()).hexdigest()[:16]
         return cache / f"calico-{self.label}-{key}"
 
     def verify(self) -> None:
@@ -139,18 +162,25 @@ class Archive:
         return commit, datetime.fromtimestamp(first.mtime, UTC)
 
     def ldflags(self) -> str:
-        """As ``lib.Makefile`` stamps a release build (``git describe`` for Version).
+        """As Calico's release builds stamp the version, whichever layout the tree has.
 
-        A tag's archive is its tag; a branch's (no tag to describe from, no
-        history in an archive) is its label, which names branch and commit.
+        From v3.31 ``lib.Makefile`` stamps ``pkg/buildinfo`` for every
+        binary; up to v3.30 each component's Makefile stamps its own
+        variables (Felix's and calico-node's ``buildinfo.GitVersion``,
+        calicoctl's ``commands.VERSION``, the CNI plugin's ``main.VERSION``).
+        The linker ignores a ``-X`` for a variable a binary lacks, so both
+        sets go to every build. The version is ``git describe``'s: a tag's
+        archive is its tag; a branch's (no tag to describe from, no history
+        in an archive) is its label, which names branch and commit.
         """
         commit, when = self.provenance()
-        stamps = {
-            "Version": self.label,
-            "GitRevision": commit,
-            "BuildDate": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        values = {
+            "version": self.label,
+            "commit": commit,
+            "short": commit[:7],  # calicoctl's GIT_REVISION: git rev-parse --short
+            "date": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
-        return " ".join(f"-X {_BUILDINFO}.{k}={v}" for k, v in stamps.items())
+        return " ".join(f"-X {var}={values[value]}" for var, value in STAMPS)
 
 
 @functools.cache
