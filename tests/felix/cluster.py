@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ __all__ = [
     "own_cluster",
     "running",
     "skip_unless_runnable",
+    "verdicts",
 ]
 
 PORT = 8080
@@ -221,20 +222,38 @@ class Cluster:
         deadline: float = PROGRAMMED,
     ) -> None:
         """Wait until every ``(src, dst)`` connection's verdict is as wanted."""
-        expected = {f"{a}->{b}": ok for (a, b), ok in want.items()}
-        seen: dict[str, bool] = {}
+        verdicts(
+            lambda pair: self.reaches(pair[0], pair[1], proto),
+            {f"{a}->{b}": ok for (a, b), ok in want.items()},
+            want,
+            f"{what} ({proto}; Felix's log {self.felix.log_path})",
+            deadline,
+        )
 
-        def holds() -> bool:
-            seen.clear()
-            seen.update({f"{a}->{b}": self.reaches(a, b, proto) for a, b in want})
-            return seen == expected
 
-        try:
-            eventually(holds, deadline, what or str(expected))
-        except AssertionError as exc:
-            raise AssertionError(
-                f"{exc}; {proto} last seen {seen}; Felix's log {self.felix.log_path}"
-            ) from exc
+def verdicts(
+    check: Callable[[Any], bool],
+    expected: Mapping[str, bool],
+    cases: Mapping[Any, bool],
+    what: str,
+    deadline: float = PROGRAMMED,
+) -> None:
+    """Wait until ``check(case)`` for every case is as ``expected`` says (same order).
+
+    ``expected`` names each case for the message, which gives what was
+    wanted and the verdicts last seen.
+    """
+    seen: dict[str, bool] = {}
+
+    def holds() -> bool:
+        seen.clear()
+        seen.update({name: check(case) for name, case in zip(expected, cases, strict=True)})
+        return seen == dict(expected)
+
+    try:
+        eventually(holds, deadline, f"{what}: want {dict(expected)}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen {seen}") from exc
 
 
 def complaints(log: str) -> list[str]:

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.felix.cluster import PROGRAMMED, Cluster
-from tests.waiting import eventually
+from tests.felix.cluster import Cluster, verdicts
 
 pytestmark = pytest.mark.slow
 
@@ -113,17 +112,8 @@ def _host_reached(cluster: Cluster, port: int) -> bool:
 
 
 def _expect_host(cluster: Cluster, want: dict[int, bool], what: str) -> None:
-    seen: dict[int, bool] = {}
-
-    def holds() -> bool:
-        seen.clear()
-        seen.update({port: _host_reached(cluster, port) for port in want})
-        return seen == want
-
-    try:
-        eventually(holds, PROGRAMMED, what)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; last seen {seen}") from exc
+    named = {f"external->node:{port}": ok for port, ok in want.items()}
+    verdicts(lambda port: _host_reached(cluster, port), named, want, what)
 
 
 def test_a_host_endpoint_with_pre_dnat_and_untracked_policy(cluster: Cluster) -> None:

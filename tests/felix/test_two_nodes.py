@@ -25,8 +25,7 @@ from testbed.control_plane import ControlPlane
 from testbed.felix import Felix
 from testbed.topology import Node, Pod, Proto, Topology
 from testbed.underlay import Underlay
-from tests.felix.cluster import PORT, PROGRAMMED, UDP_PORT, complaints, skip_unless_runnable
-from tests.waiting import eventually
+from tests.felix.cluster import PORT, UDP_PORT, complaints, skip_unless_runnable, verdicts
 
 pytestmark = pytest.mark.slow
 
@@ -48,19 +47,13 @@ class TwoNodes:
     def expect(
         self, want: dict[tuple[str, str], bool], proto: Proto = "tcp", what: str = ""
     ) -> None:
-        expected = {f"{a}->{b}": ok for (a, b), ok in want.items()}
-        seen: dict[str, bool] = {}
-
-        def holds() -> bool:
-            seen.clear()
-            seen.update({f"{a}->{b}": self.reaches(a, b, proto) for a, b in want})
-            return seen == expected
-
-        try:
-            eventually(holds, PROGRAMMED, what or str(expected))
-        except AssertionError as exc:
-            logs = [str(f.log_path) for f in self.felixes.values()]
-            raise AssertionError(f"{exc}; {proto} last seen {seen}; Felix logs {logs}") from exc
+        logs = [str(f.log_path) for f in self.felixes.values()]
+        verdicts(
+            lambda pair: self.reaches(pair[0], pair[1], proto),
+            {f"{a}->{b}": ok for (a, b), ok in want.items()},
+            want,
+            f"{what} ({proto}; Felix logs {logs})",
+        )
 
 
 @pytest.fixture(scope="module")
