@@ -13,6 +13,7 @@ import pytest
 
 from testbed import upstream
 from testbed.upstream import calico
+from testbed.upstream.goerrors import why_failed
 
 
 @pytest.mark.parametrize("module", upstream.MODULES, ids=lambda m: m.folder)
@@ -52,7 +53,7 @@ GO_REFUSED = (
 
 
 def test_a_proxy_refusal_is_one_line_naming_the_module_and_the_answer() -> None:
-    refused, why = upstream._why_failed(GO_REFUSED)
+    refused, why = why_failed(GO_REFUSED)
     assert refused
     assert why == (
         "the Go module proxy refused github.com/projectcalico/calico@"
@@ -63,7 +64,7 @@ def test_a_proxy_refusal_is_one_line_naming_the_module_and_the_answer() -> None:
 
 def test_a_compile_error_is_a_failure_not_a_refusal() -> None:
     stderr = "go: downloading x v1\n# pkg\n./a.go:3:1: undefined: y\n"
-    assert upstream._why_failed(stderr) == (False, "./a.go:3:1: undefined: y")
+    assert why_failed(stderr) == (False, "./a.go:3:1: undefined: y")
 
 
 def test_a_binary_not_pinned_is_named() -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.upstream import calico
+from testbed.upstream.goerrors import why_failed
 
 __all__ = [
     "MODULES",
@@ -143,27 +144,6 @@ def _out_name(package: str) -> str:
     return parts[-1]
 
 
-_REFUSAL = re.compile(r"(\S+@\S+): reading (\S+): (4\d\d [A-Za-z ]+)")
-
-
-def _why_failed(stderr: str) -> tuple[bool, str]:
-    """(refused by the proxy?, the one line that says why) from go's stderr."""
-    lines = stderr.splitlines()
-    for i, line in enumerate(lines):
-        match = _REFUSAL.search(line)
-        if match:
-            said = ""
-            if i + 1 < len(lines) and "server response:" in lines[i + 1]:
-                said = " (" + lines[i + 1].strip() + ")"
-            module, _url, status = match.groups()
-            return True, f"the Go module proxy refused {module}: {status}{said}"
-    # go prints "# package" before that package's compile errors: skip it.
-    errors = [
-        line for line in lines if line.strip() and not line.startswith(("go: downloading", "#"))
-    ]
-    return False, (errors[0].strip() if errors else "go build failed with no message")
-
-
 @dataclass(frozen=True)
 class Outcome:
     name: str  # a module's folder, or calico-<label>
@@ -203,7 +183,7 @@ def _build_module(module: Module, go: str, go_version: str) -> Outcome:
         folder.mkdir(parents=True, exist_ok=True)
         refusal = folder / "not-built"
         if result.returncode != 0:
-            refused, why = _why_failed(result.stderr)
+            refused, why = why_failed(result.stderr)
             refusal.write_text(why + "\n")
             return Outcome(module.folder, names, {}, why, refused)
         bin_dir.mkdir(exist_ok=True)

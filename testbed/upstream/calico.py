@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from testbed.upstream.goerrors import why_failed
+
 __all__ = [
     "NEWEST",
     "PINNED",
@@ -278,12 +280,7 @@ def build_archive(item: Archive, cache: Path, go: str, go_version: str) -> tuple
                 check=False,
             )
             if result.returncode != 0:
-                lines = [
-                    line
-                    for line in result.stderr.splitlines()
-                    if line.strip() and not line.startswith(("go: downloading", "#"))
-                ]
-                return folder, lines[0].strip() if lines else "go build failed with no message"
+                return folder, why_failed(result.stderr)[1]
         (folder / "bin").mkdir(exist_ok=True)
         (folder / "cni").mkdir(exist_ok=True)
         os.replace(out / "calico-node", wanted[f"calico-node-{item.label}"])
