@@ -54,9 +54,7 @@ class CalicoError(TopologyError):
 def unavailable(release: str) -> str | None:
     """Why Calico ``release`` cannot run here (a skip reason), or None."""
     try:
-        label = upstream.calico.archive(release).label
-        for name in ("calico-node", "calico-felix", "calicoctl", "calico", "calico-ipam"):
-            upstream.binary(f"{name}-{label}")
+        Release.find(release)
     except (upstream.UnavailableError, upstream.calico.ArchiveError) as exc:
         return str(exc)
     return None
@@ -75,14 +73,15 @@ class Release:
 
     @classmethod
     def find(cls, release: str) -> Release:
+        """Raises UnavailableError (or ArchiveError) unless every binary of it is built."""
         label = upstream.calico.archive(release).label
-        felix = upstream.binary(f"calico-felix-{label}")
-        plugin = upstream.binary(f"calico-{label}")
+        built = {name: upstream.binary(name) for name in upstream.calico.binaries(Path(), label)}
+        plugin = built[f"calico-{label}"]
         return cls(
             label,
-            upstream.binary(f"calico-node-{label}"),
-            felix,
-            upstream.binary(f"calicoctl-{label}"),
+            built[f"calico-node-{label}"],
+            built[f"calico-felix-{label}"],
+            built[f"calicoctl-{label}"],
             plugin.parent,
             # bin/ and cni/ sit beside the unpacked source.
             plugin.parent.parent / "src" / "libcalico-go" / "config" / "crd",

@@ -254,27 +254,29 @@ def _calico_binary(name: str) -> Path | None:
         if name.startswith(("calico-", "calicoctl-")):
             raise UnavailableError(f"{name}: {exc}") from exc
         return None
-    for item in every:
-        if name.endswith("-" + item.label) and name[: -len(item.label) - 1] in (
-            "calico-node",
-            "calico-felix",
-            "calicoctl",
-            "calico",
-            "calico-ipam",
-        ):
-            go = _go()
-            if go is None:
-                raise UnavailableError(f"{name}: no go command on PATH to build it with")
-            folder = item.folder(cache_root(), _go_version(go))
-            path = calico.binaries(folder, item.label)[name]
-            if path.exists():
-                return path
-            refusal = folder / "not-built"
-            if refusal.exists():
-                raise UnavailableError(f"{name}: not built: {refusal.read_text().strip()}")
-            how = "make upstream" if item in calico_releases() else "make test-releases"
-            raise UnavailableError(f"{name}: not built yet ({how} builds it)")
-    return None
+    item = next((a for a in every if name in calico.binaries(Path(), a.label)), None)
+    if item is None:
+        return None
+    folder = item.folder(cache_root(), _go_version(_need_go(name)))
+    how = "make upstream" if item in calico_releases() else "make test-releases"
+    return _cached(name, calico.binaries(folder, item.label)[name], folder, how)
+
+
+def _need_go(name: str) -> str:
+    go = _go()
+    if go is None:
+        raise UnavailableError(f"{name}: no go command on PATH to build it with")
+    return go
+
+
+def _cached(name: str, path: Path, folder: Path, how: str) -> Path:
+    """``path`` if built; else why not (the build's refusal, or not built yet)."""
+    if path.exists():
+        return path
+    refusal = folder / "not-built"
+    if refusal.exists():
+        raise UnavailableError(f"{name}: not built: {refusal.read_text().strip()}")
+    raise UnavailableError(f"{name}: not built yet ({how} builds it)")
 
 
 def binary(name: str) -> Path:
@@ -289,14 +291,5 @@ def binary(name: str) -> Path:
     module = next((m for m in MODULES if any(b.name == name for b in m.binaries)), None)
     if module is None:
         raise UnavailableError(f"{name} is not one of the pinned upstream binaries")
-    go = _go()
-    if go is None:
-        raise UnavailableError(f"{name}: no go command on PATH to build it with")
-    folder = _folder(module, _go_version(go))
-    path = folder / "bin" / name
-    if path.exists():
-        return path
-    refusal = folder / "not-built"
-    if refusal.exists():
-        raise UnavailableError(f"{name}: not built: {refusal.read_text().strip()}")
-    raise UnavailableError(f"{name}: not built yet (make upstream builds it)")
+    folder = _folder(module, _go_version(_need_go(name)))
+    return _cached(name, folder / "bin" / name, folder, "make upstream")
