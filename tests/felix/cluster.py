@@ -45,6 +45,7 @@ __all__ = [
     "running",
     "skip_unless_runnable",
     "verdicts",
+    "without_counters",
 ]
 
 PORT = 8080
@@ -60,7 +61,8 @@ PODS = (
 )
 
 _names = itertools.count()
-_COUNTER = re.compile(r"counter packets \d+ bytes \d+")
+_NFT_COUNTER = re.compile(r"counter packets \d+ bytes \d+")
+_IPT_COUNTER = re.compile(r"\[\d+:\d+\]")
 
 
 @dataclass
@@ -179,7 +181,7 @@ class Cluster:
                 elif stripped.startswith(("set ", "map ")) or stripped == "}":
                     chain = None
                 elif chain is not None and "# handle" in stripped:
-                    rules.append(f"{chain}: {_COUNTER.sub('counter', stripped)}")
+                    rules.append(f"{chain}: {without_counters(stripped)}")
             return rules
         text = self.node.run("iptables-save").stdout
         return [line for line in text.splitlines() if line.startswith("-A ")]
@@ -254,6 +256,14 @@ def verdicts(
         eventually(holds, deadline, f"{what}: want {dict(expected)}")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last seen {seen}") from exc
+
+
+def without_counters(text: str) -> str:
+    """``text`` (an ``nft list`` or ``iptables-save`` dump) with packet counts blanked.
+
+    Counters move with every packet; what was written is the rest.
+    """
+    return _IPT_COUNTER.sub("", _NFT_COUNTER.sub("counter", text))
 
 
 def complaints(log: str) -> list[str]:
