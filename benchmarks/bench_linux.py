@@ -64,7 +64,6 @@ import logging
 import random
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,7 +74,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine, markdown_table, percentile, timed_tool
+from benchmarks import _floor
+from benchmarks._common import machine, markdown_table, percentile
 from benchmarks._node import (
     REPLICA,
     ROUTE_PROTOCOL,
@@ -111,71 +111,6 @@ SCRIPT = Path(__file__).resolve()
 # ---------------------------------------------------------------------------
 # The measurement (child side, inside the node namespace).
 # ---------------------------------------------------------------------------
-
-
-def _sh(argv: list[str]) -> str:
-    return subprocess.run(argv, capture_output=True, check=True).stdout.decode()
-
-
-def _nft_tables() -> str:
-    """Our nftables tables (rules, sets, services) as one ``nft -f`` script."""
-    return "".join(
-        _sh(["nft", "list", "table", family, table])
-        for family in ("ip", "ip6")
-        for table in ("cali", "cali-svc")
-    )
-
-
-def _nft_dump(out: Path) -> dict[str, int]:
-    """The nftables backend's counterpart of the iptables and ipset saves."""
-    script = _nft_tables()
-    (out / "nft.save").write_text(script)
-    v4, v6 = (_sh(["nft", "list", "table", family, "cali"]) for family in ("ip", "ip6"))
-
-    def rules(text: str) -> int:
-        return sum(1 for x in text.splitlines() if x.startswith("\t\t") and "cali:" in x)
-
-    return {
-        "rules_v4": rules(v4),
-        "rules_v6": rules(v6),
-        "chains_v4": sum(1 for x in v4.splitlines() if x.startswith("\tchain ")),
-        "sets": sum(1 for text in (v4, v6) for x in text.splitlines() if x.startswith("\tset ")),
-        "members": 0,  # elements are listed many to a line: not counted
-        "bytes_nft": len(script),
-    }
-
-
-def dump_state(backend: str, out: Path) -> dict[str, int]:
-    """Save what is programmed, in the plain tools' formats, for the floor."""
-    nft = _nft_dump(out) if backend == "nftables" else {}
-    tool = "nft" if backend == "nftables" else backend  # iptables-nft: empty of ours
-    v4 = _sh([f"iptables-{tool}-save"])
-    v6 = _sh([f"ip6tables-{tool}-save"])
-    sets = _sh(["ipset", "save"])
-    (out / "iptables.save").write_text(v4)
-    (out / "ip6tables.save").write_text(v6)
-    (out / "ipset.save").write_text(sets)
-    routes: list[str] = []
-    for family in ("-4", "-6"):
-        text = _sh(["ip", "-j", family, "route", "show", "table", "main"])
-        for r in json.loads(text or "[]"):
-            if r.get("protocol") not in (str(ROUTE_PROTOCOL), ROUTE_PROTOCOL):
-                continue
-            scope = " scope link" if family == "-4" else ""
-            routes.append(f"route add {r['dst']} dev {r['dev']} proto {ROUTE_PROTOCOL}{scope}")
-    (out / "routes.batch").write_text("".join(f"{line}\n" for line in routes))
-    if nft:
-        return nft | {"routes": len(routes)}
-    return {
-        "rules_v4": sum(1 for x in v4.splitlines() if x.startswith("-A ")),
-        "rules_v6": sum(1 for x in v6.splitlines() if x.startswith("-A ")),
-        "chains_v4": sum(1 for x in v4.splitlines() if x.startswith(":")),
-        "sets": sum(1 for x in sets.splitlines() if x.startswith("create ")),
-        "members": sum(1 for x in sets.splitlines() if x.startswith("add ")),
-        "routes": len(routes),
-        "bytes_iptables": len(v4) + len(v6),
-        "bytes_ipset": len(sets),
-    }
 
 
 def _key(wid: pb.WorkloadEndpointID) -> tuple[str, str, str]:
@@ -221,7 +156,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         STAGES.clear()
 
         dump_start = time.perf_counter()
-        result["dump"] = dump_state(args.backend, workdir)
+        result["dump"] = _floor.save(args.backend, workdir, ROUTE_PROTOCOL)
         result["dump_s"] = time.perf_counter() - dump_start
 
         if args.profile:
@@ -293,33 +228,8 @@ def child_measure(args: argparse.Namespace) -> None:
 
 def child_floor(args: argparse.Namespace) -> None:
     """Load the saved state with the plain tools (inside a fresh namespace)."""
-    workdir, b = Path(args.workdir), args.backend
-    if b == "nftables":
-        if _sh(["nft", "list", "tables"]).strip():
-            raise RuntimeError("floor namespace is not empty: it holds nftables tables")
-        floor = {
-            "nft": timed_tool(["nft", "-f", "-"], workdir / "nft.save"),
-            "routes": timed_tool(["ip", "-batch", "-"], workdir / "routes.batch"),
-        }
-        check = {"rules_v4": _sh(["nft", "list", "table", "ip", "cali"]).count("cali:")}
-        (workdir / "floor.json").write_text(json.dumps({"floor": floor, "check": check}))
-        return
-    # A fresh namespace holds none of it; make sure, and never touch anything else.
-    leftovers = _sh(["ipset", "list", "-name"]).split()
-    rules = _sh([f"iptables-{b}-save"]).count("\n-A ")
-    if leftovers or rules:
-        raise RuntimeError(f"floor namespace is not empty: {leftovers[:5]} {rules} rules")
-    floor = {
-        "ipset": timed_tool(["ipset", "restore"], workdir / "ipset.save"),
-        "iptables": timed_tool([f"iptables-{b}-restore"], workdir / "iptables.save"),
-        "ip6tables": timed_tool([f"ip6tables-{b}-restore"], workdir / "ip6tables.save"),
-        "routes": timed_tool(["ip", "-batch", "-"], workdir / "routes.batch"),
-    }
-    check = {
-        "rules_v4": _sh([f"iptables-{b}-save"]).count("\n-A "),
-        "members": _sh(["ipset", "save"]).count("\nadd "),
-    }
-    (workdir / "floor.json").write_text(json.dumps({"floor": floor, "check": check}))
+    workdir = Path(args.workdir)
+    (workdir / "floor.json").write_text(json.dumps(_floor.load(args.backend, workdir)))
 
 
 # ---------------------------------------------------------------------------
