@@ -6,16 +6,22 @@ import contextlib
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from testbed.topology import Namespace
 
 __all__ = [
     "each_backend",
     "machine",
     "markdown_table",
+    "metric_sum",
     "percentile",
     "print_row",
     "run_inside_netns",
@@ -46,6 +52,17 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def metric_sum(ns: Namespace, url: str, pattern: str) -> float:
+    """Sum of the samples of ``url`` (inside ``ns``) whose line matches ``pattern``."""
+    script = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=10).read().decode())"
+    text = ns.run(sys.executable, "-c", script).stdout
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith("#") and re.search(pattern, line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def _tool_version(argv: list[str]) -> str:

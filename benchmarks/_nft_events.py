@@ -1,21 +1,23 @@
-"""Timestamps of nf_tables commits naming given addresses, inside one namespace.
+"""Timestamps of nf_tables commits naming given addresses or names, inside one namespace.
 
-Run with ``ip netns exec NS python3 _nft_events.py``: each IPv4 address
-written to stdin (one per line) is watched for; the first nf_tables
+Run with ``ip netns exec NS python3 _nft_events.py``: each token written
+to stdin (one per line) is watched for: an IPv4 address as its four bytes,
+anything else (an interface name) as its ASCII bytes. The first nf_tables
 notification (the multicast group ``nft monitor`` listens to) whose bytes
-hold it prints ``ADDRESS MONOTONIC`` and the address is forgotten. An
-address is asked for before the write that brings it, but on a loaded
-machine the thread reading stdin can take it after the peer's commit (a
-commit is a few milliseconds away): the last seconds of notifications are
-kept, and a new address is looked for in them first. Notifications the
-socket dropped (ENOBUFS) print ``overrun MONOTONIC``: a change missed then
-may be the reader's loss, not the peer's.
+hold it prints ``TOKEN MONOTONIC`` and the token is forgotten. A token is
+asked for before the write that brings it, but on a loaded machine the
+thread reading stdin can take it after the peer's commit (a commit is a few
+milliseconds away): the last seconds of notifications are kept, and a new
+token is looked for in them first. Notifications the socket dropped
+(ENOBUFS) print ``overrun MONOTONIC``: a change missed then may be the
+reader's loss, not the peer's.
 
 Not ``nft monitor``: it keeps a copy of the whole ruleset in userspace and
 at 20,000 services falls minutes behind the kernel, a whole core busy,
 which measured the monitor rather than the peer. Reading the raw messages
-costs the same at any size: the address's four bytes are found in a rule's
-immediate data or a set element's key, whichever a peer writes.
+costs the same at any size: an address's four bytes are found in a rule's
+immediate data or a set element's key, whichever a peer writes; an
+interface name in a rule's comparison, a chain's name or a map's key.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ NFNLGRP_NFTABLES = 7
 SOL_NETLINK = 270
 NETLINK_ADD_MEMBERSHIP = 1
 SO_RCVBUFFORCE = 33
-KEPT = 10.0  # seconds of notifications kept for an address asked for late
+KEPT = 10.0  # seconds of notifications kept for a token asked for late
 KEPT_BYTES = 64 << 20  # and at most this much of them (a peer's full reload is large)
 
 wanted: dict[bytes, str] = {}
@@ -41,18 +43,21 @@ lock = threading.Lock()
 
 def read_wanted() -> None:
     for line in sys.stdin:
-        address = line.strip()
-        if not address:
+        token = line.strip()
+        if not token:
             continue
-        packed = socket.inet_aton(address)
+        try:
+            packed = socket.inet_aton(token)
+        except OSError:
+            packed = token.encode()  # a name: its bytes as the kernel holds them
         with lock:
-            # Fresh addresses only: one already in a notification came with
+            # Fresh tokens only: one already in a notification came with
             # the change asked for, whichever thread ran first.
             at = next((t for t, data in recent if packed in data), None)
             if at is None:
-                wanted[packed] = address
+                wanted[packed] = token
             else:
-                print(f"{address} {at:.6f}", flush=True)
+                print(f"{token} {at:.6f}", flush=True)
 
 
 def main() -> None:

@@ -72,7 +72,8 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from benchmarks._common import machine, markdown_table, percentile  # noqa: E402
+from benchmarks._common import machine, markdown_table, metric_sum, percentile  # noqa: E402
+from benchmarks._monitor import Monitor  # noqa: E402
 from benchmarks._runs import require_root  # noqa: E402
 from testbed import upstream  # noqa: E402
 from testbed.control_plane import ControlPlane, unavailable  # noqa: E402
@@ -81,7 +82,6 @@ from tests.felix_harness import FelixHarness  # noqa: E402
 
 NS = "bench"
 DRIVER = Path(sys.executable).parent / "dataplane-driver"
-EVENTS = Path(__file__).resolve().parent / "_nft_events.py"
 PEERS = ("driver-nft", "driver-ipt", "kube-proxy-nft", "kube-proxy-ipt")
 
 
@@ -159,55 +159,6 @@ def list_floor(cp: ControlPlane) -> float:
     return time.monotonic() - started
 
 
-class Monitor:
-    """Every nf_tables commit in a namespace naming an awaited address, timestamped
-    on arrival (``benchmarks/_nft_events.py``: the raw notifications, not ``nft
-    monitor``, whose userspace copy of the ruleset lags minutes behind at 20,000)."""
-
-    def __init__(self, ns: Namespace) -> None:
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns.netns, sys.executable, str(EVENTS)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "listening":
-            raise RuntimeError("the nf_tables event reader did not start")
-        self.seen: dict[str, float] = {}
-        self.overruns: list[float] = []  # when the reader's socket dropped notifications
-        self._lock = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            address, _, at = line.partition(" ")
-            with self._lock:
-                if address == "overrun":
-                    self.overruns.append(float(at))
-                else:
-                    self.seen[address] = float(at)
-                self._lock.notify_all()
-
-    def expect(self, address: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(f"{address}\n")
-        self.proc.stdin.flush()
-
-    def wait(self, address: str, deadline: float) -> float | None:
-        with self._lock:
-            while address not in self.seen:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._lock.wait(left):
-                    return self.seen.get(address)
-            return self.seen[address]
-
-    def stop(self) -> None:
-        self.proc.kill()
-
-
 @dataclass
 class Peer:
     name: str
@@ -231,17 +182,6 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def _metric(ns: Namespace, url: str, pattern: str) -> float:
-    """Sum of the samples of ``url`` (inside ``ns``) whose line matches ``pattern``."""
-    script = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=10).read().decode())"
-    text = ns.run(sys.executable, "-c", script).stdout
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith("#") and re.search(pattern, line):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def start_driver(
@@ -270,16 +210,16 @@ def start_driver(
     peer.stop = felix.kill
     if log is not None:
         peer.log = lambda: log.write_text(felix.stderr_so_far())
-    peer.requests = lambda: _metric(
+    peer.requests = lambda: metric_sum(
         peer.ns, "http://127.0.0.1:9095/metrics", r"^dataplane_kube_requests_total "
     )
-    peer.lists = lambda: _metric(
+    peer.lists = lambda: metric_sum(
         peer.ns, "http://127.0.0.1:9095/metrics", r"^dataplane_kube_lists_total"
     )
     latency = r'^dataplane_network_programming_duration_seconds_{}\{{kind="kube_service"\}}'
     peer.own = lambda: (
-        _metric(peer.ns, "http://127.0.0.1:9095/metrics", latency.format("sum")),
-        _metric(peer.ns, "http://127.0.0.1:9095/metrics", latency.format("count")),
+        metric_sum(peer.ns, "http://127.0.0.1:9095/metrics", latency.format("sum")),
+        metric_sum(peer.ns, "http://127.0.0.1:9095/metrics", latency.format("count")),
     )
 
 
@@ -330,7 +270,7 @@ def start_kube_proxy(
             break
     peer.pid = proc.pid
     peer.stop = proc.kill
-    peer.requests = lambda: _metric(
+    peer.requests = lambda: metric_sum(
         peer.ns, "http://127.0.0.1:10249/metrics", r"^rest_client_requests_total"
     )
 

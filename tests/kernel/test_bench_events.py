@@ -60,3 +60,27 @@ def test_an_address_asked_for_after_its_commit_is_found_with_the_commits_time(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_interface_name_is_found_in_the_commit_that_names_it(topology: Topology) -> None:
+    # The real-Felix benchmark waits for a new pod's interface: in a chain's
+    # name, a rule's iifname or a map's key, whichever the backend writes.
+    netns = topology.new_netns("evt")
+
+    def nft(script: str) -> None:
+        subprocess.run(["ip", "netns", "exec", netns, "nft", script], check=True)
+
+    argv = ["ip", "netns", "exec", netns, sys.executable, str(READER)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    try:
+        assert _line(proc) == "listening"
+        proc.stdin.write("cali0123456789a\ncalibbbbbbbbbbb\n")
+        proc.stdin.flush()
+        nft("add table ip t; add chain ip t c; add rule ip t c iifname calibbbbbbbbbbb accept")
+        assert _line(proc).split()[0] == "calibbbbbbbbbbb"
+        nft("add chain ip t cali-tw-cali0123456789a")
+        assert _line(proc).split()[0] == "cali0123456789a"
+    finally:
+        proc.kill()
+        proc.wait()
