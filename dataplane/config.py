@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dataplane.errors import ConfigError
+from dataplane.felix_settings import RefusedSetting, refused_settings
 
 __all__ = ["LOG_LEVELS", "Config", "ProtoPort", "felix_keys", "parse_config"]
 
@@ -103,6 +104,10 @@ class Config:
     # plugin and confd; Felix's default from v3.30, "" for none. Under Felix
     # the driver writes them (dataplane/core/status_files.py).
     endpoint_status_path_prefix: str = "/var/run/calico"
+    # Keys Felix's Linux dataplane acts on that this driver does not, sent
+    # with a value that matters (dataplane/felix_settings.py): programmed as
+    # with Felix's default, each said once and shown by ``show``.
+    refused: tuple[RefusedSetting, ...] = ()
 
 
 # ---------------------------------------------------------------------------
@@ -395,9 +400,16 @@ def parse_config(raw: Mapping[str, str], base: Config | None = None) -> Config:
 
     Keys absent from ``raw`` take their value from ``base`` (Felix's
     defaults when ``base`` is None). Raises :class:`ConfigError` on the
-    first invalid value, naming the key and the value.
+    first invalid value, naming the key and the value. Keys the driver
+    refuses (:func:`~dataplane.felix_settings.refused_settings`) are noted
+    in :attr:`Config.refused`, never an error.
     """
-    changes: dict[str, Any] = {}
+    base = base or Config()
+    sent = {key.lower() for key in raw}
+    kept = tuple(r for r in base.refused if r.key.lower() not in sent)
+    changes: dict[str, Any] = {
+        "refused": tuple(sorted(kept + refused_settings(raw), key=lambda r: r.key))
+    }
     for key in sorted(raw):
         entry = _KEYS_LOWER.get(key.lower())
         if entry is None:
@@ -408,4 +420,4 @@ def parse_config(raw: Mapping[str, str], base: Config | None = None) -> Config:
             changes[attr] = parser(value)
         except ValueError as exc:
             raise ConfigError(f"config[{name}]", value, str(exc)) from None
-    return replace(base or Config(), **changes)
+    return replace(base, **changes)

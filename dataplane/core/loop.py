@@ -368,7 +368,7 @@ class Dataplane:
                 log.debug("seq=%d received %s", envelope.sequence_number, kind)
             try:
                 if kind == "config_update":
-                    self._on_config(payload)  # type: ignore[arg-type]
+                    self._on_config(payload, envelope.sequence_number)  # type: ignore[arg-type]
                 elif kind == "in_sync":
                     self._on_in_sync(envelope.sequence_number)
                 managers = routes.get(type(payload))
@@ -407,11 +407,14 @@ class Dataplane:
             self.observer.in_sync_received()
         self._in_sync = True
 
-    def _on_config(self, update: pb.ConfigUpdate) -> None:
+    def _on_config(self, update: pb.ConfigUpdate, seq: int) -> None:
         config = parse_config(update.config, self.config)
         if config == self.config:
             return
         old, self.config = self.config, config
+        for refused in config.refused:
+            if refused not in old.refused:  # once, when it arrives
+                log.warning("seq=%d %s", seq, refused.line())
         self.platform.configure(config)
         self._configure_managers()
         log.info("config updated (%d keys received)", len(update.config))

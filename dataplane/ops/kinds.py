@@ -23,7 +23,15 @@ KIND_ORDER = (
 )
 
 # Kinds a platform reports that no message names: shown only while refused.
-OWN_KINDS = ("chain", "interface", "load_balancer", "network", "remote_endpoint", "vxlan")
+OWN_KINDS = (
+    "chain",
+    "interface",
+    "load_balancer",
+    "network",
+    "remote_endpoint",
+    "vxlan",
+    "setting",  # a Felix setting the driver refuses (dataplane/felix_settings.py)
+)
 
 # What a simulated HNS host file holds (``show --hns``).
 HNS_KINDS = ("hns_network", "hns_endpoint", "hns_load_balancer")

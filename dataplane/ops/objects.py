@@ -333,6 +333,17 @@ class TrackedPlatform:
     def configure(self, config: Config) -> None:
         self.config = config  # explain judges pod-to-host traffic by it
         self.inner.configure(config)
+        # A setting the driver refuses is an error record of its own while
+        # Felix sends it (docs/felix-parity.md): show lists it with why.
+        now = self._clock()
+        refused = {("setting", r.key): r for r in config.refused}
+        for key in [k for k in self._records if k[0] == "setting" and k not in refused]:
+            del self._records[key]
+        for key, r in refused.items():
+            error = f"{r.key}={r.value!r} refused: {r.why}"
+            held = self._records.get(key)
+            if held is None or held.error != error:
+                self._records[key] = ObjectRecord(*key, "error", now, error)
 
     async def apply(self) -> None:
         self._freeze_sets()
