@@ -124,7 +124,9 @@ FIELDS: Mapping[str, Mapping[str, Disposition]] = {
             "wireguard_endpoint_v6_update",
             "wireguard_endpoint_v6_remove",
         ),
-        "global_bgp_config_update": _LOOP,
+        "global_bgp_config_update": NotNeeded(
+            "judged by what it carries: see GlobalBGPConfigUpdate's fields"
+        ),
         "encapsulation": _OVERLAY,
         **_all(_SERVICES, "service_update", "service_remove"),
     },
@@ -286,7 +288,8 @@ FIELDS: Mapping[str, Mapping[str, Disposition]] = {
         ),
         "allowed_uses": Refused(
             "a pool for LoadBalancer addresses only is treated as a workload pool by NAT outgoing",
-            "",
+            "Workload,Tunnel",
+            harmless=lambda uses: not uses or "Workload" in uses.split(","),
         ),
     },
     "Encapsulation": _all(

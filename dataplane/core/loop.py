@@ -52,6 +52,7 @@ from dataplane.managers import (
 from dataplane.managers.index import PolicyIndex
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.msgs import from_dataplane, to_dataplane
+from dataplane.wire.refused_fields import RefusedFields
 from dataplane.wire.transport import MessageSink, MessageSource, QueueSource
 
 __all__ = ["Dataplane", "LoopStats"]
@@ -150,6 +151,9 @@ class Dataplane:
         self._configure_managers()
         self._routes: dict[type, tuple[Manager, ...]] = {}
         self._said_ignored: set[str] = set()
+        # Fields of Felix's messages the driver does not act on, each said once.
+        self._refused_fields = RefusedFields()
+        self._said_refused: set[str] = set()
         self._input = QueueSource()
         self._input_seq = 0
         self._out_send, self._out_recv = trio.open_memory_channel[pb.FromDataplane](math.inf)
@@ -356,6 +360,7 @@ class Dataplane:
         self.stats.batches += 1
         self.stats.messages += len(batch)
         routes = self._routes
+        refused_kinds = self._refused_fields.kinds
         debug = log.isEnabledFor(logging.DEBUG)
         if self._observed:
             self.observer.received(
@@ -387,6 +392,9 @@ class Dataplane:
                         )
                 for manager in managers:
                     manager.on_update(payload)
+                if kind in refused_kinds:
+                    for path, why in self._refused_fields.carried(kind, payload):
+                        self._refuse_field(envelope.sequence_number, path, why)
                 if kind in _WORKLOAD_KINDS:  # accepted: its status will carry it
                     self._status.record(payload)  # type: ignore[arg-type]
             except InputError as exc:
@@ -400,6 +408,18 @@ class Dataplane:
                 )
                 continue
             self._dirty = self._unpreviewed = True
+
+    def _refuse_field(self, seq: int, path: str, why: str) -> None:
+        if path in self._said_refused:
+            return
+        self._said_refused.add(path)  # once: thousands of endpoints may carry it
+        log.warning(
+            "seq=%d %s refused: %s (logged once; messages carrying it are programmed without it)",
+            seq,
+            path,
+            why,
+        )
+        self.observer.refused_field(path, why)
 
     def _on_in_sync(self, seq: int) -> None:
         if not self._in_sync:

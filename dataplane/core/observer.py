@@ -21,6 +21,9 @@ class LoopObserver(Protocol):
     def rejected(self, kind: str) -> None:
         """A message of ``kind`` was rejected whole for an invalid field."""
 
+    def refused_field(self, path: str, why: str) -> None:
+        """A message carried a field the driver does not act on (``kind.field``), first time."""
+
     def busy(self, what: str) -> None:
         """The loop starts work (``decode``, ``apply``); it is stuck if this lasts."""
 
@@ -50,6 +53,9 @@ class NullObserver:
         pass
 
     def rejected(self, kind: str) -> None:
+        pass
+
+    def refused_field(self, path: str, why: str) -> None:
         pass
 
     def busy(self, what: str) -> None:

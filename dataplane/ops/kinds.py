@@ -31,6 +31,7 @@ OWN_KINDS = (
     "remote_endpoint",
     "vxlan",
     "setting",  # a Felix setting the driver refuses (dataplane/felix_settings.py)
+    "field",  # a message field the driver refuses (dataplane/felix_fields.py)
 )
 
 # What a simulated HNS host file holds (``show --hns``).

@@ -156,6 +156,13 @@ class TrackedPlatform:
                     records[key] = ObjectRecord(*key, "done", now)
         self._refused = refused
 
+    def refuse_field(self, path: str, why: str) -> None:
+        """A field Felix sent that the driver does not act on: an error record for good
+        (every message carrying it is programmed without it)."""
+        self._records[("field", path)] = ObjectRecord(
+            "field", path, "error", self._clock(), f"{path} refused: {why}"
+        )
+
     def refused_objects(self) -> dict[Key, str]:
         """(kind, id) -> reason of every object the platform holds in quarantine now.
 

@@ -122,6 +122,9 @@ class Observer:
     def rejected(self, kind: str) -> None:
         self.metrics.rejected.labels(kind).inc()
 
+    def refused_field(self, path: str, why: str) -> None:
+        self.platform.refuse_field(path, why)
+
     def arrived(self, kind: str, now: float) -> None:
         """A change from a source beside the messages (the API): its latency counts too."""
         self._arrivals[kind].append(now)

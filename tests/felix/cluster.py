@@ -267,7 +267,11 @@ def without_counters(text: str) -> str:
 
 
 def complaints(log: str) -> list[str]:
-    """Felix's WARNING and worse lines, outside its own shutdowns.
+    """Felix's and the driver's WARNING and worse lines, outside Felix's own shutdowns.
+
+    The driver's stderr is Felix's, so its lines (``... WARNING dataplane...``)
+    are in the same log: a refused setting or field of what Felix sends in
+    steady state would be one (docs/felix-parity.md).
 
     From "Felix is shutting down" until it starts again ("Felix starting
     up"), Felix logs a WARNING for any driver that exits (``Driver process
@@ -281,7 +285,10 @@ def complaints(log: str) -> list[str]:
             stopping = True
         elif "Felix starting up" in line:
             stopping = False
-        elif not stopping and re.search(r"\[(WARNING|ERROR|FATAL|PANIC)\]", line):
+        elif not stopping and (
+            re.search(r"\[(WARNING|ERROR|FATAL|PANIC)\]", line)
+            or re.search(r" (WARNING|ERROR|CRITICAL) dataplane", line)
+        ):
             found.append(line)
     return found
 
