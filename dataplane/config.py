@@ -104,6 +104,10 @@ class Config:
     # plugin and confd; Felix's default from v3.30, "" for none. Under Felix
     # the driver writes them (dataplane/core/status_files.py).
     endpoint_status_path_prefix: str = "/var/run/calico"
+    # Felix's FloatingIPs: an endpoint's ipv4_nat/ipv6_nat (floating IPs) are
+    # programmed only when Enabled, or for an OpenStack endpoint, as Felix's
+    # floating IP manager does.
+    floating_ips: bool = False
     # Keys Felix's Linux dataplane acts on that this driver does not, sent
     # with a value that matters (dataplane/felix_settings.py): programmed as
     # with Felix's default, each said once and shown by ``show``.
@@ -298,6 +302,14 @@ def _log_severity(raw: str) -> str:
     return text
 
 
+def _enabled(raw: str) -> bool:
+    """Felix's ``oneof(Enabled,Disabled)``, any case."""
+    text = raw.strip().lower()
+    if text not in ("enabled", "disabled"):
+        raise ValueError("Enabled or Disabled")
+    return text == "enabled"
+
+
 def _text(raw: str) -> str:
     return raw.strip()
 
@@ -382,6 +394,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "WindowsServiceSourceVIP": ("windows_source_vips", _source_vips),
     "WindowsServiceDSR": ("windows_dsr", _bool),
     "EndpointStatusPathPrefix": ("endpoint_status_path_prefix", status_path_prefix),
+    "FloatingIPs": ("floating_ips", _enabled),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 

@@ -82,11 +82,13 @@ class Refused:
     why: str
     default: str
     harmless: Callable[[str], bool] | None = None
+    behaves_as: str | None = None  # the driver does what Felix does with this value
 
     def refuses(self, value: str) -> bool:
         if self.harmless is not None:
             return not self.harmless(value)
-        return value.strip().lower() != self.default.strip().lower()
+        same = self.default if self.behaves_as is None else self.behaves_as
+        return value.strip().lower() != same.strip().lower()
 
 
 Disposition = Honoured | NotForPlatform | NotNeeded | Refused
@@ -285,7 +287,10 @@ SETTINGS: Mapping[str, Disposition] = {
         "the driver detects the kernel's and tools' features itself", "", harmless=_empty
     ),
     "FeatureGates": Refused("no feature gate is implemented", "", harmless=_empty),
-    "FloatingIPs": Refused("OpenStack floating IPs (DNAT) are not implemented", "Disabled"),
+    "FloatingIPs": Honoured(
+        _K + "test_linux_endpoints.py::test_floating_ip_reaches_the_pod",
+        "Disabled: " + _E + "test_floating_ips_disabled_programs_no_floating_ip",
+    ),
     "FlowLogsGoldmaneServer": Refused(
         "flow logs are not produced (no Goldmane client)", "", harmless=_empty
     ),
@@ -385,8 +390,10 @@ SETTINGS: Mapping[str, Disposition] = {
     ),
     "PrometheusWireGuardMetricsEnabled": WIREGUARD,
     "RemoveExternalRoutes": Refused(
-        "routes to workload interfaces that the driver did not write are left in place",
+        "routes to workload interfaces that the driver did not write are left in place"
+        " (as Felix with false)",
         "true",
+        behaves_as="false",
     ),
     "RouteSource": NotNeeded(
         "Felix's calculation graph computes the RouteUpdates from it; the driver programs"
@@ -400,14 +407,19 @@ SETTINGS: Mapping[str, Disposition] = {
         "the driver writes to the main routing table only", "", harmless=_empty
     ),
     "ServiceLoopPrevention": Refused(
-        "traffic to service CIDRs with no service behind them is not dropped", "Drop"
+        "traffic to service CIDRs with no service behind them is neither dropped nor"
+        " rejected (as Felix with Disabled)",
+        "Drop",
+        behaves_as="Disabled",
     ),
     "SidecarAccelerationEnabled": Refused(
         "sidecar (sockmap) acceleration is not implemented", "false", harmless=_false
     ),
     "Variant": NotForPlatform("Felix's product variant; Calico's is assumed"),
-    "WorkloadSourceSpoofing": Refused(
-        "workloads may not send from addresses other than their own", "Disabled"
+    "WorkloadSourceSpoofing": NotNeeded(
+        "Felix's calculation graph acts on it: an endpoint that asks to send from other"
+        " addresses reaches the driver only with Any, and its allowed prefixes are honoured"
+        " (WorkloadEndpoint.allow_spoofed_source_prefixes)"
     ),
     "BPFEnabled": Refused(
         "the eBPF dataplane is not implemented; iptables or nftables rules are programmed instead",

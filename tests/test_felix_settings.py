@@ -39,8 +39,8 @@ ADDRESS = "10.1.2.3"
 def test_a_value_that_matters_is_refused_and_defaults_say_nothing() -> None:
     raw = {
         "natoutgoingaddress": ADDRESS,  # Felix's loader takes any case; so do we
-        "WorkloadSourceSpoofing": "Any",
-        "ServiceLoopPrevention": "Drop",  # Felix's default
+        "DisableConntrackInvalidCheck": "true",
+        "ServiceLoopPrevention": "Disabled",  # what the driver does
         "ClusterType": "k8s,bgp,kdd",  # only OpenStack's would matter
         "XDPEnabled": "true",  # XDP is not this platform's
         "BPFMapSizeRoute": "1000",  # nor the eBPF dataplane's tuning
@@ -48,10 +48,10 @@ def test_a_value_that_matters_is_refused_and_defaults_say_nothing() -> None:
     }
     refused = parse_config(raw).refused
     assert [(r.key, r.value) for r in refused] == [
+        ("DisableConntrackInvalidCheck", "true"),
         ("NATOutgoingAddress", ADDRESS),
-        ("WorkloadSourceSpoofing", "Any"),
     ]
-    assert refused[0].line() == (
+    assert refused[1].line() == (
         f"config[NATOutgoingAddress]='{ADDRESS}' refused: NAT outgoing masquerades to the"
         " interface's address; a fixed SNAT address is not implemented"
     )
@@ -68,10 +68,14 @@ def test_a_later_update_keeps_what_it_does_not_send_and_clears_what_it_sets_back
 
 @given(st.sampled_from(sorted(k for k, v in SETTINGS.items() if isinstance(v, Refused))))
 def test_felix_default_of_every_refused_key_says_nothing(key: str) -> None:
+    # Unless the driver behaves as Felix with another value: that one says nothing.
     entry = SETTINGS[key]
     assert isinstance(entry, Refused)
-    assert refused_settings({key: entry.default}) == ()
-    assert refused_settings({key: f"  {entry.default.upper()} "}) == ()
+    same = entry.default if entry.behaves_as is None else entry.behaves_as
+    assert refused_settings({key: same}) == ()
+    assert refused_settings({key: f"  {same.upper()} "}) == ()
+    if entry.behaves_as is not None:
+        assert [r.key for r in refused_settings({key: entry.default})] == [key]
 
 
 def _config(**values: str) -> pb.ConfigUpdate:
@@ -124,12 +128,14 @@ def test_show_lists_a_refused_setting_with_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "refused.log"
-    write_log(log, [_config(WorkloadSourceSpoofing="Any"), pb.InSync()])
+    write_log(log, [_config(IptablesNATOutgoingInterfaceFilter="eth0"), pb.InSync()])
     assert cli.main(["show", "--log", str(log), "--json"], {}) == 0
     shown = json.loads(capsys.readouterr().out)
     settings = [o for o in shown["objects"] if o["kind"] == "setting"]
-    assert [(o["id"], o["status"]) for o in settings] == [("WorkloadSourceSpoofing", "error")]
-    assert "workloads may not send from addresses other than their own" in settings[0]["error"]
+    assert [(o["id"], o["status"]) for o in settings] == [
+        ("IptablesNATOutgoingInterfaceFilter", "error")
+    ]
+    assert "NAT outgoing applies on every interface" in settings[0]["error"]
 
 
 def test_a_refused_field_is_one_warning_and_a_field_record(

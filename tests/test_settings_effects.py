@@ -23,7 +23,7 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
@@ -40,6 +40,7 @@ from dataplane.model import (
     Action,
     EffectivePolicy,
     IPPool,
+    NatInfo,
     Policy,
     PolicyKey,
     Rule,
@@ -367,3 +368,20 @@ def test_windows_service_dsr_flags_the_load_balancers_dsr() -> None:
     dsr = flags(WindowsServiceDSR="true")
     assert default and not any(f & LB_DSR for f in default)
     assert dsr and all(f & LB_DSR for f in dsr)
+
+
+def _with_floating_ip(platform: LinuxPlatform) -> None:
+    nat = NatInfo(ext_ip="172.16.5.10", int_ip="10.65.0.5")
+    platform.set_workload_endpoint(replace(POD, ipv4_nat=(nat,)), EffectivePolicy())
+
+
+def test_floating_ips_disabled_programs_no_floating_ip() -> None:
+    # Felix's floating IP manager programs an endpoint's NAT mappings only
+    # with FloatingIPs Enabled (or for an OpenStack endpoint).
+    def dnat(raw: Mapping[str, str]) -> list[str]:
+        save = program(raw, _with_floating_ip).saves[4]
+        return [line for line in save.splitlines() if "172.16.5.10" in line]
+
+    assert dnat({}) == []  # Felix's default: Disabled
+    enabled = dnat({"FloatingIPs": "Enabled"})
+    assert any("DNAT" in line and "--to-destination 10.65.0.5" in line for line in enabled)

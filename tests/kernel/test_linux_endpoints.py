@@ -59,7 +59,7 @@ def test_floating_ip_reaches_the_pod(topology: Topology) -> None:
     cluster = Cluster(topology)
     node, external = cluster.node, cluster.node.external
     external.ip("route", "add", "172.16.5.10/32", "via", node.address(4))
-    felix = cluster.start_driver()
+    felix = cluster.start_driver(FloatingIPs="Enabled")  # Felix's default is Disabled
     prom = scenario.pod("prom-1")
     update = scenario.endpoint(prom, cluster.pods["prom-1"].iface)
     update.endpoint.ipv4_nat.append(pb.NatInfo(ext_ip="172.16.5.10", int_ip=prom.ipv4))

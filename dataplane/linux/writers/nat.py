@@ -56,7 +56,15 @@ class NatWriter:
             for set_id, members in ((ALL_POOLS_SET, all_pools), (MASQ_POOLS_SET, masq)):
                 target.ipsets.replace(IPSet(set_id, IPSetType.NET, members))
             self._pools_dirty = False
-        floating = [nat for nats in self._floating.values() for nat in nats]
+        # As Felix's floating IP manager: only with FloatingIPs Enabled, or for
+        # OpenStack's endpoints (a config change renders everything again).
+        enabled = target.config.floating_ips
+        floating = [
+            nat
+            for key, nats in self._floating.items()
+            if enabled or key.orchestrator_id == "openstack"
+            for nat in nats
+        ]
         spare_hosts = target.config.nat_outgoing_exclusions == "ippoolsandhostips"
         for version in target.versions:
             all_hosts = target.ipsets.kernel_name(ALL_HOSTS_SET, version) if spare_hosts else ""
