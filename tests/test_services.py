@@ -92,6 +92,7 @@ def test_extension_fields() -> None:
             loadbalancer_ingress_ips=["172.16.0.1"],
         )
     )
+    mgr.on_update(backends("web"))  # none: the service is known to have no backends
     mgr.complete_deferred_work()
     web = sink.services[ServiceKey("prod", "web")]
     assert web.session_affinity and web.affinity_timeout == 60

@@ -2,8 +2,14 @@
 
 ``ServiceUpdate`` (Felix's, plus our extension fields) and
 ``ServiceBackendsUpdate`` (ours) are merged into one :class:`Service` value
-per service; a :class:`~dataplane.core.diffstore.DiffStore` turns each apply's
-values into the services that really changed, so a platform rewrites only
+per service, handed down once its backends are known (a
+``ServiceBackendsUpdate``, even an empty one). Felix sends every Service
+but never its backends (its own iptables and nftables dataplanes ignore
+them, leaving services to kube-proxy), so under the real Felix no service
+is programmed from its messages: a node beside kube-proxy gets no service
+rule of ours unless the Kubernetes source or an embedder asks. A
+:class:`~dataplane.core.diffstore.DiffStore` turns each apply's values
+into the services that really changed, so a platform rewrites only
 those (kube-proxy's partial sync). ``resync`` hands over everything again
 (Contiv's Resync); ``set_backend_health`` takes a backend out of selection
 (Cilium's SetBackendHealth) without waiting for the control plane.
@@ -53,6 +59,7 @@ class ServicesManager:
         self._source: ServicesSource | None = None
         self._from_source: dict[ServiceKey, Service] = {}
         self._said_ignored = False
+        self._said_no_backends = False
 
     def use_source(self, source: ServicesSource) -> None:
         """Take services from ``source`` from now on; ignore the service messages."""
@@ -151,10 +158,19 @@ class ServicesManager:
                     self._from_source[key] = value
                 self._dirty.add(key)
         for key in self._dirty:
-            if key in self._services or key in self._from_source:
+            if key in self._from_source or (key in self._services and key in self._backends):
                 self._store.set(key, self._value(key))
             else:
                 self._store.delete(key)
+                if key in self._services and not self._said_no_backends:
+                    self._said_no_backends = True
+                    log.info(
+                        "service %s not programmed until its backends arrive"
+                        " (ServiceBackendsUpdate): Felix sends Services but never their"
+                        " backends, and its own dataplane leaves services to kube-proxy;"
+                        " --services-source kubernetes programs them from the API (said once)",
+                        key,
+                    )
         self._dirty.clear()
         changes = self._store.commit()
         for key in sorted(changes.deletes):

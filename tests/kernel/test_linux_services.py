@@ -21,6 +21,7 @@ from tests.kernel import scenario
 from tests.kernel.cluster import Cluster
 from tests.kernel.marks import requires_root
 from tests.kernel.services import VIP4, VIP6, backend_set, served_by, service
+from tests.waiting import eventually
 
 pytestmark = [requires_root, pytest.mark.slow]
 
@@ -244,6 +245,7 @@ def test_source_ranges_no_backends_and_terminating(topology: Topology) -> None:
             ),
             backends("lb", ["api-1"]),
             service("empty", cluster_ips=["10.96.0.31"]),
+            backends("empty", []),  # known to have none: refused at once
             service("leaving", cluster_ips=["10.96.0.32"]),
             backends("leaving", ["api-2"], state=pb.BACKEND_TERMINATING),
         ],
@@ -382,6 +384,40 @@ def test_udp_flow_leaves_a_removed_backend_at_once(topology: Topology) -> None:
             if again.ok and again.reply == "api-2":
                 break
             assert time.monotonic() < end, f"flow still on the removed backend: {again}"
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def _ours_naming(node: Namespace, address: str) -> list[str]:
+    """Every rule, set element or map entry of either backend that names ``address``."""
+    dumps = [node.run("nft", "list", "ruleset").stdout]
+    dumps += [node.run(f"iptables-{mode}-save").stdout for mode in ("legacy", "nft")]
+    return [line for dump in dumps for line in dump.splitlines() if address in line]
+
+
+def test_a_service_felix_sends_without_backends_is_not_programmed(
+    topology: Topology, kernel_backend: str
+) -> None:
+    # As the real Felix in KDD mode sends them: every Service, never its
+    # backends. Felix's own iptables and nftables dataplanes leave services
+    # to kube-proxy, and so does the driver: nothing of ours names the VIP
+    # (it once became a REJECT on every node beside kube-proxy).
+    kube_vip = "10.96.0.1"
+    cluster = Cluster(topology)
+    felix = cluster.start_driver(
+        policies=False, extra=[service("kubernetes", cluster_ips=[kube_vip])]
+    )
+    try:
+        assert _ours_naming(cluster.node, kube_vip) == []
+        # An embedder or a log that says the service has no backends gets
+        # it refused at once: the check above can see a programmed VIP.
+        felix.send(backends("kubernetes", []))
+        eventually(
+            lambda: _ours_naming(cluster.node, kube_vip) != [],
+            15.0,
+            "a service with known backends (none) is programmed",
+        )
     finally:
         felix.close_input()
         felix.wait()

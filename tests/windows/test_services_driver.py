@@ -83,6 +83,7 @@ SERVICES: list[Message] = [
     backends("ext", backend(LOCAL_V4[0], name="dns", protocol="UDP", port=5353)),
     # No backend at all: no load balancer (HNS refuses an empty one).
     service("empty", cluster_ips=["10.96.0.17"]),
+    backends("empty"),
 ]
 
 
