@@ -38,7 +38,10 @@ _HOST = Honoured(
 _INACTIVE = Honoured(
     _K + "test_linux_endpoints.py::test_inactive_endpoint_gets_no_traffic_and_reports_down"
 )
-_FLOATING = Honoured(_K + "test_linux_endpoints.py::test_floating_ip_reaches_the_pod")
+_FLOATING = Honoured(
+    _K + "test_linux_endpoints.py::test_floating_ip_reaches_the_pod",
+    "with FloatingIPs Enabled, or on an OpenStack endpoint, as Felix",
+)
 _SPOOF = Honoured(_K + "test_linux_endpoints.py::test_spoofed_source_addresses_are_dropped")
 _NAT_OUT = Honoured(
     _K + "test_linux_policy.py::test_nat_outgoing_masquerades_only_masquerade_pools"
