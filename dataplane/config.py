@@ -108,6 +108,9 @@ class Config:
     # programmed only when Enabled, or for an OpenStack endpoint, as Felix's
     # floating IP manager does.
     floating_ips: bool = False
+    # Felix's DisableConntrackInvalidCheck: true stops dropping what
+    # conntrack marks INVALID (asymmetric routing through the node).
+    disable_conntrack_invalid_check: bool = False
     # Keys Felix's Linux dataplane acts on that this driver does not, sent
     # with a value that matters (dataplane/felix_settings.py): programmed as
     # with Felix's default, each said once and shown by ``show``.
@@ -395,6 +398,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "WindowsServiceDSR": ("windows_dsr", _bool),
     "EndpointStatusPathPrefix": ("endpoint_status_path_prefix", status_path_prefix),
     "FloatingIPs": ("floating_ips", _enabled),
+    "DisableConntrackInvalidCheck": ("disable_conntrack_invalid_check", _bool),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 

@@ -214,7 +214,9 @@ _HONOURED: Mapping[str, Honoured] = {
         _L + "test_overlay_plan.py::test_vxlan_off_plans_nothing_and_config_overrides_the_pools"
     ),
     "AllowVXLANPacketsFromWorkloads": Honoured(
-        _K + "test_overlay.py::test_pods_cannot_send_vxlan_and_strangers_cannot_inject_it"
+        _E + "test_allow_vxlan_packets_from_workloads_removes_the_vxlan_drop",
+        "its default with packets: " + _K + "test_overlay.py::"
+        "test_pods_cannot_send_vxlan_and_strangers_cannot_inject_it",
     ),
     "ExternalNodesCIDRList": Honoured(
         _L + "test_overlay_plan.py::test_external_nodes_may_send_vxlan"
@@ -280,8 +282,8 @@ SETTINGS: Mapping[str, Disposition] = {
     "DeviceRouteSourceAddressIPv6": Refused(
         "workload routes are written without a preferred source address", "", harmless=_empty
     ),
-    "DisableConntrackInvalidCheck": Refused(
-        "packets conntrack marks INVALID are always dropped", "false", harmless=_false
+    "DisableConntrackInvalidCheck": Honoured(
+        _E + "test_disable_conntrack_invalid_check_stops_dropping_invalid_packets"
     ),
     "FeatureDetectOverride": Refused(
         "the driver detects the kernel's and tools' features itself", "", harmless=_empty

@@ -39,7 +39,7 @@ ADDRESS = "10.1.2.3"
 def test_a_value_that_matters_is_refused_and_defaults_say_nothing() -> None:
     raw = {
         "natoutgoingaddress": ADDRESS,  # Felix's loader takes any case; so do we
-        "DisableConntrackInvalidCheck": "true",
+        "NetlinkTimeoutSecs": "20",
         "ServiceLoopPrevention": "Disabled",  # what the driver does
         "ClusterType": "k8s,bgp,kdd",  # only OpenStack's would matter
         "XDPEnabled": "true",  # XDP is not this platform's
@@ -48,10 +48,10 @@ def test_a_value_that_matters_is_refused_and_defaults_say_nothing() -> None:
     }
     refused = parse_config(raw).refused
     assert [(r.key, r.value) for r in refused] == [
-        ("DisableConntrackInvalidCheck", "true"),
         ("NATOutgoingAddress", ADDRESS),
+        ("NetlinkTimeoutSecs", "20"),
     ]
-    assert refused[1].line() == (
+    assert refused[0].line() == (
         f"config[NATOutgoingAddress]='{ADDRESS}' refused: NAT outgoing masquerades to the"
         " interface's address; a fixed SNAT address is not implemented"
     )

@@ -260,6 +260,34 @@ def test_allow_ipip_packets_from_workloads_removes_the_ipip_drop() -> None:
     assert any("--dport 4789" in r and r.endswith("-j DROP") for r in allowed)
 
 
+def test_allow_vxlan_packets_from_workloads_removes_the_vxlan_drop() -> None:
+    def from_pod(raw: Mapping[str, str]) -> list[str]:
+        return program(raw, _with_pod).rules("filter", f"cali-fw-{IFACE}")
+
+    vxlan = re.compile(r"--dport 4789 .*-j DROP")
+    default = from_pod({})
+    allowed = from_pod({"AllowVXLANPacketsFromWorkloads": "true"})
+    assert any(vxlan.search(r) for r in default)
+    assert allowed and not any(vxlan.search(r) for r in allowed)
+    # Only the VXLAN drop went: the IPIP one stays.
+    assert any(re.search(r"-p (ipencap|4) .*-j DROP", r) for r in allowed)
+
+
+def test_disable_conntrack_invalid_check_stops_dropping_invalid_packets() -> None:
+    def invalid_drops(raw: Mapping[str, str]) -> list[str]:
+        node = program(raw, _with_pod)
+        return [
+            line
+            for version in (4, 6)
+            for line in node.saves[version].splitlines()
+            if line.startswith("-A cali-") and "INVALID" in line
+        ]
+
+    default = invalid_drops({})
+    assert default and all(line.endswith("-j DROP") for line in default)
+    assert invalid_drops({"DisableConntrackInvalidCheck": "true"}) == []
+
+
 def test_ipv6_support_false_programs_no_ipv6_rules_or_sets() -> None:
     default = program({}, _with_pool)
     v4_only = program({"Ipv6Support": "false"}, _with_pool)

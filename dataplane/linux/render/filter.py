@@ -428,9 +428,12 @@ class FilterRenderer(Generic[R]):
         # the accept mark if it allowed), so all of them judge it. The
         # accept mark survives from pre-DNAT policy, which allowed it: such
         # traffic skips the arriving endpoint's forward policy, as in Felix.
+        # What conntrack marks INVALID is dropped unless the operator said not
+        # to (DisableConntrackInvalidCheck), as in Felix's endpoint chains.
+        invalid = [] if c.disable_conntrack_invalid_check else [_INVALID]
         forward = [
             ESTABLISHED,
-            _INVALID,
+            *invalid,
             TableRule((), SetMark.off(m.all & ~m.accept)),
             TableRule((MarkMatch.lacks(m.accept),), Jump(n.top("from-hep-forward"))),
         ]
@@ -470,7 +473,7 @@ class FilterRenderer(Generic[R]):
         # pod's egress policy and DefaultEndpointToHostAction, which judge
         # only new traffic: with Felix's default DROP the node could not
         # reach its own pods otherwise. Felix's INPUT path does the same.
-        to_host: list[TableRule] = [*ndp, ESTABLISHED, _INVALID]
+        to_host: list[TableRule] = [*ndp, ESTABLISHED, *invalid]
         to_host.append(TableRule((), Jump(n.top("from-wl-dispatch"))))
         to_host.append(
             TableRule(
