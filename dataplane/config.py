@@ -111,6 +111,10 @@ class Config:
     # Felix's DisableConntrackInvalidCheck: true stops dropping what
     # conntrack marks INVALID (asymmetric routing through the node).
     disable_conntrack_invalid_check: bool = False
+    # Felix's IPForwarding: Enabled turns the node's IPv4 (and IPv6)
+    # forwarding on at start; Disabled leaves it as found (takes a restart,
+    # as Felix restarts for it).
+    ip_forwarding: bool = True
     # Keys Felix's Linux dataplane acts on that this driver does not, sent
     # with a value that matters (dataplane/felix_settings.py): programmed as
     # with Felix's default, each said once and shown by ``show``.
@@ -399,6 +403,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "EndpointStatusPathPrefix": ("endpoint_status_path_prefix", status_path_prefix),
     "FloatingIPs": ("floating_ips", _enabled),
     "DisableConntrackInvalidCheck": ("disable_conntrack_invalid_check", _bool),
+    "IPForwarding": ("ip_forwarding", _enabled),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 

@@ -299,10 +299,7 @@ SETTINGS: Mapping[str, Disposition] = {
     "GenericXDPEnabled": _XDP,
     "XDPEnabled": _XDP,
     "XDPRefreshInterval": _XDP,
-    "IPForwarding": Refused(
-        "the driver always enables IPv4 and IPv6 forwarding, as a node that routes pods must",
-        "Enabled",
-    ),
+    "IPForwarding": Honoured(_E + "test_ip_forwarding_disabled_leaves_the_nodes_forwarding_alone"),
     "IPv4ElevatedRoutePriority": Refused(_ROUTE_PRIORITY + " are not implemented", "512"),
     "IPv4NormalRoutePriority": Refused(_ROUTE_PRIORITY + " are not implemented", "1024"),
     "IPv6ElevatedRoutePriority": Refused(_ROUTE_PRIORITY + " are not implemented", "512"),

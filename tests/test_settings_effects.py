@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import trio
 
@@ -286,6 +287,32 @@ def test_disable_conntrack_invalid_check_stops_dropping_invalid_packets() -> Non
     default = invalid_drops({})
     assert default and all(line.endswith("-j DROP") for line in default)
     assert invalid_drops({"DisableConntrackInvalidCheck": "true"}) == []
+
+
+def _forwarding_after_apply(raw: Mapping[str, str]) -> tuple[str, str]:
+    """IPv4 and IPv6 forwarding after one apply onto a node that had both off."""
+    files = ("net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding")
+    with throwaway_netns("dpfw") as netns, tempfile.TemporaryDirectory() as root:
+        for name in files:
+            path = Path(root, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("0\n")
+        netlink = FakeNetlink({IFACE: 10})
+        platform = LinuxPlatform(
+            runner=ProcessRunner(netns),
+            netlink=netlink,
+            netlink_writer=netlink.write,
+            sysctl_root=root,
+        )
+        platform.configure(parse_config(raw))
+        trio.run(platform.apply)
+        v4, v6 = (Path(root, name).read_text().strip() for name in files)
+    return v4, v6
+
+
+def test_ip_forwarding_disabled_leaves_the_nodes_forwarding_alone() -> None:
+    assert _forwarding_after_apply({}) == ("1", "1")  # Felix's default: Enabled
+    assert _forwarding_after_apply({"IPForwarding": "Disabled"}) == ("0", "0")
 
 
 def test_ipv6_support_false_programs_no_ipv6_rules_or_sets() -> None:

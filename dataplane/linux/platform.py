@@ -245,9 +245,11 @@ class LinuxPlatform:
             config.iptables_backend != self.config.iptables_backend
             or config.ipv6_support != self.config.ipv6_support
             or config.nftables_mode != self.config.nftables_mode
+            or config.ip_forwarding != self.config.ip_forwarding
         ):
             log.warning(
-                "IptablesBackend/NFTablesMode/Ipv6Support changes take effect after a restart"
+                "IptablesBackend/NFTablesMode/Ipv6Support/IPForwarding changes take effect"
+                " after a restart"
             )
         self._desired.configure(config)
 

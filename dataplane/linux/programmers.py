@@ -210,7 +210,12 @@ class Programmers:
         # The records are this namespace's: the file may serve several.
         namespace = namespace_identity() if sysctl_state is not None else ""
         originals = SysctlOriginals(sysctl_state, namespace=namespace)
-        sysctls = SysctlWriter(sysctl_root, ipv6=config.ipv6_support, originals=originals)
+        sysctls = SysctlWriter(
+            sysctl_root,
+            ipv6=config.ipv6_support,
+            forwarding=config.ip_forwarding,
+            originals=originals,
+        )
         vxlan = VxlanProgrammer(meter.netlink(netlink) if meter else netlink, links, writer)
         return cls(
             backend,

@@ -52,10 +52,14 @@ class SysctlWriter:
         root: str | Path = "/proc/sys",
         *,
         ipv6: bool = True,
+        forwarding: bool = True,
         originals: SysctlOriginals | None = None,
     ) -> None:
         self.root = Path(root)
         self.ipv6 = ipv6
+        # Felix's IPForwarding: Disabled leaves the node's forwarding as it
+        # finds it (the operator's to set), Enabled turns it on.
+        self.forwarding = forwarding
         self.originals = originals if originals is not None else SysctlOriginals()
         self._done: dict[str, tuple[int, bool]] = {}  # iface -> (ifindex, strict rpf)
         self.failed: dict[str, str] = {}  # iface -> why, as of the last apply
@@ -90,6 +94,8 @@ class SysctlWriter:
         self._write(key, value)
 
     def _globals(self) -> dict[str, str]:
+        if not self.forwarding:
+            return {}
         return {**_GLOBAL_V4, **(_GLOBAL_V6 if self.ipv6 else {})}
 
     def _configure(self, iface: str, strict_rpf: bool) -> None:
