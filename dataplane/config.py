@@ -115,6 +115,9 @@ class Config:
     # forwarding on at start; Disabled leaves it as found (takes a restart,
     # as Felix restarts for it).
     ip_forwarding: bool = True
+    # Felix's NATOutgoingAddress: NAT outgoing (IPv4) SNATs to this address
+    # instead of masquerading; "" for the outgoing interface's address.
+    nat_outgoing_address: str = ""
     # Keys Felix's Linux dataplane acts on that this driver does not, sent
     # with a value that matters (dataplane/felix_settings.py): programmed as
     # with Felix's default, each said once and shown by ``show``.
@@ -317,6 +320,12 @@ def _enabled(raw: str) -> bool:
     return text == "enabled"
 
 
+def _optional_ipv4(raw: str) -> str:
+    """One IPv4 address, or "" for none (it goes into an SNAT rule)."""
+    text = raw.strip()
+    return str(ipaddress.IPv4Address(text)) if text else ""
+
+
 def _text(raw: str) -> str:
     return raw.strip()
 
@@ -404,6 +413,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FloatingIPs": ("floating_ips", _enabled),
     "DisableConntrackInvalidCheck": ("disable_conntrack_invalid_check", _bool),
     "IPForwarding": ("ip_forwarding", _enabled),
+    "NATOutgoingAddress": ("nat_outgoing_address", _optional_ipv4),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 

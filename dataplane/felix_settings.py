@@ -355,11 +355,8 @@ SETTINGS: Mapping[str, Disposition] = {
     ),
     "MetadataAddr": NotForPlatform("OpenStack's metadata server (see ClusterType)"),
     "MetadataPort": NotForPlatform("OpenStack's metadata server (see ClusterType)"),
-    "NATOutgoingAddress": Refused(
-        "NAT outgoing masquerades to the interface's address; a fixed SNAT address is not"
-        " implemented",
-        "",
-        harmless=_empty,
+    "NATOutgoingAddress": Honoured(
+        _E + "test_nat_outgoing_address_snats_to_it_instead_of_masquerading"
     ),
     "NFTablesFlowTableDataIfacePattern": Refused(
         "nftables flowtable offload is not implemented", "", harmless=_empty

@@ -33,12 +33,13 @@ from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.msglog import write_log
 from dataplane.wire.refused_fields import RefusedFields
 
-ADDRESS = "10.1.2.3"
+ADDRESS = "10.1.2.3"  # a DeviceRouteSourceAddress, which the driver refuses
+WHY = "workload routes are written without a preferred source address"
 
 
 def test_a_value_that_matters_is_refused_and_defaults_say_nothing() -> None:
     raw = {
-        "natoutgoingaddress": ADDRESS,  # Felix's loader takes any case; so do we
+        "deviceroutesourceaddress": ADDRESS,  # Felix's loader takes any case; so do we
         "NetlinkTimeoutSecs": "20",
         "ServiceLoopPrevention": "Disabled",  # what the driver does
         "ClusterType": "k8s,bgp,kdd",  # only OpenStack's would matter
@@ -48,22 +49,19 @@ def test_a_value_that_matters_is_refused_and_defaults_say_nothing() -> None:
     }
     refused = parse_config(raw).refused
     assert [(r.key, r.value) for r in refused] == [
-        ("NATOutgoingAddress", ADDRESS),
+        ("DeviceRouteSourceAddress", ADDRESS),
         ("NetlinkTimeoutSecs", "20"),
     ]
-    assert refused[0].line() == (
-        f"config[NATOutgoingAddress]='{ADDRESS}' refused: NAT outgoing masquerades to the"
-        " interface's address; a fixed SNAT address is not implemented"
-    )
+    assert refused[0].line() == (f"config[DeviceRouteSourceAddress]='{ADDRESS}' refused: {WHY}")
     assert [r.key for r in refused_settings({"ClusterType": "k8s,openstack"})] == ["ClusterType"]
     assert [r.key for r in refused_settings({"BPFEnabled": "true"})] == ["BPFEnabled"]
     assert refused_settings({"BPFEnabled": "false", "WireguardEnabled": "False"}) == ()
 
 
 def test_a_later_update_keeps_what_it_does_not_send_and_clears_what_it_sets_back() -> None:
-    first = parse_config({"NATOutgoingAddress": ADDRESS, "FloatingIPs": "Enabled"})
+    first = parse_config({"DeviceRouteSourceAddress": ADDRESS, "FloatingIPs": "Enabled"})
     later = parse_config({"FloatingIPs": "Disabled"}, first)
-    assert [r.key for r in later.refused] == ["NATOutgoingAddress"]
+    assert [r.key for r in later.refused] == ["DeviceRouteSourceAddress"]
 
 
 @given(st.sampled_from(sorted(k for k, v in SETTINGS.items() if isinstance(v, Refused))))
@@ -95,22 +93,21 @@ def test_a_refused_setting_is_one_warning_and_an_error_record_while_it_is_sent(
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(dp.run)
-            dp.send_message(_config(NATOutgoingAddress=ADDRESS))
+            dp.send_message(_config(DeviceRouteSourceAddress=ADDRESS))
             dp.send_message(pb.InSync())
             await trio.testing.wait_all_tasks_blocked()
             assert settings() == {
-                "NATOutgoingAddress": (
+                "DeviceRouteSourceAddress": (
                     "error",
-                    f"NATOutgoingAddress='{ADDRESS}' refused: NAT outgoing masquerades to the"
-                    " interface's address; a fixed SNAT address is not implemented",
+                    f"DeviceRouteSourceAddress='{ADDRESS}' refused: {WHY}",
                 )
             }
             assert observer.health.readiness().ok  # programmed as with the default
             # Sent again (Felix resends its whole config): nothing new said.
-            dp.send_message(_config(NATOutgoingAddress=ADDRESS, LogSeverityScreen="Info"))
+            dp.send_message(_config(DeviceRouteSourceAddress=ADDRESS, LogSeverityScreen="Info"))
             await trio.testing.wait_all_tasks_blocked()
             # Set back to Felix's default: the record goes.
-            dp.send_message(_config(NATOutgoingAddress=""))
+            dp.send_message(_config(DeviceRouteSourceAddress=""))
             await trio.testing.wait_all_tasks_blocked()
             assert settings() == {}
             dp.close_input()
@@ -118,10 +115,7 @@ def test_a_refused_setting_is_one_warning_and_an_error_record_while_it_is_sent(
     with caplog.at_level(logging.WARNING, logger="dataplane"):
         trio.run(main)
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
-    assert refused == [
-        f"seq=1 config[NATOutgoingAddress]='{ADDRESS}' refused: NAT outgoing masquerades to"
-        " the interface's address; a fixed SNAT address is not implemented"
-    ]
+    assert refused == [f"seq=1 config[DeviceRouteSourceAddress]='{ADDRESS}' refused: {WHY}"]
 
 
 def test_show_lists_a_refused_setting_with_why(

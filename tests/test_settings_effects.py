@@ -237,6 +237,22 @@ def test_nat_port_range_limits_masquerade_ports() -> None:
     assert len([r for r in mine if "--to-ports 40000-50000" in r]) == 2
 
 
+def test_nat_outgoing_address_snats_to_it_instead_of_masquerading() -> None:
+    def rewrites(raw: Mapping[str, str]) -> list[str]:
+        node = program(raw, _with_pool)
+        return [r.split(" -j ", 1)[1] for r in node.rules("nat", "cali-nat-outgoing")]
+
+    assert rewrites({}) == ["MASQUERADE"]
+    assert rewrites({"NATOutgoingAddress": "192.0.2.7"}) == ["SNAT --to-source 192.0.2.7"]
+    # Within NATPortRange for TCP and UDP, as Felix joins them.
+    ranged = rewrites({"NATOutgoingAddress": "192.0.2.7", "NATPortRange": "40000:50000"})
+    assert ranged == [
+        "SNAT --to-source 192.0.2.7:40000-50000",
+        "SNAT --to-source 192.0.2.7:40000-50000",
+        "SNAT --to-source 192.0.2.7",
+    ]
+
+
 def test_nat_outgoing_exclusions_ip_pools_and_host_ips_spares_node_addresses() -> None:
     def outgoing(raw: Mapping[str, str]) -> str:
         (rule,) = program(raw, _with_pool).rules("nat", "cali-nat-outgoing")

@@ -231,6 +231,8 @@ CONFIG_VALUES = {
     "AllowVXLANPacketsFromWorkloads": ["true", "false"],
     "AllowIPIPPacketsFromWorkloads": ["true", "false"],
     "NATOutgoingExclusions": ["IPPoolsOnly", "IPPoolsAndHostIPs"],
+    "NATOutgoingAddress": ["", "192.0.2.7"],
+    "DisableConntrackInvalidCheck": ["true", "false"],
 }
 
 

@@ -107,8 +107,10 @@ def action_text(action: Action | None) -> str:
             return f"-j MARK --set-xmark {value:#x}/{mask:#x}"
         case Dnat(to):
             return f"-j DNAT --to-destination {to}"
-        case Snat(to):
-            return f"-j SNAT --to-source {to}"
+        case Snat(to, ports):
+            if ports is None:
+                return f"-j SNAT --to-source {to}"
+            return f"-j SNAT --to-source {to}:{ports[0]}-{ports[1]}"
         case Masquerade(ports):
             if ports is None:
                 return "-j MASQUERADE"

@@ -156,8 +156,10 @@ def action_text(action: Action | None, chain_prefix: str = "") -> str:
             return mark_text(mask, value)
         case Dnat(to):
             return f"dnat to {_address(to)}"
-        case Snat(to):
-            return f"snat to {_address(to)}"
+        case Snat(to, ports):
+            if ports is None:
+                return f"snat to {_address(to)}"
+            return f"snat to {_address(to)}:{ports[0]}-{ports[1]}"
         case Masquerade(ports):
             if ports is None:
                 return "masquerade"

@@ -56,6 +56,9 @@ class NatRenderer(Generic[R]):
     # Kernel name of all-hosts-net when NAT-outgoing spares node addresses
     # (NATOutgoingExclusions=IPPoolsAndHostIPs).
     all_hosts_set: str = ""
+    # NATOutgoingAddress (IPv4 only, as Felix): NAT outgoing SNATs to it
+    # instead of masquerading to the outgoing interface's address.
+    outgoing_address: str = ""
 
     def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain[R]:
         return Chain(name, self.out.rules(rules))
@@ -97,7 +100,9 @@ class NatRenderer(Generic[R]):
             ),
             self._chain(n.top("fip-dnat"), dnat),
             self._chain(n.top("fip-snat"), snat),
-            self._chain(n.top("nat-outgoing"), self._masquerade(tuple(leaving))),
+            self._chain(
+                n.top("nat-outgoing"), self._masquerade(tuple(leaving), self.outgoing_address)
+            ),
         ]
 
     def _tunnel_source(self) -> list[TableRule]:
@@ -115,22 +120,27 @@ class NatRenderer(Generic[R]):
             )
         )
 
-    def _masquerade(self, match: tuple[Match, ...]) -> list[TableRule]:
-        """MASQUERADE what ``match`` selects, within ``NATPortRange`` if set.
+    def _masquerade(self, match: tuple[Match, ...], to: str = "") -> list[TableRule]:
+        """MASQUERADE what ``match`` selects (SNAT to ``to`` if given), within
+        ``NATPortRange`` if set.
 
         The kernel takes a port range only with a protocol that has ports
         (it means nothing to ICMP), so with a range there is one rule for
         TCP and UDP and a last one, without ports, for the rest -- as Felix
         writes it.
         """
+
+        def rewrite(ports: tuple[int, int] | None) -> Masquerade | Snat:
+            return Snat(to, ports) if to else Masquerade(ports)
+
         if not self.nat_port_range:
-            return [TableRule(match, Masquerade())]
+            return [TableRule(match, rewrite(None))]
         return [
             *(
-                TableRule((Protocol(proto), *match), Masquerade(self.nat_port_range))
+                TableRule((Protocol(proto), *match), rewrite(self.nat_port_range))
                 for proto in ("tcp", "udp")
             ),
-            TableRule(match, Masquerade()),
+            TableRule(match, rewrite(None)),
         ]
 
     def hooks(self) -> Mapping[str, tuple[R, ...]]:

@@ -95,9 +95,11 @@ class Dnat:
 
 @dataclass(frozen=True, slots=True)
 class Snat:
-    """Rewrite the source address to ``to`` (nat table)."""
+    """Rewrite the source address to ``to``, the source port within ``ports``
+    (first, last) if given (nat table)."""
 
     to: str
+    ports: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

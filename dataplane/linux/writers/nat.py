@@ -78,6 +78,7 @@ class NatWriter:
                 target.config.nat_port_range,
                 self._tunnels.get(version, ""),
                 all_hosts,
+                target.config.nat_outgoing_address if version == 4 else "",
             )
             table = target.table("nat", version)
             self._groups.set(table, "nat", renderer.chains(floating))
