@@ -118,6 +118,9 @@ class Config:
     # Felix's NATOutgoingAddress: NAT outgoing (IPv4) SNATs to this address
     # instead of masquerading; "" for the outgoing interface's address.
     nat_outgoing_address: str = ""
+    # Felix's IptablesNATOutgoingInterfaceFilter: NAT outgoing only for
+    # traffic leaving by this interface (a trailing + matches a prefix).
+    nat_outgoing_interface_filter: str = ""
     # Keys Felix's Linux dataplane acts on that this driver does not, sent
     # with a value that matters (dataplane/felix_settings.py): programmed as
     # with Felix's default, each said once and shown by ``show``.
@@ -326,6 +329,15 @@ def _optional_ipv4(raw: str) -> str:
     return str(ipaddress.IPv4Address(text)) if text else ""
 
 
+def _iface_param(raw: str) -> str:
+    """An interface name as Felix's ``iface-param`` allows one, or "" for none
+    (it goes into a rule's ``-o``)."""
+    text = raw.strip()
+    if text and not re.fullmatch(r"[a-zA-Z0-9:._+-]{1,15}", text):
+        raise ValueError("an interface name: 1-15 of a-z A-Z 0-9 : . _ + -")
+    return text
+
+
 def _text(raw: str) -> str:
     return raw.strip()
 
@@ -414,6 +426,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "DisableConntrackInvalidCheck": ("disable_conntrack_invalid_check", _bool),
     "IPForwarding": ("ip_forwarding", _enabled),
     "NATOutgoingAddress": ("nat_outgoing_address", _optional_ipv4),
+    "IptablesNATOutgoingInterfaceFilter": ("nat_outgoing_interface_filter", _iface_param),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 

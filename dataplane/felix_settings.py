@@ -328,8 +328,8 @@ SETTINGS: Mapping[str, Disposition] = {
     "IptablesLockFilePath": _LOCK,
     "IptablesLockProbeIntervalMillis": _LOCK,
     "IptablesLockTimeoutSecs": _LOCK,
-    "IptablesNATOutgoingInterfaceFilter": Refused(
-        "NAT outgoing applies on every interface", "", harmless=_empty
+    "IptablesNATOutgoingInterfaceFilter": Honoured(
+        _E + "test_iptables_nat_outgoing_interface_filter_limits_nat_to_one_interface"
     ),
     "IptablesPostWriteCheckIntervalSecs": Refused(
         "tables are re-read on the refresh interval only, not shortly after each write", "5"

@@ -122,14 +122,12 @@ def test_show_lists_a_refused_setting_with_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "refused.log"
-    write_log(log, [_config(IptablesNATOutgoingInterfaceFilter="eth0"), pb.InSync()])
+    write_log(log, [_config(NetlinkTimeoutSecs="20"), pb.InSync()])
     assert cli.main(["show", "--log", str(log), "--json"], {}) == 0
     shown = json.loads(capsys.readouterr().out)
     settings = [o for o in shown["objects"] if o["kind"] == "setting"]
-    assert [(o["id"], o["status"]) for o in settings] == [
-        ("IptablesNATOutgoingInterfaceFilter", "error")
-    ]
-    assert "NAT outgoing applies on every interface" in settings[0]["error"]
+    assert [(o["id"], o["status"]) for o in settings] == [("NetlinkTimeoutSecs", "error")]
+    assert "netlink requests are not given a timeout of their own" in settings[0]["error"]
 
 
 def test_a_refused_field_is_one_warning_and_a_field_record(

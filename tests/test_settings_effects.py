@@ -253,6 +253,15 @@ def test_nat_outgoing_address_snats_to_it_instead_of_masquerading() -> None:
     ]
 
 
+def test_iptables_nat_outgoing_interface_filter_limits_nat_to_one_interface() -> None:
+    def outgoing(raw: Mapping[str, str]) -> str:
+        (rule,) = program(raw, _with_pool).rules("nat", "cali-nat-outgoing")
+        return rule
+
+    assert " -o " not in outgoing({})
+    assert " -o eth+ " in outgoing({"IptablesNATOutgoingInterfaceFilter": "eth+"})
+
+
 def test_nat_outgoing_exclusions_ip_pools_and_host_ips_spares_node_addresses() -> None:
     def outgoing(raw: Mapping[str, str]) -> str:
         (rule,) = program(raw, _with_pool).rules("nat", "cali-nat-outgoing")

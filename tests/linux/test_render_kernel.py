@@ -232,6 +232,7 @@ CONFIG_VALUES = {
     "AllowIPIPPacketsFromWorkloads": ["true", "false"],
     "NATOutgoingExclusions": ["IPPoolsOnly", "IPPoolsAndHostIPs"],
     "NATOutgoingAddress": ["", "192.0.2.7"],
+    "IptablesNATOutgoingInterfaceFilter": ["", "eth0", "ens+", "a:b.c_d-e"],
     "DisableConntrackInvalidCheck": ["true", "false"],
 }
 

@@ -59,6 +59,8 @@ class NatRenderer(Generic[R]):
     # NATOutgoingAddress (IPv4 only, as Felix): NAT outgoing SNATs to it
     # instead of masquerading to the outgoing interface's address.
     outgoing_address: str = ""
+    # IptablesNATOutgoingInterfaceFilter: NAT outgoing only by this interface.
+    outgoing_interface: str = ""
 
     def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain[R]:
         return Chain(name, self.out.rules(rules))
@@ -82,6 +84,8 @@ class NatRenderer(Generic[R]):
         ]
         if self.all_hosts_set:
             leaving.append(InSet(Side.DST, self.all_hosts_set, negate=True))
+        if self.outgoing_interface:
+            leaving.append(Interface(self.outgoing_interface, inbound=False))
         services = TableRule((), Jump(n.top("SERVICES")))
         fip_dnat = TableRule((), Jump(n.top("fip-dnat")))
         return [

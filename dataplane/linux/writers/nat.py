@@ -79,6 +79,7 @@ class NatWriter:
                 self._tunnels.get(version, ""),
                 all_hosts,
                 target.config.nat_outgoing_address if version == 4 else "",
+                target.config.nat_outgoing_interface_filter,
             )
             table = target.table("nat", version)
             self._groups.set(table, "nat", renderer.chains(floating))
