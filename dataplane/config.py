@@ -121,6 +121,9 @@ class Config:
     # Felix's IptablesNATOutgoingInterfaceFilter: NAT outgoing only for
     # traffic leaving by this interface (a trailing + matches a prefix).
     nat_outgoing_interface_filter: str = ""
+    # Felix's LogActionRateLimit ("" for none) and LogActionRateLimitBurst.
+    log_action_rate_limit: str = ""
+    log_action_rate_limit_burst: int = 5
     # Keys Felix's Linux dataplane acts on that this driver does not, sent
     # with a value that matters (dataplane/felix_settings.py): programmed as
     # with Felix's default, each said once and shown by ``show``.
@@ -338,6 +341,21 @@ def _iface_param(raw: str) -> str:
     return text
 
 
+def _log_rate(raw: str) -> str:
+    """``N/second`` (minute, hour, day), N 1-9999, or "" for no limit: Felix's log-rate."""
+    text = raw.strip()
+    if text and not re.fullmatch(r"[1-9]\d{0,3}/(second|minute|hour|day)", text):
+        raise ValueError("N/second, N/minute, N/hour or N/day, N from 1 to 9999")
+    return text
+
+
+def _log_burst(raw: str) -> int:
+    value = int(raw.strip())
+    if not 0 <= value <= 9999:
+        raise ValueError("from 0 to 9999")
+    return value
+
+
 def _text(raw: str) -> str:
     return raw.strip()
 
@@ -427,6 +445,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "IPForwarding": ("ip_forwarding", _enabled),
     "NATOutgoingAddress": ("nat_outgoing_address", _optional_ipv4),
     "IptablesNATOutgoingInterfaceFilter": ("nat_outgoing_interface_filter", _iface_param),
+    "LogActionRateLimit": ("log_action_rate_limit", _log_rate),
+    "LogActionRateLimitBurst": ("log_action_rate_limit_burst", _log_burst),
 }
 _KEYS_LOWER = {k.lower(): (k, v) for k, v in _KEYS.items()}
 

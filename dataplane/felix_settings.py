@@ -343,8 +343,8 @@ SETTINGS: Mapping[str, Disposition] = {
         "proxy ARP/NDP for local-subnet load balancer addresses (LocalSubnetL2Reachability),"
         " which the driver does not implement"
     ),
-    "LogActionRateLimit": Refused("Log rules are not rate limited", "", harmless=_empty),
-    "LogActionRateLimitBurst": Refused("Log rules are not rate limited", "5"),
+    "LogActionRateLimit": Honoured(_E + "test_log_action_rate_limit_limits_log_rules"),
+    "LogActionRateLimitBurst": Honoured(_E + "test_log_action_rate_limit_limits_log_rules"),
     "MTUIfacePattern": Refused(
         "the host's MTU is not detected from its interfaces: no MTU file is written for the"
         " CNI plugin, and VXLANMTU is taken as given",

@@ -199,6 +199,16 @@ def test_log_prefix_labels_a_log_rule() -> None:
     assert '--log-prefix "node-7 dropped: "' in mine
 
 
+def test_log_action_rate_limit_limits_log_rules() -> None:
+    def log_rules(raw: Mapping[str, str]) -> list[str]:
+        node = program(raw, _with_log_policy)
+        return [line for line in node.ours(4) if "-j LOG" in line]
+
+    assert log_rules({}) and not any("-m limit" in r for r in log_rules({}))
+    limited = log_rules({"LogActionRateLimit": "10/second", "LogActionRateLimitBurst": "7"})
+    assert limited and all("-m limit --limit 10/sec --limit-burst 7" in r for r in limited)
+
+
 def _dports(rules: Sequence[str]) -> set[str]:
     """Each rule's destination port, as "proto:port"."""
     return {f"{p}:{d}" for r in rules for p, d in re.findall(r"-p (\w+) .*--dport (\d+)", r)}

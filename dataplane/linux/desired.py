@@ -29,6 +29,7 @@ from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.render.rule import RuleRenderer
 from dataplane.linux.rules.chain import Serialiser
 from dataplane.linux.rules.marks import Marks
+from dataplane.linux.rules.match import Limit
 from dataplane.linux.writers.base import FilterBase
 from dataplane.linux.writers.hosts import HostEndpointWriter
 from dataplane.linux.writers.nat import NatWriter
@@ -88,6 +89,12 @@ class Desired:
         self._renderers = None
         self._everything = True
 
+    def _log_limit(self) -> Limit | None:
+        c = self.config
+        if not c.log_action_rate_limit:
+            return None
+        return Limit(c.log_action_rate_limit, c.log_action_rate_limit_burst)
+
     def versions(self) -> tuple[int, ...]:
         return (4, 6) if self.config.ipv6_support else (4,)
 
@@ -104,7 +111,9 @@ class Desired:
         marks = Marks.from_mask(self.config.iptables_mark_mask)
         out: dict[tuple[str, int], FilterRenderer[Any]] = {}
         for version in self.versions():
-            rules = RuleRenderer(version, marks, self._ipset_name, self.config.log_prefix)
+            rules = RuleRenderer(
+                version, marks, self._ipset_name, self.config.log_prefix, self._log_limit()
+            )
 
             def make(
                 serialiser: Serialiser[Any], v: int = version, rules: RuleRenderer = rules

@@ -233,6 +233,8 @@ CONFIG_VALUES = {
     "NATOutgoingExclusions": ["IPPoolsOnly", "IPPoolsAndHostIPs"],
     "NATOutgoingAddress": ["", "192.0.2.7"],
     "IptablesNATOutgoingInterfaceFilter": ["", "eth0", "ens+", "a:b.c_d-e"],
+    "LogActionRateLimit": ["", "10/second", "9999/day"],
+    "LogActionRateLimitBurst": ["5", "0", "9999"],
     "DisableConntrackInvalidCheck": ["true", "false"],
 }
 

@@ -33,11 +33,13 @@ from dataplane.linux.rules.action import (
 )
 from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
+    LIMIT_RATE,
     Addresses,
     ConnState,
     Icmp,
     InSet,
     Interface,
+    Limit,
     LocalAddress,
     MarkMatch,
     Match,
@@ -217,6 +219,11 @@ class _Rendering:
             case Interface(name, inbound, negate):
                 bang = "! " if negate else ""
                 self.parts.append(f"{bang}{'-i' if inbound else '-o'} {name}")
+            case Limit(rate, burst):
+                if not LIMIT_RATE.fullmatch(rate):
+                    raise ValueError(f"not a rate limit: {rate!r}")
+                burst_text = f" --limit-burst {burst}" if burst else ""
+                self.parts.append(f"-m limit --limit {rate}{burst_text}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,11 +39,13 @@ from dataplane.linux.rules.action import (
 from dataplane.linux.rules.comment import safe_comment
 from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
+    LIMIT_RATE,
     Addresses,
     ConnState,
     Icmp,
     InSet,
     Interface,
+    Limit,
     LocalAddress,
     MarkMatch,
     Match,
@@ -258,6 +260,11 @@ class _Rendering:
             case ConnState(states, negate):
                 values = _one_or_set([s.lower() for s in states])
                 self.parts.append(f"ct state {'!= ' if negate else ''}{values}")
+            case Limit(rate, burst):
+                if not LIMIT_RATE.fullmatch(rate):
+                    raise ValueError(f"not a rate limit: {rate!r}")
+                burst_text = f" burst {burst} packets" if burst else ""
+                self.parts.append(f"limit rate {rate}{burst_text}")
             case Interface(name, inbound, negate):
                 if not _IFACE.fullmatch(name):
                     raise ValueError(f"not an interface name: {name!r}")

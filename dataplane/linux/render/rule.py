@@ -38,6 +38,7 @@ from dataplane.linux.rules.match import (
     Addresses,
     Icmp,
     InSet,
+    Limit,
     MarkMatch,
     Match,
     Ports,
@@ -72,12 +73,15 @@ class RuleRenderer:
         ipset_name: maps an IP set id to the kernel set name for ``version``,
             or None if there is no such set.
         log_prefix: prefix of LOG actions (Felix's ``LogPrefix``).
+        log_limit: how often a Log rule may log (``LogActionRateLimit``), if at all limited.
     """
 
     version: int
     marks: Marks
     ipset_name: Callable[[str, int], str | None]
     log_prefix: str = "calico-packet"
+    # Felix's LogActionRateLimit and its burst: Log rules log at most this often.
+    log_limit: Limit | None = None
 
     def _applies(self, rule: Rule) -> bool:
         if rule.ip_version and rule.ip_version != self.version:
@@ -191,6 +195,8 @@ class RuleRenderer:
             verdict, returns = Drop(), 0
         else:
             verdict, returns = Log(f"{self.log_prefix}: "), 0
+            if self.log_limit is not None:
+                terms = [*terms, self.log_limit]
         out = [TableRule(tuple(terms), verdict, origin=origin, counts=True)]
         if returns:
             out.append(TableRule((MarkMatch.has(returns),), Return(), origin=origin))
