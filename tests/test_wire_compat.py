@@ -168,13 +168,13 @@ _HEP_ID = pb.HostEndpointID(endpoint_id="node-eth0")
 _HTTP = pb.ServiceBackendPort(name="http", protocol="TCP", port=8080)
 
 
-def _service(name: str) -> pb.ServiceUpdate:
+def _service(name: str, port: int = 80) -> pb.ServiceUpdate:
     return pb.ServiceUpdate(
         name=name,
         namespace="prod",
         type="ClusterIP",
         cluster_ips=["10.96.0.10"],
-        ports=[pb.ServicePort(Protocol="TCP", Port=80, name="http")],
+        ports=[pb.ServicePort(Protocol="TCP", Port=port, name="http")],
     )
 
 
@@ -238,7 +238,9 @@ MESSAGES: dict[str, Message] = {
     "workload_endpoint_remove": pb.WorkloadEndpointRemove(id=_WEP_ID),
     "ipam_pool_update": pb.IPAMPoolUpdate(id="pool2", pool=pb.IPAMPool(cidr="10.1.0.0/16")),
     "ipam_pool_remove": pb.IPAMPoolRemove(id="pool"),
-    "service_update": _service("api"),
+    # A change to a service whose backends are known (one alone is programmed
+    # only once they arrive: dataplane/managers/services.py).
+    "service_update": _service("web", port=8080),
     "service_remove": pb.ServiceRemove(name="web", namespace="prod"),
     "service_backends_update": _backends("10.65.0.20", "10.65.0.21"),
     "route_update": pb.RouteUpdate(types=pb.REMOTE_WORKLOAD, dst="10.0.2.0/26", dst_node_name="n3"),
