@@ -341,10 +341,15 @@ def _iface_param(raw: str) -> str:
     return text
 
 
+# Felix's log-rate: N/second (minute, hour, day), N from 1 to 9999. The
+# rule serialisers check a Limit's rate against it again before writing.
+LOG_RATE = re.compile(r"[1-9]\d{0,3}/(second|minute|hour|day)")
+
+
 def _log_rate(raw: str) -> str:
-    """``N/second`` (minute, hour, day), N 1-9999, or "" for no limit: Felix's log-rate."""
+    """A :data:`LOG_RATE`, or "" for no limit."""
     text = raw.strip()
-    if text and not re.fullmatch(r"[1-9]\d{0,3}/(second|minute|hour|day)", text):
+    if text and not LOG_RATE.fullmatch(text):
         raise ValueError("N/second, N/minute, N/hour or N/day, N from 1 to 9999")
     return text
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from dataplane.config import LOG_RATE
 from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.rules.action import (
     Accept,
@@ -33,7 +34,6 @@ from dataplane.linux.rules.action import (
 )
 from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
-    LIMIT_RATE,
     Addresses,
     ConnState,
     Icmp,
@@ -220,7 +220,7 @@ class _Rendering:
                 bang = "! " if negate else ""
                 self.parts.append(f"{bang}{'-i' if inbound else '-o'} {name}")
             case Limit(rate, burst):
-                if not LIMIT_RATE.fullmatch(rate):
+                if not LOG_RATE.fullmatch(rate):
                     raise ValueError(f"not a rate limit: {rate!r}")
                 burst_text = f" --limit-burst {burst}" if burst else ""
                 self.parts.append(f"-m limit --limit {rate}{burst_text}")

@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from dataplane.config import LOG_RATE
 from dataplane.linux.rules.action import (
     Accept,
     Action,
@@ -39,7 +40,6 @@ from dataplane.linux.rules.action import (
 from dataplane.linux.rules.comment import safe_comment
 from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
-    LIMIT_RATE,
     Addresses,
     ConnState,
     Icmp,
@@ -261,7 +261,7 @@ class _Rendering:
                 values = _one_or_set([s.lower() for s in states])
                 self.parts.append(f"ct state {'!= ' if negate else ''}{values}")
             case Limit(rate, burst):
-                if not LIMIT_RATE.fullmatch(rate):
+                if not LOG_RATE.fullmatch(rate):
                     raise ValueError(f"not a rate limit: {rate!r}")
                 burst_text = f" burst {burst} packets" if burst else ""
                 self.parts.append(f"limit rate {rate}{burst_text}")

@@ -10,13 +10,11 @@ does not.
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 
 from dataplane.model import IcmpMatch, PortRange
 
 __all__ = [
-    "LIMIT_RATE",
     "Addresses",
     "ConnState",
     "Icmp",
@@ -166,14 +164,10 @@ class Interface:
     negate: bool = False
 
 
-# A rate as Felix's LogActionRateLimit takes it (and both backends write it).
-LIMIT_RATE = re.compile(r"[1-9]\d{0,3}/(second|minute|hour|day)")
-
-
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """At most ``rate`` packets (``N/second``, ``minute``, ``hour`` or ``day``),
-    with bursts of ``burst`` (0: the kernel's default)."""
+    """At most ``rate`` packets (``dataplane.config.LOG_RATE``: ``N/second``,
+    ``minute``, ``hour`` or ``day``), in bursts of ``burst`` (0: the kernel's default)."""
 
     rate: str
     burst: int = 0
