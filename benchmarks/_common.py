@@ -22,9 +22,12 @@ __all__ = [
     "machine",
     "markdown_table",
     "metric_sum",
+    "metrics_text",
+    "peak_rss_mb",
     "percentile",
     "print_row",
     "run_inside_netns",
+    "sample_sum",
     "timed_tool",
 ]
 
@@ -54,15 +57,32 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def metric_sum(ns: Namespace, url: str, pattern: str) -> float:
-    """Sum of the samples of ``url`` (inside ``ns``) whose line matches ``pattern``."""
+def metrics_text(ns: Namespace, url: str) -> str:
+    """One scrape of ``url``, from inside ``ns``."""
     script = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=10).read().decode())"
-    text = ns.run(sys.executable, "-c", script).stdout
+    return ns.run(sys.executable, "-c", script).stdout
+
+
+def sample_sum(text: str, pattern: str) -> float:
+    """Sum of a scrape's samples whose line matches ``pattern``."""
     total = 0.0
     for line in text.splitlines():
         if not line.startswith("#") and re.search(pattern, line):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def metric_sum(ns: Namespace, url: str, pattern: str) -> float:
+    """Sum of the samples of ``url`` (inside ``ns``) whose line matches ``pattern``."""
+    return sample_sum(metrics_text(ns, url), pattern)
+
+
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident set (``VmHWM``), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def _tool_version(argv: list[str]) -> str:

@@ -68,7 +68,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import _floor
-from benchmarks._common import machine, markdown_table, metric_sum, percentile
+from benchmarks._common import (
+    machine,
+    markdown_table,
+    metrics_text,
+    peak_rss_mb,
+    percentile,
+    sample_sum,
+)
 from benchmarks._monitor import Monitor
 from benchmarks._runs import apply_quick, require_root, run_child
 from testbed.calico import Calico
@@ -271,13 +278,6 @@ def relay_command(workdir: Path) -> Path:
     return wrapper
 
 
-def _vm_hwm_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 # ---------------------------------------------------------------------------
 # One backend
 # ---------------------------------------------------------------------------
@@ -332,8 +332,8 @@ def run_backend(backend: str, args: argparse.Namespace, workdir: Path) -> dict[s
             measure_additions(result, relay, node, cp, additions=additions, args=args)
             after = own_figures(node)
             result["own_additions"] = {k: after[k] - before[k] for k in after}
-            result["driver_rss_mb"] = _vm_hwm_mb(driver)
-            result["felix_rss_mb"] = _vm_hwm_mb(_felix_pid(felix))
+            result["driver_rss_mb"] = peak_rss_mb(driver)
+            result["felix_rss_mb"] = peak_rss_mb(_felix_pid(felix))
         finally:
             code = felix.stop()
             print(f"[{backend}] Felix stopped (exit {code}); its log: {felix.log_path}")
@@ -361,7 +361,8 @@ def own_figures(node: Node) -> dict[str, float]:
         "endpoint_latency_s": latency.format("sum"),
         "endpoints": latency.format("count"),
     }
-    return {name: metric_sum(node, url, pattern) for name, pattern in patterns.items()}
+    text = metrics_text(node, url)  # one scrape for all of them
+    return {name: sample_sum(text, pattern) for name, pattern in patterns.items()}
 
 
 def measure_start(

@@ -72,7 +72,15 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from benchmarks._common import machine, markdown_table, metric_sum, percentile  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    machine,
+    markdown_table,
+    metric_sum,
+    metrics_text,
+    peak_rss_mb,
+    percentile,
+    sample_sum,
+)
 from benchmarks._monitor import Monitor  # noqa: E402
 from benchmarks._runs import require_root  # noqa: E402
 from testbed import upstream  # noqa: E402
@@ -177,13 +185,6 @@ class Peer:
     own: Any = None  # the driver's own event-to-kernel (sum s, count) so far
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def start_driver(
     peer: Peer, cp: ControlPlane, kubeconfig: Path, nft: bool, log: Path | None
 ) -> None:
@@ -217,10 +218,12 @@ def start_driver(
         peer.ns, "http://127.0.0.1:9095/metrics", r"^dataplane_kube_lists_total"
     )
     latency = r'^dataplane_network_programming_duration_seconds_{}\{{kind="kube_service"\}}'
-    peer.own = lambda: (
-        metric_sum(peer.ns, "http://127.0.0.1:9095/metrics", latency.format("sum")),
-        metric_sum(peer.ns, "http://127.0.0.1:9095/metrics", latency.format("count")),
-    )
+
+    def own() -> tuple[float, float]:
+        text = metrics_text(peer.ns, "http://127.0.0.1:9095/metrics")  # one scrape for both
+        return sample_sum(text, latency.format("sum")), sample_sum(text, latency.format("count"))
+
+    peer.own = own
 
 
 def _child_pid(pid: int) -> int:
@@ -258,7 +261,7 @@ def start_kube_proxy(
             line = ""
         if time.monotonic() > end:
             # Not synced in time: stopped, so its work does not slow the others.
-            peer.programmed, peer.peak_at_stop = None, _rss_mb(proc.pid)
+            peer.programmed, peer.peak_at_stop = None, peak_rss_mb(proc.pid)
             proc.kill()
             proc.wait()
             return
@@ -419,7 +422,7 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
                     f"{peer.programmed:.2f} s",
                     f"{percentile(lat, 50):.1f} / {percentile(lat, 99):.1f} ms",
                     str(peer.missed),
-                    f"{_rss_mb(peer.pid):.0f} MB",
+                    f"{peak_rss_mb(peer.pid):.0f} MB",
                     f"{peer.requests() - requests_before[peer.name]:.0f}",
                     _own_lists(peer, own_lists_before),
                     _own_latency(peer, own_before),
