@@ -76,6 +76,7 @@ class Programmed:
     backend: str
     saves: Mapping[int, str]  # iptables-save of every table, per IP version
     ipsets: tuple[str, ...]
+    sysctls: Mapping[str, str]  # the values of the sysctls the node had beforehand
 
     def rules(self, table: str, chain: str, version: int = 4) -> list[str]:
         """``chain``'s rules in ``table``, in order, as ``-A`` lines (read here, not
@@ -105,24 +106,31 @@ def program(
     build: Callable[[LinuxPlatform], None] = lambda platform: None,
     *,
     before: Sequence[Sequence[str]] = (),
+    sysctls: Mapping[str, str] = {},
 ) -> Programmed:
     """Felix's ``raw`` config through a :class:`LinuxPlatform`, applied once into
     a fresh namespace; ``build`` hands it model values as the managers would,
-    ``before`` runs commands there first (someone else's rules)."""
+    ``before`` runs commands there first (someone else's rules), ``sysctls``
+    are the node's sysctls (path under /proc/sys: value) before the apply."""
     config = parse_config(raw)
-    with throwaway_netns("dpfx") as netns, tempfile.TemporaryDirectory() as sysctls:
+    with throwaway_netns("dpfx") as netns, tempfile.TemporaryDirectory() as root:
         for argv in before:
             _in_netns(netns, *argv)
+        for name, value in sysctls.items():
+            path = Path(root, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{value}\n")
         netlink = FakeNetlink({IFACE: 10})
         platform = LinuxPlatform(
             runner=ProcessRunner(netns),
             netlink=netlink,
             netlink_writer=netlink.write,
-            sysctl_root=sysctls,
+            sysctl_root=root,
         )
         platform.configure(config)
         build(platform)
         trio.run(platform.apply)
+        after = {name: Path(root, name).read_text().strip() for name in sysctls}
         backend = platform.backend
         assert backend in ("legacy", "nft"), backend
         saves = {
@@ -130,7 +138,7 @@ def program(
             for version, tool in ((4, "iptables"), (6, "ip6tables"))
         }
         ipsets = tuple(_in_netns(netns, "ipset", "list", "-n").split())
-    return Programmed(backend, saves, ipsets)
+    return Programmed(backend, saves, ipsets, after)
 
 
 def _with_pool(platform: LinuxPlatform) -> None:
@@ -327,22 +335,8 @@ def test_disable_conntrack_invalid_check_stops_dropping_invalid_packets() -> Non
 def _forwarding_after_apply(raw: Mapping[str, str]) -> tuple[str, str]:
     """IPv4 and IPv6 forwarding after one apply onto a node that had both off."""
     files = ("net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding")
-    with throwaway_netns("dpfw") as netns, tempfile.TemporaryDirectory() as root:
-        for name in files:
-            path = Path(root, name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("0\n")
-        netlink = FakeNetlink({IFACE: 10})
-        platform = LinuxPlatform(
-            runner=ProcessRunner(netns),
-            netlink=netlink,
-            netlink_writer=netlink.write,
-            sysctl_root=root,
-        )
-        platform.configure(parse_config(raw))
-        trio.run(platform.apply)
-        v4, v6 = (Path(root, name).read_text().strip() for name in files)
-    return v4, v6
+    after = program(raw, sysctls=dict.fromkeys(files, "0")).sysctls
+    return after[files[0]], after[files[1]]
 
 
 def test_ip_forwarding_disabled_leaves_the_nodes_forwarding_alone() -> None:
