@@ -35,8 +35,8 @@ CONFIG = "felix/config/config_params.go"
 LINUX_DRIVER = "felix/dataplane/driver.go"
 WINDOWS_DRIVER = "felix/dataplane/driver_windows.go"
 PROTO = "felix/proto/felixbackend.proto"
-LINUX_DIRS = ("felix/dataplane/linux/",)
-WINDOWS_DIRS = ("felix/dataplane/windows/",)
+# Each dataplane's own source: where its ``case *proto.X`` switches are.
+PLATFORM_DIRS = {"linux": "felix/dataplane/linux/", "windows": "felix/dataplane/windows/"}
 
 _TAGGED = re.compile(r"^\s+([A-Z]\w*)\s+[^`\n]+`config:\"([^\"]*)\"", re.MULTILINE)
 _METHOD = re.compile(r"^func \((\w+) \*Config\) (\w+)\(\)[^{]*\{(.*?)^\}", re.MULTILINE | re.DOTALL)
@@ -145,16 +145,10 @@ def read_archive(item: Archive) -> FelixSource:
     with tarfile.open(item.path, mode="r|xz") as tar:
         for member in tar:
             path = member.name.split("/", 1)[1] if "/" in member.name else ""
-            dirs = {"linux": LINUX_DIRS, "windows": WINDOWS_DIRS}
             wanted = path in (CONFIG, LINUX_DRIVER, WINDOWS_DRIVER, PROTO)
+            go = path.endswith(".go") and not path.endswith("_test.go")
             platform = next(
-                (
-                    name
-                    for name, prefixes in dirs.items()
-                    if path.startswith(prefixes)
-                    and path.endswith(".go")
-                    and not path.endswith("_test.go")
-                ),
+                (name for name, folder in PLATFORM_DIRS.items() if go and path.startswith(folder)),
                 None,
             )
             if not member.isfile() or not (wanted or platform):
