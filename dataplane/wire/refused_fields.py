@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from dataplane.felix_fields import FIELDS
@@ -29,7 +29,13 @@ __all__ = ["RefusedFields"]
 Path = tuple[str, ...]
 
 
-def _walk(descriptor: Descriptor | None, prefix: Path) -> Iterator[tuple[Path, Refused]]:
+# How a leaf is known to be set: a message by HasField, a repeated field by its
+# length, a proto3 scalar by not being its zero value.
+_MESSAGE, _REPEATED, _SCALAR = 0, 1, 2
+
+
+def _walk(descriptor: Descriptor | None, prefix: Path) -> Iterator[tuple[Path, int, Refused]]:
+    """Each refused field under ``descriptor``: its path, how it is known set, its entry."""
     if descriptor is None:  # a scalar payload: nothing inside
         return
     named = FIELDS.get(descriptor.name, {})
@@ -38,21 +44,12 @@ def _walk(descriptor: Descriptor | None, prefix: Path) -> Iterator[tuple[Path, R
         entry = named.get(field.name)
         inner = field.message_type
         if isinstance(entry, Refused):
-            yield path, entry
+            if field.is_repeated:
+                yield path, _REPEATED, entry
+            else:
+                yield path, (_SCALAR if inner is None else _MESSAGE), entry
         elif inner is not None and not inner.GetOptions().map_entry and not field.is_repeated:
             yield from _walk(inner, path)
-
-
-# How a leaf is known to be set: a message by HasField, a repeated field by its
-# length, a proto3 scalar by not being its zero value.
-_MESSAGE, _REPEATED, _SCALAR = 0, 1, 2
-
-
-def _mode(descriptor: Descriptor, name: str) -> int:
-    field = descriptor.fields_by_name[name]
-    if field.is_repeated:
-        return _REPEATED
-    return _MESSAGE if field.type == FieldDescriptor.TYPE_MESSAGE else _SCALAR
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +93,10 @@ class RefusedFields:
                 continue
             descriptor = cast(Descriptor | None, field.message_type)
             grouped: dict[Path, list[tuple[str, int, str, Refused]]] = {}
-            for path, refused in _walk(descriptor, ()):
+            for path, mode, refused in _walk(descriptor, ()):
                 *parents, leaf = path
-                parent = _descend(descriptor, parents)
                 dotted = ".".join((field.name, *path))
-                grouped.setdefault(tuple(parents), []).append(
-                    (leaf, _mode(parent, leaf), dotted, refused)
-                )
+                grouped.setdefault(tuple(parents), []).append((leaf, mode, dotted, refused))
             if grouped:
                 self._checks[field.name] = tuple(
                     _Leaves(parents, tuple(leaves)) for parents, leaves in grouped.items()
@@ -119,10 +113,3 @@ class RefusedFields:
         for leaves in self._checks.get(kind, ()):
             found += leaves.carried(payload)
         return found
-
-
-def _descend(descriptor: Descriptor | None, names: list[str]) -> Descriptor:
-    assert descriptor is not None
-    for name in names:
-        descriptor = cast(Descriptor, descriptor.fields_by_name[name].message_type)
-    return descriptor
