@@ -84,7 +84,15 @@ _ALP = NotForPlatform(
 _BGP = NotForPlatform("BGP, which belongs to BIRD beside Felix")
 _WIREGUARD = NotForPlatform("WireGuard (WireguardEnabled, refused), which is not implemented")
 _BPF = NotForPlatform("the eBPF dataplane's (BPFEnabled, refused)")
-_QOS = Refused("QoS controls (bandwidth, packet rate, connections) are not enforced yet", "")
+_QOS = Refused("bandwidth limits (TBF, ifb) are not enforced yet", "")
+_PACKET_RATE = Honoured(
+    _K + "test_qos_rules.py::test_a_packet_rate_limit_drops_the_excess_of_a_burst",
+    "every packet counts, established or not, as in Felix; Linux",
+)
+_CONNECTIONS = Honoured(
+    _K + "test_qos_rules.py::test_a_connection_limit_refuses_the_next_connection",
+    "new TCP connections beyond it get a reset, as in Felix; Linux",
+)
 _DSCP = Refused("DSCP marking is not implemented yet", "")
 _LABELS = NotNeeded("labels for people: nothing is matched or written from them")
 _LIVE_MIGRATION = Refused(
@@ -232,7 +240,10 @@ FIELDS: Mapping[str, Mapping[str, Disposition]] = {
         **_all(_FLOATING, "ipv4_nat", "ipv6_nat"),
         "allow_spoofed_source_prefixes": _SPOOF,
         "annotations": _LABELS,
-        "qos_controls": _QOS,
+        "qos_controls": Honoured(
+            _K + "test_qos_rules.py::test_a_packet_rate_limit_drops_the_excess_of_a_burst",
+            "field by field (QoSControls)",
+        ),
         "qos_policies": _DSCP,
         "local_bgp_peer": _BGP,
         "skip_redir": _BPF,
@@ -242,23 +253,27 @@ FIELDS: Mapping[str, Mapping[str, Disposition]] = {
         ),
         "type": NotNeeded("marks a KubeVirt VM's endpoint (v3.30); it is programmed as any other"),
     },
-    "QoSControls": _all(
-        _QOS,
-        "IngressBandwidth",
-        "EgressBandwidth",
-        "IngressBurst",
-        "EgressBurst",
-        "IngressPacketRate",
-        "EgressPacketRate",
-        "IngressMaxConnections",
-        "EgressMaxConnections",
-        "IngressPeakrate",
-        "EgressPeakrate",
-        "IngressMinburst",
-        "EgressMinburst",
-        "IngressPacketBurst",
-        "EgressPacketBurst",
-    ),
+    "QoSControls": {
+        **_all(
+            _QOS,
+            "IngressBandwidth",
+            "EgressBandwidth",
+            "IngressBurst",
+            "EgressBurst",
+            "IngressPeakrate",
+            "EgressPeakrate",
+            "IngressMinburst",
+            "EgressMinburst",
+        ),
+        **_all(
+            _PACKET_RATE,
+            "IngressPacketRate",
+            "EgressPacketRate",
+            "IngressPacketBurst",
+            "EgressPacketBurst",
+        ),
+        **_all(_CONNECTIONS, "IngressMaxConnections", "EgressMaxConnections"),
+    },
     "QoSPolicy": _all(_DSCP, "destination", "dscp"),
     "LocalBGPPeer": _all(_BGP, "bgp_peer_name"),
     "WorkloadBpfSkipRedir": _all(_BPF, "Egress", "Ingress"),

@@ -133,20 +133,20 @@ def test_show_lists_a_refused_setting_with_why(
 def test_a_refused_field_is_one_warning_and_a_field_record(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # A pod annotated for bandwidth: Felix sends qos_controls, which the
-    # driver does not enforce yet. Said once, however many pods carry it.
+    # A pod annotated for DSCP: Felix sends qos_policies, which the driver
+    # does not mark yet. Said once, however many pods carry it.
     observer = Observer(SimPlatform(), metrics=Metrics(process=False))
     dp = Dataplane(observer.platform, observer=observer)
 
-    def pod(name: str, bandwidth: int = 0) -> pb.WorkloadEndpointUpdate:
+    def pod(name: str, dscp: int = 0) -> pb.WorkloadEndpointUpdate:
         update = pb.WorkloadEndpointUpdate(
             id=pb.WorkloadEndpointID(
                 orchestrator_id="k8s", workload_id=f"ns/{name}", endpoint_id="eth0"
             ),
             endpoint=pb.WorkloadEndpoint(state="active", name=f"cali{name}", ipv4_nets=[]),
         )
-        if bandwidth:
-            update.endpoint.qos_controls.IngressBandwidth = bandwidth
+        if dscp:
+            update.endpoint.qos_policies.add(destination="0.0.0.0/0", dscp=dscp)
         return update
 
     async def main() -> None:
@@ -154,24 +154,23 @@ def test_a_refused_field_is_one_warning_and_a_field_record(
             nursery.start_soon(dp.run)
             dp.send_message(_config())
             dp.send_message(pod("a"))  # no QoS: nothing said
-            dp.send_message(pod("b", bandwidth=10_000_000))
-            dp.send_message(pod("c", bandwidth=20_000_000))
+            dp.send_message(pod("b", dscp=10))
+            dp.send_message(pod("c", dscp=20))
             dp.send_message(pb.InSync())
             await trio.testing.wait_all_tasks_blocked()
             records = observer.snapshot().records
-            field = records[("field", "workload_endpoint_update.endpoint.qos_controls")]
+            field = records[("field", "workload_endpoint_update.endpoint.qos_policies")]
             assert field.status == "error"
-            assert "not enforced" in (field.error or "")
+            assert "not implemented" in (field.error or "")
             assert records[("workload_endpoint", "k8s/ns/b/eth0")].status == "done"
             dp.close_input()
 
     with caplog.at_level(logging.WARNING, logger="dataplane"):
         trio.run(main)
-    said = [r.getMessage() for r in caplog.records if "qos_controls" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "qos_" in r.getMessage()]
     assert said == [
-        "seq=3 workload_endpoint_update.endpoint.qos_controls refused: QoS controls"
-        " (bandwidth, packet rate, connections) are not enforced yet (logged once;"
-        " messages carrying it are programmed without it)"
+        "seq=3 workload_endpoint_update.endpoint.qos_policies refused: DSCP marking is not"
+        " implemented yet (logged once; messages carrying it are programmed without it)"
     ]
 
 
@@ -211,7 +210,8 @@ def test_every_refused_field_of_the_table_is_found_where_felix_puts_it() -> None
                 if entry.harmless is None:
                     assert [p for p, _ in refused.carried(kind, message)] == [path]
                     found.add(path)
-    assert "workload_endpoint_update.endpoint.qos_controls" in found
+    assert "workload_endpoint_update.endpoint.qos_controls.IngressBandwidth" in found
+    assert "workload_endpoint_update.endpoint.qos_controls.IngressPacketRate" not in found
     assert "host_endpoint_update.endpoint.qos_policies" in found
     assert "global_bgp_config_update.service_cluster_cidrs" in found
     # A pool's allowed uses matter only when workloads are not among them.

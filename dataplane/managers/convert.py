@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 from google.protobuf.message import Message
 
 from dataplane.errors import InputError
+from dataplane.managers.convert_qos import qos_controls
 from dataplane.managers.scalars import address, at, cidr, non_empty
 from dataplane.model import (
     PROTOCOL_NUMBERS,
@@ -342,6 +343,7 @@ def workload_endpoint(key: WorkloadEndpointKey, ep: pb.WorkloadEndpoint) -> Work
         allow_spoofed_source_prefixes=_nets(
             ep.allow_spoofed_source_prefixes, "endpoint", "allow_spoofed_source_prefixes"
         ),
+        qos=qos_controls(ep, "endpoint.qos_controls"),
     )
 
 

@@ -36,11 +36,15 @@ from dataplane.model.policy import (
     TierInfo,
     protocol_number,
 )
+from dataplane.model.qos import NO_QOS, Bandwidth, DirectionQos, PacketRate, QosControls
 
 __all__ = [
+    "NO_QOS",
     "PROTOCOL_NUMBERS",
     "Action",
+    "Bandwidth",
     "DirectionPolicy",
+    "DirectionQos",
     "EffectivePolicy",
     "EndpointStatus",
     "HostEffectivePolicy",
@@ -51,10 +55,12 @@ __all__ = [
     "IPSetType",
     "IcmpMatch",
     "NatInfo",
+    "PacketRate",
     "Policy",
     "PolicyKey",
     "PortRange",
     "Profile",
+    "QosControls",
     "Rule",
     "TierInfo",
     "TierPolicies",

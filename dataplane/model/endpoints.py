@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from dataplane.model.policy import TierInfo
+from dataplane.model.qos import NO_QOS, QosControls
 
 __all__ = [
     "EndpointStatus",
@@ -47,6 +48,7 @@ class WorkloadEndpoint:
     ipv4_nat: tuple[NatInfo, ...] = ()
     ipv6_nat: tuple[NatInfo, ...] = ()
     allow_spoofed_source_prefixes: tuple[str, ...] = ()
+    qos: QosControls = NO_QOS
 
     @property
     def admin_up(self) -> bool:

@@ -46,6 +46,7 @@ from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.render.hostpolicy import HostPolicyRenderer
 from dataplane.linux.render.nat import NatRenderer
+from dataplane.linux.render.qos_rules import packet_rate_chains
 from dataplane.linux.render.rule import RuleRenderer
 from dataplane.linux.render.service import ServiceRenderer
 from dataplane.linux.render.shared_workloads import map_dispatch, shared_workload_chains
@@ -299,6 +300,24 @@ class NodeState:
 
 
 @st.composite
+def qos_controls(draw: st.DrawFn) -> pb.QoSControls | None:
+    """Every QoS control, in range and (sometimes) out of it: what the
+    edge accepts must render to rules the kernel takes."""
+    if not draw(st.booleans()):
+        return None
+    fields = {}
+    for way in ("Ingress", "Egress"):
+        for name, top in (("PacketRate", 10_000), ("PacketBurst", 10_000)):
+            if draw(st.booleans()):
+                fields[f"{way}{name}"] = draw(st.integers(0, top + 1))
+        if draw(st.booleans()):
+            fields[f"{way}MaxConnections"] = draw(st.integers(0, 2**32))
+        if draw(st.booleans()):
+            fields[f"{way}Bandwidth"] = draw(st.integers(999, 10**9))
+    return pb.QoSControls(**fields)
+
+
+@st.composite
 def node_states(draw: st.DrawFn) -> NodeState:
     config = {k: draw(st.sampled_from(v)) for k, v in CONFIG_VALUES.items() if draw(st.booleans())}
     ids = draw(st.lists(policy_ids, min_size=1, max_size=4))
@@ -333,6 +352,7 @@ def node_states(draw: st.DrawFn) -> NodeState:
             if draw(st.booleans())
             else [],
             allow_spoofed_source_prefixes=draw(nets),
+            qos_controls=draw(qos_controls()),
         )
         for _ in range(draw(st.integers(0, 3)))
     ]
@@ -460,6 +480,7 @@ def render_model_tables(
         chains += [c for c in pair if c.name not in seen]
         seen |= {c.name for c in pair}
         shared(wep, pair[0].name, pair[1].name, filt.allowed_sources(wep))
+    chains += packet_rate_chains(names, filt.out, workloads)
     if shared is None:
         chains += filt.workload_dispatch(w.name for w in workloads)
     else:

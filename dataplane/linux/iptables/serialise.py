@@ -35,6 +35,7 @@ from dataplane.linux.rules.action import (
 from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
     Addresses,
+    ConnLimit,
     ConnState,
     Icmp,
     InSet,
@@ -97,8 +98,8 @@ def action_text(action: Action | None) -> str:
             return "-j DROP"
         case Notrack():
             return "-j NOTRACK"
-        case Reject():
-            return "-j REJECT"
+        case Reject(tcp_reset):
+            return "-j REJECT --reject-with tcp-reset" if tcp_reset else "-j REJECT"
         case Return():
             return "-j RETURN"
         case Jump(chain):
@@ -224,6 +225,9 @@ class _Rendering:
                     raise ValueError(f"not a rate limit: {rate!r}")
                 burst_text = f" --limit-burst {burst}" if burst else ""
                 self.parts.append(f"-m limit --limit {rate}{burst_text}")
+            case ConnLimit(above):
+                # Mask 0: every source counts together, the endpoint's total.
+                self.parts.append(f"-m connlimit --connlimit-above {int(above)} --connlimit-mask 0")
 
 
 @dataclass(frozen=True, slots=True)

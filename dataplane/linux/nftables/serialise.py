@@ -41,6 +41,7 @@ from dataplane.linux.rules.comment import safe_comment
 from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
     Addresses,
+    ConnLimit,
     ConnState,
     Icmp,
     InSet,
@@ -146,8 +147,8 @@ def action_text(action: Action | None, chain_prefix: str = "") -> str:
             return "drop"
         case Notrack():
             return "notrack"
-        case Reject():
-            return "reject"
+        case Reject(tcp_reset):
+            return "reject with tcp reset" if tcp_reset else "reject"
         case Return():
             return "return"
         case Jump(chain):
@@ -265,6 +266,8 @@ class _Rendering:
                     raise ValueError(f"not a rate limit: {rate!r}")
                 burst_text = f" burst {burst} packets" if burst else ""
                 self.parts.append(f"limit rate {rate}{burst_text}")
+            case ConnLimit(above):
+                self.parts.append(f"ct count over {int(above)}")
             case Interface(name, inbound, negate):
                 if not _IFACE.fullmatch(name):
                     raise ValueError(f"not an interface name: {name!r}")

@@ -4,13 +4,15 @@ Pure: model values in, :class:`Chain` values out, for one IP version.
 
 Packet path (Felix's design, our names)::
 
-    FORWARD ─▶ cali-FORWARD ─┬ established/related: ACCEPT; invalid: DROP
+    FORWARD ─▶ cali-FORWARD ─┬ ─▶ cali-qos-from-wl, cali-qos-to-wl (packet rates)
+                             ├ established/related: ACCEPT; invalid: DROP
                              ├ ─▶ cali-from-hep-forward ─▶ cali-fhfw-<if> (applyOnForward ingress)
                              ├ -i cali+ ─▶ cali-from-wl-dispatch ─▶ cali-fw-<if>   (egress policy)
                              ├ -o cali+ ─▶ cali-to-wl-dispatch   ─▶ cali-tw-<if>   (ingress policy)
                              ├ ─▶ cali-to-hep-forward ─▶ cali-thfw-<if>   (applyOnForward egress)
                              └ from or to a workload, or accepted, and not dropped: ACCEPT
-    INPUT   ─▶ cali-INPUT    ─┬ -i cali+ ─▶ cali-wl-to-host: established/related: ACCEPT;
+    INPUT   ─▶ cali-INPUT    ─┬ -i cali+ ─▶ cali-wl-to-host: cali-qos-from-wl;
+                             │             established/related: ACCEPT;
                              │             invalid: DROP; egress policy, then
                              │             DefaultEndpointToHostAction
                              └ ─▶ cali-from-host-endpoint ─▶ cali-fh-<if> (failsafes first)
@@ -43,6 +45,7 @@ from dataplane.config import Config, ProtoPort
 from dataplane.linux.netlink.overlay_plan import VXLAN_SOURCES_SET
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.overlay import encap_drops, vxlan_host_rules
+from dataplane.linux.render.qos_rules import connection_limit, packet_rate_chain
 from dataplane.linux.render.rule import RuleRenderer, is_whole_family
 from dataplane.linux.rules.action import (
     Accept,
@@ -232,9 +235,10 @@ class FilterRenderer(Generic[R]):
         from_name = self.names.from_workload(endpoint.name)
         if not endpoint.admin_up:
             return [self._chain(to_name, ENDPOINT_DOWN), self._chain(from_name, ENDPOINT_DOWN)]
-        ingress = self.tiered_rules(policy.ingress, True)
+        ingress = connection_limit(endpoint, True) + self.tiered_rules(policy.ingress, True)
         egress = (
-            self._anti_spoof(endpoint)
+            connection_limit(endpoint, False)
+            + self._anti_spoof(endpoint)
             + encap_drops(self.config)
             + self.tiered_rules(policy.egress, False)
         )
@@ -457,7 +461,9 @@ class FilterRenderer(Generic[R]):
             TableRule((MarkMatch.has(m.drop),), Drop()),
             TableRule((ConnState(("NEW",)),), Jump(n.top("svc-reject"))),
         ]
-        forward[0:0] = [untracked, *services]
+        # Packet-rate limits count every packet, established or not.
+        rates = [TableRule((), Jump(packet_rate_chain(n, inbound))) for inbound in (False, True)]
+        forward[0:0] = [*rates, untracked, *services]
 
         # IPv6 stops working without neighbour discovery, whatever the policy.
         ndp = (
@@ -473,7 +479,7 @@ class FilterRenderer(Generic[R]):
         # pod's egress policy and DefaultEndpointToHostAction, which judge
         # only new traffic: with Felix's default DROP the node could not
         # reach its own pods otherwise. Felix's INPUT path does the same.
-        to_host: list[TableRule] = [*ndp, ESTABLISHED, *invalid]
+        to_host: list[TableRule] = [rates[0], *ndp, ESTABLISHED, *invalid]
         to_host.append(TableRule((), Jump(n.top("from-wl-dispatch"))))
         to_host.append(
             TableRule(

@@ -29,6 +29,7 @@ from dataplane.linux.render.filter import (
     FilterRenderer,
 )
 from dataplane.linux.render.overlay import encap_drops
+from dataplane.linux.render.qos_rules import connection_limit
 from dataplane.linux.rules.action import Dispatch, Drop
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.match import InSet, SetKind, Side
@@ -62,8 +63,9 @@ def shared_workload_chains(
         egress: Sequence[TableRule] = ENDPOINT_DOWN
     else:
         spoofed = InSet(Side.SRC, SOURCES, SetKind.INTERFACE_ADDRESSES, negate=True)
-        ingress = render.tiered_rules(policy.ingress, True)
+        ingress = [*connection_limit(endpoint, True), *render.tiered_rules(policy.ingress, True)]
         egress = [
+            *connection_limit(endpoint, False),
             TableRule((spoofed,), Drop(), comment=ANTI_SPOOF),
             *encap_drops(render.config),
             *render.tiered_rules(policy.egress, False),

@@ -35,7 +35,10 @@ class Drop:
 
 @dataclass(frozen=True, slots=True)
 class Reject:
-    """Drop, and tell the sender (ICMP unreachable)."""
+    """Drop, and tell the sender: ICMP unreachable, or with ``tcp_reset`` a
+    TCP reset (the rule must match TCP only)."""
+
+    tcp_reset: bool = False
 
 
 @dataclass(frozen=True, slots=True)

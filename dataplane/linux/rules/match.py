@@ -16,6 +16,7 @@ from dataplane.model import IcmpMatch, PortRange
 
 __all__ = [
     "Addresses",
+    "ConnLimit",
     "ConnState",
     "Icmp",
     "InSet",
@@ -173,6 +174,18 @@ class Limit:
     burst: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ConnLimit:
+    """More than ``above`` connections are open that this rule saw begin.
+
+    Counted by the rule itself (iptables ``connlimit`` over every source,
+    nft ``ct count``), so each rule that carries one counts apart: a limit
+    per endpoint needs a rule per endpoint.
+    """
+
+    above: int
+
+
 Match = (
     Protocol
     | Addresses
@@ -185,4 +198,5 @@ Match = (
     | ConnState
     | Interface
     | Limit
+    | ConnLimit
 )

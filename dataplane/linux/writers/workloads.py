@@ -18,6 +18,7 @@ from dataplane.linux.nftables.serialise import NftRule
 from dataplane.linux.nftables.set_elements import interface_ranges
 from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.render.filter import FilterRenderer
+from dataplane.linux.render.qos_rules import packet_rate_chains
 from dataplane.linux.render.shared_workloads import (
     FROM_MAP,
     SOURCES,
@@ -32,12 +33,23 @@ from dataplane.model import EffectivePolicy, WorkloadEndpoint, WorkloadEndpointK
 __all__ = ["WorkloadWriter"]
 
 
+def _rates(endpoint: WorkloadEndpoint | None) -> object:
+    """What of ``endpoint`` its packet-rate rules depend on (None: it has none)."""
+    if endpoint is None:
+        return None
+    qos = endpoint.qos
+    if qos.ingress.packet_rate is None and qos.egress.packet_rate is None:
+        return None
+    return endpoint.name, endpoint.admin_up, qos.ingress.packet_rate, qos.egress.packet_rate
+
+
 class WorkloadWriter:
     def __init__(self) -> None:
         self._endpoints: dict[WorkloadEndpointKey, tuple[WorkloadEndpoint, EffectivePolicy]] = {}
         self._dirty: set[WorkloadEndpointKey] = set()
         self._removed_ifaces: set[str] = set()
         self._dispatch_dirty = True
+        self._rates_dirty = True  # an endpoint's packet-rate limit changed
         self._dispatch_chains: dict[int, set[str]] = {}
         # nftables: the shared (to, from) chains each interface reaches, and
         # the shared chains in the table, per version.
@@ -66,6 +78,8 @@ class WorkloadWriter:
         old = self.get(endpoint.key)
         self._endpoints[endpoint.key] = (endpoint, policy)
         self._dirty.add(endpoint.key)
+        if _rates(old) != _rates(endpoint):
+            self._rates_dirty = True
         if old is None or old.name != endpoint.name:
             self._dispatch_dirty = True  # the set of interfaces changed
         if old is not None and old.name != endpoint.name:
@@ -76,6 +90,7 @@ class WorkloadWriter:
         if old is not None:
             self._removed_ifaces.add(old[0].name)
             self._dispatch_dirty = True
+            self._rates_dirty |= _rates(old[0]) is not None
 
     def write(self, target: Target[R], everything: bool) -> None:
         in_use = {endpoint.name for endpoint, _ in self._endpoints.values()}
@@ -84,6 +99,10 @@ class WorkloadWriter:
         for version in target.versions:
             table = target.table("filter", version)
             render = target.renderer("filter", version)
+            if everything or self._rates_dirty:
+                endpoints = (endpoint for endpoint, _ in self._endpoints.values())
+                for chain in packet_rate_chains(names, render.out, endpoints):
+                    table.update_chain(chain)
             if isinstance(table, NftTableView) and table.has_data:
                 self._write_shared(table, render, version, dirty, in_use, everything=everything)
                 continue
@@ -105,7 +124,7 @@ class WorkloadWriter:
                 self._dispatch_chains[version] = chains
         self._dirty.clear()
         self._removed_ifaces.clear()
-        self._dispatch_dirty = False
+        self._dispatch_dirty = self._rates_dirty = False
 
     def _write_shared(
         self,
