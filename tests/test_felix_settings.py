@@ -210,8 +210,8 @@ def test_every_refused_field_of_the_table_is_found_where_felix_puts_it() -> None
                 if entry.harmless is None:
                     assert [p for p, _ in refused.carried(kind, message)] == [path]
                     found.add(path)
-    assert "workload_endpoint_update.endpoint.qos_controls.IngressBandwidth" in found
-    assert "workload_endpoint_update.endpoint.qos_controls.IngressPacketRate" not in found
+    assert "workload_endpoint_update.endpoint.qos_policies" in found
+    assert not any(".qos_controls" in path for path in found)
     assert "host_endpoint_update.endpoint.qos_policies" in found
     assert "global_bgp_config_update.service_cluster_cidrs" in found
     # A pool's allowed uses matter only when workloads are not among them.

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import REPO
 
-_LINUX_LOW = {"kernel", "rules", "iptables", "ipsets", "netlink", "nftables"}
+_LINUX_LOW = {"kernel", "rules", "iptables", "ipsets", "netlink", "nftables", "shaping"}
 LAYERS: dict[str, dict[str, set[str]]] = {
     "linux": {
         "kernel": set(),
@@ -22,6 +22,7 @@ LAYERS: dict[str, dict[str, set[str]]] = {
         "iptables": {"kernel", "rules"},
         "ipsets": {"kernel"},
         "netlink": {"kernel"},
+        "shaping": {"kernel"},
         "nftables": {"kernel", "rules"},
         "render": _LINUX_LOW,
         "writers": _LINUX_LOW | {"render"},

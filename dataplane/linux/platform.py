@@ -336,6 +336,8 @@ class LinuxPlatform:
             kernel.routes.set_routes(plan.routes() | self._desired.routes.routes())
             await kernel.routes.apply()
             await kernel.sysctls.apply(self._desired.routes.sysctls(kernel.routes.links))
+            kernel.shaping.set_plan(self._desired.workloads.shaping())
+            await kernel.shaping.apply()
             await kernel.ipsets.apply_deletions()
             # After a switch of NFTablesMode: only now that this backend's
             # objects are in force does the other's go.
@@ -391,7 +393,7 @@ class LinuxPlatform:
         if self._links_changed or self._repair_wanted:
             # A link came, went or changed state, or a refresh found drift: now.
             return -math.inf
-        if kernel.routes.pending or kernel.vxlan.held_back():
+        if kernel.routes.pending or kernel.vxlan.held_back() or kernel.shaping.held_back():
             # Routes wait for interfaces the CNI plugin has not created yet;
             # the link monitor normally wakes us first, this is the backstop.
             return min(refresh, self._last_apply + _PENDING_RETRY_SECONDS)
@@ -405,6 +407,7 @@ class LinuxPlatform:
         self._links_changed = True
         if self._kernel is not None:
             self._kernel.vxlan.links_changed()
+            self._kernel.shaping.links_changed()
         self._wakeup()
 
     async def serve(self) -> None:
@@ -570,6 +573,7 @@ def _log_refusals(kernel: Programmers) -> None:
         (kernel.routes, "route to %s refused by the kernel: %s; quarantined"),
         (kernel.sysctls, "interface %s: %s; retried at the next apply"),
         (kernel.vxlan, "VXLAN %s: %s; retried"),
+        (kernel.shaping, "bandwidth limits of %s: %s; retried"),
         *(
             (services, f"service {services.layout.family} %s held back: %s")
             for services in kernel.services.values()

@@ -49,6 +49,7 @@ from dataplane.linux.nftables.table import NftTable, apply_together
 from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.rules.action import SetMark
 from dataplane.linux.rules.marks import Marks
+from dataplane.linux.shaping.programmer import ShapingProgrammer
 from dataplane.linux.writers.shapes import TABLES, RuleTable, SetProgrammer
 
 __all__ = ["NFTABLES", "TABLES", "HoldsBack", "NftNames", "Programmers", "nft_tables"]
@@ -108,6 +109,7 @@ class Programmers:
         sysctls: SysctlWriter,
         vxlan: VxlanProgrammer,
         *,
+        shaping: ShapingProgrammer,
         iptables: Mapping[tuple[str, int], Table] | None = None,
         nft: Mapping[int, NftTable] | None = None,
         views: Mapping[tuple[str, int], NftTableView] | None = None,
@@ -124,6 +126,7 @@ class Programmers:
         self.nft: Mapping[int, NftTable] = nft or {}
         self.views: Mapping[tuple[str, int], NftTableView] = views or {}
         self.services: Mapping[int, ServiceTable] = services or {}
+        self.shaping = shaping
         self._prefix = prefix
         # The other backend's objects of ours are removed once, after the
         # first apply has put this backend's in force (see retire_other).
@@ -228,6 +231,7 @@ class Programmers:
             nft=nft,
             views=views,
             services=services,
+            shaping=ShapingProgrammer(runner),
             prefix=prefix,
         )
 
@@ -303,6 +307,7 @@ class Programmers:
             self.routes.mark_for_resync()
             self.sysctls.mark_for_resync()
             self.vxlan.mark_for_resync()
+            self.shaping.mark_for_resync()
 
     async def cleanup(
         self, runner: CommandRunner, prefix: str, backends: Sequence[str], interfaces: Sequence[str]
@@ -327,6 +332,7 @@ class Programmers:
         await self.routes.cleanup_all()
         await self.vxlan.cleanup_all()
         prefixes = tuple(interfaces)
+        await self.shaping.cleanup_all([n for n in self.routes.links if n.startswith(prefixes)])
         await self.sysctls.cleanup(name for name in self.routes.links if name.startswith(prefixes))
 
     def dump_tables(self) -> list[str]:

@@ -100,11 +100,13 @@ Stage = Literal["ingress", "egress", "service", "none"]
 RuleLabel = Literal[
     "end-of-tier", "profile", "default", "admin-down", "spoofed-source", "not-policed",
     "endpoint-to-host", "no-backends", "no-local-backends", "source-range", "unenforceable",
+    "qos",
 ]
 StepKind = Literal[
     "direction", "admin-down", "spoofed-source", "tier", "policy", "rule", "end-of-tier",
     "profile", "default", "not-policed", "no-policy", "endpoint-to-host", "not-evaluated",
     "service", "backend", "no-backends", "no-local-backends", "source-range", "unenforceable",
+    "qos",
 ]
 # fmt: on
 Outcome = Literal["allow", "deny", "pass", "log", "no-match"]

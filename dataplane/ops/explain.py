@@ -75,6 +75,7 @@ from dataplane.ops.evaluate import (
     join,
     resolved_policy,
 )
+from dataplane.ops.qos_text import qos_steps
 from dataplane.sim.platform import SimState
 from dataplane.windows.services.lb_render import internal_port
 
@@ -345,7 +346,7 @@ def _path(
         at = Where("none", rule="default")
         note = f"traffic within one workload never leaves it: {NO_POLICY}"
         return Decision(True, note, at, (Step("no-policy", at, "allow", note),))
-    notes = _host_note(ctx, source, destination, backend)
+    notes = _host_note(ctx, source, destination, backend) + qos_steps(src, dst, backend)
     if src is not None:
         decision = _decide(ctx, src, "egress", packet, backend)
         if dst is not None:

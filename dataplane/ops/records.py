@@ -32,6 +32,7 @@ from dataplane.model.routes import Route, Vtep
 from dataplane.model.services import Backend, BackendState, Service
 from dataplane.ops.kinds import KIND_ORDER
 from dataplane.ops.objects import ObjectRecord, Snapshot
+from dataplane.ops.qos_text import describe
 
 __all__ = ["KIND_ORDER", "records", "rfc3339", "state_document"]
 
@@ -72,6 +73,7 @@ def _workload(wep: WorkloadEndpoint, snap: Snapshot) -> Record:
         "oper": oper.value if oper is not None else "unknown",
         "addresses": [*wep.ipv4_nets, *wep.ipv6_nets],
         **(_effective(effective) if isinstance(effective, EffectivePolicy) else {}),
+        **({"qos": describe(wep.qos)} if wep.qos else {}),
     }
 
 

@@ -180,6 +180,10 @@ class WindowsPlatform:
         self._desired.set_profile(profile_id, None)
 
     def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
+        if endpoint.qos:
+            # Felix's Windows dataplane reads no qos_controls; HNS's QOS
+            # policy (egress bandwidth only) is not programmed yet.
+            self._unsupported("workload QoS controls (qos_controls)")
         self._desired.set_endpoint(endpoint, policy)
 
     def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:

@@ -194,3 +194,32 @@ def test_bad_input_is_one_line_and_changes_nothing_programmed(
     assert line.startswith(f"seq={len(msgs) + 1} ActivePolicyUpdate rejected: field ")
     assert "10.0.0.300/8" in line
     assert disagreements(host.snapshot(), Model.of(msgs)) == []
+
+
+def test_qos_controls_are_said_once_to_be_unenforced_and_change_no_acl(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Felix's own Windows dataplane reads no qos_controls either; the
+    # driver says so rather than dropping them without a word.
+    host = calico_host(sc.PODS)
+    msgs = messages()
+    limited = []
+    for spec in sc.PODS[:2]:
+        update = sc.endpoint(spec, spec.iface)
+        update.endpoint.qos_controls.EgressBandwidth = 10_000_000
+        limited.append(update)
+
+    async def main() -> None:
+        async with node(host) as (dp, _):
+            await send(dp, *msgs)
+            programmed = host.snapshot()["Endpoints"]
+            await send(dp, *limited)
+            assert host.snapshot()["Endpoints"] == programmed
+
+    with caplog.at_level(logging.WARNING, logger="dataplane"):
+        run_trio(main)
+    said = [r.getMessage() for r in caplog.records if "QoS" in r.getMessage()]
+    assert said == [
+        "workload QoS controls (qos_controls): not programmed on Windows"
+        " (Felix has no Windows form either)"
+    ]

@@ -9,7 +9,7 @@ policy and dispatch is by verdict maps, so an endpoint is mostly elements
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import cast
 
@@ -27,6 +27,7 @@ from dataplane.linux.render.shared_workloads import (
     shared_workload_chains,
 )
 from dataplane.linux.rules.chain import Chain
+from dataplane.linux.shaping.buckets import Shaping
 from dataplane.linux.writers.target import R, Target
 from dataplane.model import EffectivePolicy, WorkloadEndpoint, WorkloadEndpointKey
 
@@ -50,6 +51,7 @@ class WorkloadWriter:
         self._removed_ifaces: set[str] = set()
         self._dispatch_dirty = True
         self._rates_dirty = True  # an endpoint's packet-rate limit changed
+        self._shaping: dict[str, Shaping] = {}  # interface -> its bandwidth limits
         self._dispatch_chains: dict[int, set[str]] = {}
         # nftables: the shared (to, from) chains each interface reaches, and
         # the shared chains in the table, per version.
@@ -80,6 +82,10 @@ class WorkloadWriter:
         self._dirty.add(endpoint.key)
         if _rates(old) != _rates(endpoint):
             self._rates_dirty = True
+        if old is not None and old.name != endpoint.name:
+            self._shaping.pop(old.name, None)
+        qos = endpoint.qos
+        self._shaping[endpoint.name] = Shaping(qos.ingress.bandwidth, qos.egress.bandwidth)
         if old is None or old.name != endpoint.name:
             self._dispatch_dirty = True  # the set of interfaces changed
         if old is not None and old.name != endpoint.name:
@@ -91,6 +97,11 @@ class WorkloadWriter:
             self._removed_ifaces.add(old[0].name)
             self._dispatch_dirty = True
             self._rates_dirty |= _rates(old[0]) is not None
+            self._shaping.pop(old[0].name, None)
+
+    def shaping(self) -> Mapping[str, Shaping]:
+        """Every workload interface's bandwidth limits (the shaping programmer's plan)."""
+        return self._shaping
 
     def write(self, target: Target[R], everything: bool) -> None:
         in_use = {endpoint.name for endpoint, _ in self._endpoints.values()}

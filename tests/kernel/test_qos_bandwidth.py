@@ -1,0 +1,145 @@
+"""A workload's bandwidth limits (``qos_controls``): real TCP transfers through tc's TBF."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from dataplane.linux.shaping.buckets import ifb_name
+from dataplane.wire._pb import felixbackend_pb2 as pb
+from testbed.topology import Pod, Topology
+from tests.kernel import scenario
+from tests.kernel.cluster import Cluster
+from tests.kernel.marks import requires_root
+
+pytestmark = [requires_root, pytest.mark.slow]
+
+_PORT = 7001
+_LIMIT = 8_000_000  # bits per second
+_BYTES = 1_500_000  # 1.5 s at the limit
+_TOLERANCE = 0.3
+
+# Reads one connection to its end: the bytes, and the seconds from the first to the last.
+_SINK = """
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(1)
+print("ready", flush=True)
+s.settimeout(20)
+conn, _ = s.accept()
+conn.settimeout(20)
+first = None
+total = 0
+while True:
+    data = conn.recv(1 << 16)
+    if not data:
+        break
+    if first is None:
+        first = time.monotonic()
+    total += len(data)
+print(total, time.monotonic() - (first or time.monotonic()), flush=True)
+"""
+
+_SOURCE = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+s.sendall(b"x" * int(sys.argv[3]))
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+"""
+
+
+def _bits_per_second(src: Pod, dst: Pod) -> float:
+    """The rate a bulk TCP transfer from ``src`` to ``dst`` moves at."""
+    argv = ["ip", "netns", "exec", dst.netns, "python3", "-c", _SINK, str(_PORT)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as sink:
+        try:
+            assert sink.stdout is not None
+            assert sink.stdout.readline().strip() == "ready"
+            src.run("python3", "-c", _SOURCE, dst.ipv4, str(_PORT), str(_BYTES))
+            total, seconds = sink.stdout.readline().split()
+        finally:
+            sink.kill()
+    assert int(total) == _BYTES
+    return int(total) * 8 / max(float(seconds), 1e-6)
+
+
+def _update(cluster: Cluster, name: str, **controls: int) -> pb.WorkloadEndpointUpdate:
+    update = scenario.endpoint(scenario.pod(name), cluster.pods[name].iface, policies=False)
+    if controls:
+        update.endpoint.qos_controls.CopyFrom(pb.QoSControls(**controls))
+    return update
+
+
+def _qdiscs(cluster: Cluster) -> str:
+    return cluster.node.run("tc", "qdisc", "show").stdout
+
+
+def _until(cluster: Cluster, held: bool, device: str) -> None:
+    """Until ``device`` has a TBF (``held``) or none: the apply is done."""
+    end = time.monotonic() + 20
+    while (f"tbf 1: dev {device} " in _qdiscs(cluster)) != held:
+        assert time.monotonic() < end, _qdiscs(cluster)
+
+
+def _near_limit(rate: float) -> bool:
+    return abs(rate - _LIMIT) <= _LIMIT * _TOLERANCE
+
+
+def test_a_bandwidth_limit_holds_a_bulk_transfer_to_it_and_goes_with_it(
+    topology: Topology,
+) -> None:
+    cluster = Cluster(topology)
+    felix = cluster.start_driver(policies=False)
+    web, prom = cluster.pods["web-1"], cluster.pods["prom-1"]
+    small_burst = 100_000  # bits: Calico's default burst (4 Gi bits) would pass the whole test
+    try:
+        free = _bits_per_second(web, prom)
+        assert free > 5 * _LIMIT, free
+        # Ingress of prom-1: a TBF on its interface.
+        felix.send(_update(cluster, "prom-1", IngressBandwidth=_LIMIT, IngressBurst=small_burst))
+        _until(cluster, True, prom.iface)
+        assert _near_limit(rate := _bits_per_second(web, prom)), rate
+        # Egress of web-1 (through its IFB device); prom-1's limit gone.
+        felix.send(_update(cluster, "prom-1"))
+        felix.send(_update(cluster, "web-1", EgressBandwidth=_LIMIT, EgressBurst=small_burst))
+        _until(cluster, True, ifb_name(web.iface))
+        _until(cluster, False, prom.iface)
+        assert _near_limit(rate := _bits_per_second(web, prom)), rate
+        # Annotation gone: full speed, and nothing of ours left.
+        felix.send(_update(cluster, "web-1"))
+        _until(cluster, False, ifb_name(web.iface))
+        assert _bits_per_second(web, prom) > 5 * _LIMIT
+        end = time.monotonic() + 20
+        while ifb_name(web.iface) in cluster.node.ip("link").stdout:
+            assert time.monotonic() < end, "the IFB device stayed"
+        assert "ingress" not in _qdiscs(cluster)
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
+def test_a_bandwidth_limit_removed_by_hand_is_put_back_by_the_refresh(topology: Topology) -> None:
+    cluster = Cluster(topology)
+    felix = cluster.start_driver(policies=False, RouteRefreshInterval="1")
+    web = cluster.pods["web-1"]
+    ifb = ifb_name(web.iface)
+    try:
+        felix.send(_update(cluster, "web-1", IngressBandwidth=_LIMIT, EgressBandwidth=_LIMIT))
+        _until(cluster, True, ifb)
+        _until(cluster, True, web.iface)
+        cluster.node.run("tc", "qdisc", "del", "dev", web.iface, "root")
+        cluster.node.run("tc", "filter", "del", "dev", web.iface, "ingress")
+        _until(cluster, True, web.iface)
+        end = time.monotonic() + 20
+        while f"redirect dev {ifb}" not in cluster.node.run(
+            "tc", "filter", "show", "dev", web.iface, "ingress"
+        ).stdout.replace("(Egress Redirect to device ", "redirect dev "):
+            assert time.monotonic() < end, "the redirect was not put back"
+    finally:
+        felix.close_input()
+        felix.wait()
