@@ -5,7 +5,7 @@ set -euo pipefail
 need=()
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v ipset >/dev/null 2>&1 || need+=(ipset)
-command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 # The real control plane's test bed (testbed/control_plane.py): its
