@@ -35,14 +35,21 @@ def _ranged(value: int, bounds: tuple[int, int], field: str) -> int:
     return value
 
 
+def _unset_base(q: pb.QoSControls, way: str, field: str, base: str, *dependents: str) -> bool:
+    """Whether ``{way}{base}`` is 0; then none of its ``dependents`` may be set."""
+    if getattr(q, f"{way}{base}"):
+        return False
+    for name in dependents:
+        if value := getattr(q, f"{way}{name}"):
+            raise InputError(f"{field}.{way}{name}", value, f"needs {way}{base}")
+    return True
+
+
 def _bandwidth(q: pb.QoSControls, way: str, field: str) -> Bandwidth | None:
+    if _unset_base(q, way, field, "Bandwidth", "Burst", "Peakrate", "Minburst"):
+        return None
     rate = getattr(q, f"{way}Bandwidth")
     burst, peak, minburst = (getattr(q, f"{way}{n}") for n in ("Burst", "Peakrate", "Minburst"))
-    if not rate:
-        for name, value in (("Burst", burst), ("Peakrate", peak), ("Minburst", minburst)):
-            if value:
-                raise InputError(f"{field}.{way}{name}", value, f"needs {way}Bandwidth")
-        return None
     _ranged(rate, _BANDWIDTH, f"{field}.{way}Bandwidth")
     if burst:
         _ranged(burst, _BURST, f"{field}.{way}Burst")
@@ -59,11 +66,9 @@ def _bandwidth(q: pb.QoSControls, way: str, field: str) -> Bandwidth | None:
 
 
 def _packet_rate(q: pb.QoSControls, way: str, field: str) -> PacketRate | None:
-    rate, burst = getattr(q, f"{way}PacketRate"), getattr(q, f"{way}PacketBurst")
-    if not rate:
-        if burst:
-            raise InputError(f"{field}.{way}PacketBurst", burst, f"needs {way}PacketRate")
+    if _unset_base(q, way, field, "PacketRate", "PacketBurst"):
         return None
+    rate, burst = getattr(q, f"{way}PacketRate"), getattr(q, f"{way}PacketBurst")
     _ranged(rate, _PACKETS, f"{field}.{way}PacketRate")
     if burst:
         _ranged(burst, _PACKETS, f"{field}.{way}PacketBurst")

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
 
 from dataplane.linux.shaping.buckets import ifb_name
-from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.topology import Pod, Topology
-from tests.kernel import scenario
 from tests.kernel.cluster import Cluster
 from tests.kernel.marks import requires_root
+from tests.kernel.qos import qos_update, received
 
 pytestmark = [requires_root, pytest.mark.slow]
 
@@ -55,24 +53,9 @@ s.recv(1)
 
 def _bits_per_second(src: Pod, dst: Pod) -> float:
     """The rate a bulk TCP transfer from ``src`` to ``dst`` moves at."""
-    argv = ["ip", "netns", "exec", dst.netns, "python3", "-c", _SINK, str(_PORT)]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as sink:
-        try:
-            assert sink.stdout is not None
-            assert sink.stdout.readline().strip() == "ready"
-            src.run("python3", "-c", _SOURCE, dst.ipv4, str(_PORT), str(_BYTES))
-            total, seconds = sink.stdout.readline().split()
-        finally:
-            sink.kill()
+    total, seconds = received(dst, _SINK, src, _SOURCE, str(_PORT), str(_BYTES)).split()
     assert int(total) == _BYTES
     return int(total) * 8 / max(float(seconds), 1e-6)
-
-
-def _update(cluster: Cluster, name: str, **controls: int) -> pb.WorkloadEndpointUpdate:
-    update = scenario.endpoint(scenario.pod(name), cluster.pods[name].iface, policies=False)
-    if controls:
-        update.endpoint.qos_controls.CopyFrom(pb.QoSControls(**controls))
-    return update
 
 
 def _qdiscs(cluster: Cluster) -> str:
@@ -101,17 +84,17 @@ def test_a_bandwidth_limit_holds_a_bulk_transfer_to_it_and_goes_with_it(
         free = _bits_per_second(web, prom)
         assert free > 5 * _LIMIT, free
         # Ingress of prom-1: a TBF on its interface.
-        felix.send(_update(cluster, "prom-1", IngressBandwidth=_LIMIT, IngressBurst=small_burst))
+        felix.send(qos_update(cluster, "prom-1", IngressBandwidth=_LIMIT, IngressBurst=small_burst))
         _until(cluster, True, prom.iface)
         assert _near_limit(rate := _bits_per_second(web, prom)), rate
         # Egress of web-1 (through its IFB device); prom-1's limit gone.
-        felix.send(_update(cluster, "prom-1"))
-        felix.send(_update(cluster, "web-1", EgressBandwidth=_LIMIT, EgressBurst=small_burst))
+        felix.send(qos_update(cluster, "prom-1"))
+        felix.send(qos_update(cluster, "web-1", EgressBandwidth=_LIMIT, EgressBurst=small_burst))
         _until(cluster, True, ifb_name(web.iface))
         _until(cluster, False, prom.iface)
         assert _near_limit(rate := _bits_per_second(web, prom)), rate
         # Annotation gone: full speed, and nothing of ours left.
-        felix.send(_update(cluster, "web-1"))
+        felix.send(qos_update(cluster, "web-1"))
         _until(cluster, False, ifb_name(web.iface))
         assert _bits_per_second(web, prom) > 5 * _LIMIT
         end = time.monotonic() + 20
@@ -129,7 +112,7 @@ def test_a_bandwidth_limit_removed_by_hand_is_put_back_by_the_refresh(topology: 
     web = cluster.pods["web-1"]
     ifb = ifb_name(web.iface)
     try:
-        felix.send(_update(cluster, "web-1", IngressBandwidth=_LIMIT, EgressBandwidth=_LIMIT))
+        felix.send(qos_update(cluster, "web-1", IngressBandwidth=_LIMIT, EgressBandwidth=_LIMIT))
         _until(cluster, True, ifb)
         _until(cluster, True, web.iface)
         cluster.node.run("tc", "qdisc", "del", "dev", web.iface, "root")

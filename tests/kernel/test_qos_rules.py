@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
 
-from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.topology import Pod, Topology
-from tests.kernel import scenario
 from tests.kernel.cluster import Cluster, Probe
 from tests.kernel.marks import requires_root
+from tests.kernel.qos import qos_update, received
 from tests.kernel.ruleset import our_rules
 
 pytestmark = [requires_root, pytest.mark.slow]
@@ -48,22 +46,7 @@ for _ in range(int(sys.argv[3])):
 
 def _datagrams_through(src: Pod, dst: Pod) -> int:
     """How many of a back-to-back burst of datagrams from ``src`` reach ``dst``."""
-    argv = ["ip", "netns", "exec", dst.netns, "python3", "-c", _COUNT, str(_UDP_PORT)]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as receiver:
-        try:
-            assert receiver.stdout is not None
-            assert receiver.stdout.readline().strip() == "ready"
-            src.run("python3", "-c", _SEND, dst.ipv4, str(_UDP_PORT), str(_BURST))
-            return int(receiver.stdout.readline())
-        finally:
-            receiver.kill()
-
-
-def _update(cluster: Cluster, name: str, **controls: int) -> pb.WorkloadEndpointUpdate:
-    update = scenario.endpoint(scenario.pod(name), cluster.pods[name].iface, policies=False)
-    if controls:
-        update.endpoint.qos_controls.CopyFrom(pb.QoSControls(**controls))
-    return update
+    return int(received(dst, _COUNT, src, _SEND, str(_UDP_PORT), str(_BURST)))
 
 
 def _applied(cluster: Cluster, *, present: str = "", absent: str = "") -> None:
@@ -84,20 +67,20 @@ def test_a_packet_rate_limit_drops_the_excess_of_a_burst(topology: Topology) -> 
     try:
         assert _datagrams_through(web, prom) == _BURST
         # Ingress: to prom-1 at most 10 a second, 5 at once.
-        felix.send(_update(cluster, "prom-1", IngressPacketRate=10, IngressPacketBurst=5))
+        felix.send(qos_update(cluster, "prom-1", IngressPacketRate=10, IngressPacketBurst=5))
         ingress = f"{prom.iface} over its ingress packet rate 10/s"
         _applied(cluster, present=ingress)
         through = _datagrams_through(web, prom)
         assert 1 <= through <= 20, through
         # Egress: from web-1; prom-1's limit gone.
-        felix.send(_update(cluster, "prom-1"))
-        felix.send(_update(cluster, "web-1", EgressPacketRate=20))  # burst: Felix's 5
+        felix.send(qos_update(cluster, "prom-1"))
+        felix.send(qos_update(cluster, "web-1", EgressPacketRate=20))  # burst: Felix's 5
         egress = f"{web.iface} over its egress packet rate 20/s"
         _applied(cluster, present=egress, absent=ingress)
         through = _datagrams_through(web, prom)
         assert 1 <= through <= 30, through
         # And with no limit, every datagram again.
-        felix.send(_update(cluster, "web-1"))
+        felix.send(qos_update(cluster, "web-1"))
         _applied(cluster, absent=egress)
         assert _datagrams_through(web, prom) == _BURST
     finally:
@@ -110,7 +93,7 @@ def test_a_connection_limit_refuses_the_next_connection(topology: Topology) -> N
     felix = cluster.start_driver(policies=False)
     web, prom = cluster.pods["web-1"], cluster.pods["prom-1"]
     try:
-        felix.send(_update(cluster, "prom-1", IngressMaxConnections=2))
+        felix.send(qos_update(cluster, "prom-1", IngressMaxConnections=2))
         ingress = f"{prom.iface} ingress connection limit 2"
         _applied(cluster, present=ingress)
         with web.hold("tcp", prom.ipv4, 80), web.hold("tcp", prom.ipv4, 80) as second:
@@ -121,13 +104,13 @@ def test_a_connection_limit_refuses_the_next_connection(topology: Topology) -> N
         # Closed (both ends: conntrack counts a half-closed one), they no longer count.
         cluster.wait_for(Probe("web-1", "prom-1", "tcp", 80, 4, True))
         # Egress: web-1 may keep one connection open; the limit on prom-1 goes.
-        felix.send(_update(cluster, "prom-1"))
-        felix.send(_update(cluster, "web-1", EgressMaxConnections=1))
+        felix.send(qos_update(cluster, "prom-1"))
+        felix.send(qos_update(cluster, "web-1", EgressMaxConnections=1))
         egress = f"{web.iface} egress connection limit 1"
         _applied(cluster, present=egress, absent=ingress)
         with web.hold("tcp", prom.ipv4, 80):
             assert not web.can_connect("tcp", prom.ipv4, 8080, timeout=2)
-        felix.send(_update(cluster, "web-1"))
+        felix.send(qos_update(cluster, "web-1"))
         _applied(cluster, absent=egress)
         with web.hold("tcp", prom.ipv4, 80):
             assert web.can_connect("tcp", prom.ipv4, 8080, timeout=2)
