@@ -30,6 +30,7 @@ from tests.linux.fake_conntrack import FakeConntrack
 from tests.linux.fake_ipset import FakeIPSet
 from tests.linux.fake_iptables import FakeIptables
 from tests.linux.fake_netlink import FakeNetlink
+from tests.linux.fake_tc import FakeTrafficControl
 
 
 class FakeTools:
@@ -39,6 +40,7 @@ class FakeTools:
         self.iptables = FakeIptables()
         self.ipset = FakeIPSet()
         self.conntrack = FakeConntrack()
+        self.tc = FakeTrafficControl()
 
     async def run(
         self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
@@ -49,6 +51,8 @@ class FakeTools:
             fake = self.ipset
         elif tool == "conntrack":
             fake = self.conntrack
+        elif tool in {"ip", "tc"}:
+            fake = self.tc
         return await fake.run(argv, stdin=stdin, check=check)
 
 
