@@ -84,13 +84,16 @@ _ALP = NotForPlatform(
 _BGP = NotForPlatform("BGP, which belongs to BIRD beside Felix")
 _WIREGUARD = NotForPlatform("WireGuard (WireguardEnabled, refused), which is not implemented")
 _BPF = NotForPlatform("the eBPF dataplane's (BPFEnabled, refused)")
-# Felix's Windows dataplane reads no qos_controls; the driver's says so once.
-_LINUX_ONLY = "; Linux only (Windows: a warning, as Felix's has no form for it)"
+# Felix's Windows dataplane reads no qos_controls; HNS can cap an
+# endpoint's egress and no more, and the driver says so once for the rest.
+_LINUX_ONLY = "; Linux only (Windows: one warning: HNS has no form for it)"
 _BANDWIDTH = Honoured(
     _K + "test_qos_bandwidth.py::"
     "test_a_bandwidth_limit_holds_a_bulk_transfer_to_it_and_goes_with_it",
     "a TBF on the interface (ingress), an IFB device with a TBF fed by a u32 redirect"
-    " (egress), as in Felix" + _LINUX_ONLY,
+    " (egress), as in Felix; on Windows the egress rate is the endpoint's HNS QOS policy"
+    " (tests/windows/test_platform.py::test_an_egress_bandwidth_limit_is_the_endpoints_qos_policy),"
+    " burst, peak rate and ingress have no HNS form (one warning)",
 )
 _PACKET_RATE = Honoured(
     _K + "test_qos_rules.py::test_a_packet_rate_limit_drops_the_excess_of_a_burst",

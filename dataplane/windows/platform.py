@@ -86,6 +86,7 @@ from dataplane.windows.policy.programmers import (
     SetProgrammer,
     log_refusals,
 )
+from dataplane.windows.policy.qos_policy import QosProgrammer
 from dataplane.windows.policy.set_policy import set_token, wanted_sets
 from dataplane.windows.services.lb_programmer import LbProgrammer, lb_options
 from dataplane.windows.services.lb_state import OwnedIds
@@ -137,6 +138,7 @@ class WindowsPlatform:
         self._endpoints: EndpointProgrammer[WorkloadEndpointKey] = EndpointProgrammer(
             hcn, self._call, clock
         )
+        self._qos: QosProgrammer[WorkloadEndpointKey] = QosProgrammer(hcn, self._call)
         self._sets = SetProgrammer(hcn, self._call, clock)
         self._sets_pending = True
         self._vxlan = VxlanProgrammer(hcn, self._call, clock)
@@ -180,16 +182,22 @@ class WindowsPlatform:
         self._desired.set_profile(profile_id, None)
 
     def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
-        if endpoint.qos:
-            # Felix's Windows dataplane reads no qos_controls; HNS's QOS
-            # policy (egress bandwidth only) is not programmed yet.
-            self._unsupported("workload QoS controls (qos_controls)")
+        qos = endpoint.qos
+        egress = qos.egress.bandwidth
+        # HNS caps an endpoint's egress and nothing else (qos_policy.py).
+        self._qos.want(endpoint.key, egress.rate // 8 if egress else None)
+        if qos.ingress or qos.egress.packet_rate or qos.egress.max_connections:
+            self._unsupported(
+                "QoS controls other than the egress bandwidth (ingress bandwidth, packet"
+                " rates, connection limits; HNS has no form for them)"
+            )
         self._desired.set_endpoint(endpoint, policy)
 
     def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
         # HNS drops an endpoint's ACLs with the endpoint; the CNI deletes it.
         self._desired.remove_endpoint(key)
         self._endpoints.forget(key)
+        self._qos.forget(key)
 
     def _unsupported(self, what: str) -> None:
         if what not in self._unsupported_logged:
@@ -317,6 +325,8 @@ class WindowsPlatform:
         fail_closed = render_fail_closed(self._host_addresses, self._versions())
         if await self._endpoints.apply(view, self._find, fail_closed):
             self._must_list = True
+        if await self._qos.apply(view, self._find):
+            self._must_list = True
         vni, node = self.config.vxlan_vni, self.config.felix_hostname
         if await self._vxlan.apply(view, vni, node):
             self._must_list = True
@@ -328,6 +338,8 @@ class WindowsPlatform:
             self._sets_pending = bool(self._sets.held)
         await self._call(self.hcn.flush)
         log_refusals(self._endpoints.take_refusals(), self._sets.take_refusals())
+        for key, why in self._qos.take_refusals():
+            log.error("QOS policy of workload %s refused by HNS: %s; retried", key, why)
         self._statuses = self._endpoint_statuses(view)
         self._last_apply = self._clock()
 
@@ -394,6 +406,7 @@ class WindowsPlatform:
             return  # nobody waits for an endpoint, or none came or went
         assert listing.view is not None
         self._endpoints.recheck_all()  # what HNS holds decides which need a write
+        self._qos.recheck_all()
         self._lbs.observe(listing.view)
 
     def _first_writes(self) -> WriteAfterRead | None:

@@ -19,6 +19,7 @@ from dataplane.windows.hns.hcn import HnsVersion
 from dataplane.windows.sim.simhost import SimHost
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from testbed.hns import add_pod, calico_host
+from testbed.node import PodSpec
 from tests.conftest import run_trio
 from tests.kernel import scenario as sc
 from tests.windows.windows_node import Model, disagreements, messages, node, send
@@ -196,30 +197,58 @@ def test_bad_input_is_one_line_and_changes_nothing_programmed(
     assert disagreements(host.snapshot(), Model.of(msgs)) == []
 
 
-def test_qos_controls_are_said_once_to_be_unenforced_and_change_no_acl(
+def _qos_of(host: SimHost, pod: str) -> list[object]:
+    (endpoint,) = [e for e in host.endpoints.values() if e["Name"].endswith(f"_{pod}_eth0")]
+    return [p for p in endpoint.get("Policies") or () if p.get("Type") == "QOS"]
+
+
+def _cap(bytes_per_second: int) -> list[object]:
+    return [{"Type": "QOS", "Settings": {"MaximumOutgoingBandwidthInBytes": bytes_per_second}}]
+
+
+def test_an_egress_bandwidth_limit_is_the_endpoints_qos_policy(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Felix's own Windows dataplane reads no qos_controls either; the
-    # driver says so rather than dropping them without a word.
+    # HNS caps what an endpoint sends (its QOS policy); the rest of a pod's
+    # QoS controls has no HNS form, said once. The ACLs stay as they were.
     host = calico_host(sc.PODS)
     msgs = messages()
-    limited = []
-    for spec in sc.PODS[:2]:
+    web, api = sc.pod("web-1"), sc.pod("api-1")
+
+    def limited(spec: PodSpec, **controls: int) -> pb.WorkloadEndpointUpdate:
         update = sc.endpoint(spec, spec.iface)
-        update.endpoint.qos_controls.EgressBandwidth = 10_000_000
-        limited.append(update)
+        update.endpoint.qos_controls.CopyFrom(pb.QoSControls(**controls))
+        return update
 
     async def main() -> None:
         async with node(host) as (dp, _):
             await send(dp, *msgs)
-            programmed = host.snapshot()["Endpoints"]
-            await send(dp, *limited)
-            assert host.snapshot()["Endpoints"] == programmed
+            programmed = {i: e.get("Policies", []) for i, e in host.endpoints.items()}
+            await send(dp, limited(web, EgressBandwidth=10_000_000))
+            await send(dp, limited(api, IngressBandwidth=10_000_000, EgressPacketRate=5))
+            assert _qos_of(host, "web-1") == _cap(1_250_000)
+            assert _qos_of(host, "api-1") == []
+            acls = {
+                i: [p for p in e.get("Policies", []) if p["Type"] != "QOS"]
+                for i, e in host.endpoints.items()
+            }
+            assert acls == programmed
+            # Changed, tampered with (repaired at the endpoint refresh), removed.
+            await send(dp, limited(web, EgressBandwidth=20_000_000))
+            assert _qos_of(host, "web-1") == _cap(2_500_000)
+            (endpoint,) = [e for e in host.endpoints.values() if e["Name"].endswith("_web-1_eth0")]
+            endpoint["Policies"] = [p for p in endpoint["Policies"] if p["Type"] != "QOS"]
+            await trio.sleep(100)  # EndpointRefreshInterval (90 s) re-reads HNS
+            assert _qos_of(host, "web-1") == _cap(2_500_000)
+            await send(dp, sc.endpoint(web, web.iface))
+            assert _qos_of(host, "web-1") == []
 
     with caplog.at_level(logging.WARNING, logger="dataplane"):
         run_trio(main)
     said = [r.getMessage() for r in caplog.records if "QoS" in r.getMessage()]
     assert said == [
-        "workload QoS controls (qos_controls): not programmed on Windows"
+        "QoS controls other than the egress bandwidth (ingress bandwidth, packet rates,"
+        " connection limits; HNS has no form for them): not programmed on Windows"
         " (Felix has no Windows form either)"
     ]
+    assert disagreements(host.snapshot(), Model.of(msgs)) == []

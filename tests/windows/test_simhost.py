@@ -75,8 +75,13 @@ def test_an_invalid_acl_is_refused_and_changes_nothing() -> None:
             sim.modify_endpoint(ep, update(bad))
         assert caught.value.hresult == HCN_E_INVALID_POLICY, bad
     with pytest.raises(HcnError) as caught:
-        sim.modify_endpoint(ep, update({"Type": "QOS", "Settings": {}}))
+        sim.modify_endpoint(ep, update({"Type": "NoSuchPolicy", "Settings": {}}))
     assert caught.value.hresult == HCN_E_INVALID_POLICY_TYPE
+    # hcsshim's QosPolicySetting is one uint64.
+    for settings in ({}, {"MaximumOutgoingBandwidthInBytes": -1}, {"Bogus": 1}):
+        with pytest.raises(HcnError) as caught:
+            sim.modify_endpoint(ep, update({"Type": "QOS", "Settings": settings}))
+        assert caught.value.hresult == HCN_E_INVALID_POLICY, settings
     assert sim.endpoints[ep]["Policies"] == [acl("Allow", "In", 100)]
 
 

@@ -101,6 +101,15 @@ def check_endpoint_policies(
         _check_endpoint_policy(policy, set_ids, version, call, target)
 
 
+def _check_qos(settings: Json, call: str, target: str) -> None:
+    """hcsshim's QosPolicySetting: one uint64, MaximumOutgoingBandwidthInBytes."""
+    value = settings.get("MaximumOutgoingBandwidthInBytes")
+    if set(settings) != {"MaximumOutgoingBandwidthInBytes"} or not (
+        isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64
+    ):
+        raise HcnError(call, target, HCN_E_INVALID_POLICY, f"QOS settings {settings!r}"[:200])
+
+
 def _check_endpoint_policy(
     policy: Json, set_ids: frozenset[str], version: HnsVersion, call: str, target: str
 ) -> None:
@@ -109,6 +118,9 @@ def _check_endpoint_policy(
         address = (policy.get("Settings") or {}).get("ProviderAddress")
         if _address(address) is None:
             raise HcnError(call, target, HCN_E_INVALID_POLICY, f"ProviderAddress {address!r}")
+        return
+    if kind == "QOS":
+        _check_qos(policy.get("Settings") or {}, call, target)
         return
     if kind != "ACL":
         raise HcnError(call, target, HCN_E_INVALID_POLICY_TYPE, f"policy type {kind!r}")

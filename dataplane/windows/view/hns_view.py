@@ -57,6 +57,19 @@ def acl_key(policies: list[Json]) -> Counter[AclRule]:
     return rules
 
 
+QOS = "QOS"  # the endpoint policy type of an egress cap
+QOS_SETTING = "MaximumOutgoingBandwidthInBytes"
+
+
+def held_qos(policies: list[Json]) -> int | None:
+    """The egress cap an endpoint's ``QOS`` policy holds, bytes per second (None: none)."""
+    for policy in policies:
+        if policy.get("Type") == QOS:
+            value = (policy.get("Settings") or {}).get(QOS_SETTING)
+            return value if isinstance(value, int) else 0
+    return None
+
+
 @dataclass(slots=True)
 class HnsEndpoint:
     id: str
@@ -64,6 +77,7 @@ class HnsEndpoint:
     name: str
     addresses: tuple[str, ...]
     acls: Counter[AclRule] = field(default_factory=Counter)
+    qos: int | None = None  # its QOS policy's egress cap, bytes per second
 
 
 @dataclass(slots=True)
@@ -104,6 +118,7 @@ class HnsView:
             str(ep.get("Name", "")),
             addresses,
             acl_key(ep.get("Policies") or []),
+            held_qos(ep.get("Policies") or []),
         )
         self.endpoints[found.id] = found
         for address in addresses:
