@@ -105,6 +105,16 @@ class Cluster:
             headers={"Content-Type": "application/merge-patch+json"},
         )
 
+    def annotate_pod(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Set (or, with None, remove) the Pod object's annotations."""
+        namespace, api_name = self.calico.pod_names[self.pods[name].netns]
+        self.cp.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{api_name}",
+            {"metadata": {"annotations": dict(annotations)}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
     # --- Services ------------------------------------------------------------------
 
     @contextlib.contextmanager

@@ -1,0 +1,85 @@
+"""QoS controls under the real Felix: a Pod's annotations, Felix's qos_controls, our kernel state.
+
+The annotations go on the real Pod object; Felix computes
+``qos_controls`` from them (libcalico-go's conversion, with its units and
+defaults) and sends the endpoint again; the driver shapes and limits. Real
+transfers and connections judge it, and the annotations' removal is
+followed to the end (the TBF gone, full speed, connections free).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.felix.cluster import PORT, PROGRAMMED, Cluster
+from tests.kernel.qos import received
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+_LIMIT = 8_000_000  # bits per second: "8M"
+_BYTES = 1_500_000
+_SINK_PORT = 7001
+
+_SINK = """
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(1)
+print("ready", flush=True)
+s.settimeout(20)
+conn, _ = s.accept()
+conn.settimeout(20)
+first, total = None, 0
+while data := conn.recv(1 << 16):
+    first = first or time.monotonic()
+    total += len(data)
+print(total, time.monotonic() - (first or time.monotonic()), flush=True)
+"""
+
+_SOURCE = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+s.sendall(b"x" * int(sys.argv[3]))
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+"""
+
+_ANNOTATIONS = {
+    "qos.projectcalico.org/ingressBandwidth": "8M",
+    "qos.projectcalico.org/ingressBurst": "100k",
+    "qos.projectcalico.org/ingressMaxConnections": "1",
+}
+
+
+def _rate(cluster: Cluster, src: str, dst: str) -> float:
+    line = received(
+        cluster.pods[dst], _SINK, cluster.pods[src], _SOURCE, str(_SINK_PORT), str(_BYTES)
+    )
+    total, seconds = line.split()
+    assert int(total) == _BYTES
+    return int(total) * 8 / max(float(seconds), 1e-6)
+
+
+def _shaped(cluster: Cluster, pod: str) -> bool:
+    iface = cluster.pods[pod].iface
+    return f"tbf 1: dev {iface} " in cluster.node.run("tc", "qdisc", "show").stdout
+
+
+def test_a_pods_qos_annotations_limit_its_bandwidth_and_connections(cluster: Cluster) -> None:
+    client, web = cluster.pods["client"], cluster.pods["web"]
+    cluster.annotate_pod("web", _ANNOTATIONS)
+    try:
+        eventually(lambda: _shaped(cluster, "web"), PROGRAMMED, "web's TBF")
+        rate = _rate(cluster, "client", "web")
+        assert abs(rate - _LIMIT) <= 0.3 * _LIMIT, rate
+        with client.hold("tcp", web.ipv4, PORT):
+            second = client.connect("tcp", web.ipv4, PORT, timeout=2)
+            assert not second.ok and "refused" in (second.error or "").lower(), second
+    finally:
+        cluster.annotate_pod("web", dict.fromkeys(_ANNOTATIONS))
+    eventually(lambda: not _shaped(cluster, "web"), PROGRAMMED, "web's TBF gone")
+    assert _rate(cluster, "client", "web") > 5 * _LIMIT
+    with client.hold("tcp", web.ipv4, PORT):
+        cluster.expect({("client", "web"): True}, what="no connection limit any more")
