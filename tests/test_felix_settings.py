@@ -133,20 +133,19 @@ def test_show_lists_a_refused_setting_with_why(
 def test_a_refused_field_is_one_warning_and_a_field_record(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # A pod annotated for DSCP: Felix sends qos_policies, which the driver
-    # does not mark yet. Said once, however many pods carry it.
+    # A pod in Istio's ambient mesh: Felix sends is_istio_ambient, which the
+    # driver does not implement. Said once, however many pods carry it.
     observer = Observer(SimPlatform(), metrics=Metrics(process=False))
     dp = Dataplane(observer.platform, observer=observer)
 
-    def pod(name: str, dscp: int = 0) -> pb.WorkloadEndpointUpdate:
+    def pod(name: str, ambient: bool = False) -> pb.WorkloadEndpointUpdate:
         update = pb.WorkloadEndpointUpdate(
             id=pb.WorkloadEndpointID(
                 orchestrator_id="k8s", workload_id=f"ns/{name}", endpoint_id="eth0"
             ),
             endpoint=pb.WorkloadEndpoint(state="active", name=f"cali{name}", ipv4_nets=[]),
         )
-        if dscp:
-            update.endpoint.qos_policies.add(destination="0.0.0.0/0", dscp=dscp)
+        update.endpoint.is_istio_ambient = ambient
         return update
 
     async def main() -> None:
@@ -154,12 +153,12 @@ def test_a_refused_field_is_one_warning_and_a_field_record(
             nursery.start_soon(dp.run)
             dp.send_message(_config())
             dp.send_message(pod("a"))  # no QoS: nothing said
-            dp.send_message(pod("b", dscp=10))
-            dp.send_message(pod("c", dscp=20))
+            dp.send_message(pod("b", ambient=True))
+            dp.send_message(pod("c", ambient=True))
             dp.send_message(pb.InSync())
             await trio.testing.wait_all_tasks_blocked()
             records = observer.snapshot().records
-            field = records[("field", "workload_endpoint_update.endpoint.qos_policies")]
+            field = records[("field", "workload_endpoint_update.endpoint.is_istio_ambient")]
             assert field.status == "error"
             assert "not implemented" in (field.error or "")
             assert records[("workload_endpoint", "k8s/ns/b/eth0")].status == "done"
@@ -167,10 +166,10 @@ def test_a_refused_field_is_one_warning_and_a_field_record(
 
     with caplog.at_level(logging.WARNING, logger="dataplane"):
         trio.run(main)
-    said = [r.getMessage() for r in caplog.records if "qos_" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "ambient" in r.getMessage()]
     assert said == [
-        "seq=3 workload_endpoint_update.endpoint.qos_policies refused: DSCP marking is not"
-        " implemented yet (logged once; messages carrying it are programmed without it)"
+        "seq=3 workload_endpoint_update.endpoint.is_istio_ambient refused: Istio ambient mode"
+        " is not implemented (logged once; messages carrying it are programmed without it)"
     ]
 
 
@@ -210,9 +209,8 @@ def test_every_refused_field_of_the_table_is_found_where_felix_puts_it() -> None
                 if entry.harmless is None:
                     assert [p for p, _ in refused.carried(kind, message)] == [path]
                     found.add(path)
-    assert "workload_endpoint_update.endpoint.qos_policies" in found
-    assert not any(".qos_controls" in path for path in found)
-    assert "host_endpoint_update.endpoint.qos_policies" in found
+    assert "workload_endpoint_update.endpoint.is_istio_ambient" in found
+    assert not any(".qos_" in path for path in found)
     assert "global_bgp_config_update.service_cluster_cidrs" in found
     # A pool's allowed uses matter only when workloads are not among them.
     pool = pb.IPAMPoolUpdate(id="p", pool=pb.IPAMPool(cidr="10.65.0.0/16"))

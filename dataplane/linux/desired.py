@@ -31,6 +31,7 @@ from dataplane.linux.rules.chain import Serialiser
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.rules.match import Limit
 from dataplane.linux.writers.base import FilterBase
+from dataplane.linux.writers.dscp import DscpWriter
 from dataplane.linux.writers.hosts import HostEndpointWriter
 from dataplane.linux.writers.nat import NatWriter
 from dataplane.linux.writers.overlay import OverlayWriter
@@ -62,6 +63,7 @@ class Desired:
         self.hosts = HostEndpointWriter()
         self.nat = NatWriter()
         self.services = ServiceWriter(conntrack, health)
+        self.dscp = DscpWriter()
         self.routes = RoutesWriter()
         self.overlay = OverlayWriter()
         self.config = Config()
@@ -168,7 +170,8 @@ class Desired:
             self.policies,
             self.workloads,
             self.hosts,
-            self.nat,
+            self.nat,  # keeps the all-pools set DSCP's rules match
+            self.dscp,
             self.services,
         ):
             writer.write(target, self._everything)

@@ -193,17 +193,21 @@ class LinuxPlatform:
         self._desired.workloads.set(endpoint, policy)
         self._desired.nat.set_floating_ips(endpoint.key, endpoint.ipv4_nat + endpoint.ipv6_nat)
         self._desired.routes.set(endpoint)
+        self._desired.dscp.set_workload(endpoint)
 
     def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
         self._desired.workloads.remove(key)
+        self._desired.dscp.remove(key)
         self._desired.nat.remove_endpoint(key)
         self._desired.routes.remove(key)
 
     def set_host_endpoint(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
         self._desired.hosts.set(endpoint, policy)
+        self._desired.dscp.set_host(endpoint)
 
     def remove_host_endpoint(self, key: HostEndpointKey) -> None:
         self._desired.hosts.remove(key)
+        self._desired.dscp.remove(key)
 
     def set_ip_pool(self, pool_id: str, pool: IPPool) -> None:
         self._desired.nat.set_pool(pool_id, pool)

@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 from google.protobuf.message import Message
 
 from dataplane.errors import InputError
-from dataplane.managers.convert_qos import qos_controls
+from dataplane.managers.convert_qos import dscp_policies, qos_controls
 from dataplane.managers.scalars import address, at, cidr, non_empty
 from dataplane.model import (
     PROTOCOL_NUMBERS,
@@ -344,6 +344,7 @@ def workload_endpoint(key: WorkloadEndpointKey, ep: pb.WorkloadEndpoint) -> Work
             ep.allow_spoofed_source_prefixes, "endpoint", "allow_spoofed_source_prefixes"
         ),
         qos=qos_controls(ep, "endpoint.qos_controls"),
+        dscp=dscp_policies(ep.qos_policies, "endpoint.qos_policies"),
     )
 
 
@@ -370,4 +371,5 @@ def host_endpoint(key: HostEndpointKey, ep: pb.HostEndpoint) -> HostEndpoint:
             address(a, f"endpoint.expected_ipv6_addrs[{i}]", 6)
             for i, a in enumerate(ep.expected_ipv6_addrs)
         ),
+        dscp=dscp_policies(ep.qos_policies, "endpoint.qos_policies"),
     )

@@ -11,12 +11,15 @@ gives it: 4 Gi bits for a bandwidth, 5 packets for a packet rate.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dataplane.errors import InputError
-from dataplane.model import Bandwidth, DirectionQos, PacketRate, QosControls
+from dataplane.managers.scalars import cidr
+from dataplane.model import Bandwidth, DirectionQos, DscpPolicy, PacketRate, QosControls
 from dataplane.model.qos import NO_QOS
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
-__all__ = ["qos_controls"]
+__all__ = ["dscp_policies", "qos_controls"]
 
 _BANDWIDTH = (1_000, 10**15)  # bits per second
 _BURST = (1_000, 0xFFFF_FFFF * 8)  # bits: the bucket is a u32 of bytes
@@ -89,3 +92,15 @@ def qos_controls(ep: pb.WorkloadEndpoint, field: str) -> QosControls:
     q = ep.qos_controls
     controls = QosControls(_direction(q, "Ingress", field), _direction(q, "Egress", field))
     return controls if controls else NO_QOS
+
+
+def dscp_policies(policies: Sequence[pb.QoSPolicy], field: str) -> tuple[DscpPolicy, ...]:
+    """``qos_policies``: each DSCP value 0-63 (six bits), each destination "" or a CIDR."""
+    out = []
+    for i, policy in enumerate(policies):
+        value = _ranged(policy.dscp, (0, 63), f"{field}[{i}].dscp")
+        destination = policy.destination
+        if destination:
+            destination = cidr(destination, f"{field}[{i}].destination")
+        out.append(DscpPolicy(value, destination))
+    return tuple(out)

@@ -36,7 +36,14 @@ from dataplane.model.policy import (
     TierInfo,
     protocol_number,
 )
-from dataplane.model.qos import NO_QOS, Bandwidth, DirectionQos, PacketRate, QosControls
+from dataplane.model.qos import (
+    NO_QOS,
+    Bandwidth,
+    DirectionQos,
+    DscpPolicy,
+    PacketRate,
+    QosControls,
+)
 
 __all__ = [
     "NO_QOS",
@@ -45,6 +52,7 @@ __all__ = [
     "Bandwidth",
     "DirectionPolicy",
     "DirectionQos",
+    "DscpPolicy",
     "EffectivePolicy",
     "EndpointStatus",
     "HostEffectivePolicy",

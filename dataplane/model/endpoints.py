@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from dataplane.model.policy import TierInfo
-from dataplane.model.qos import NO_QOS, QosControls
+from dataplane.model.qos import NO_QOS, DscpPolicy, QosControls
 
 __all__ = [
     "EndpointStatus",
@@ -49,6 +49,7 @@ class WorkloadEndpoint:
     ipv6_nat: tuple[NatInfo, ...] = ()
     allow_spoofed_source_prefixes: tuple[str, ...] = ()
     qos: QosControls = NO_QOS
+    dscp: tuple[DscpPolicy, ...] = ()  # egress DSCP marking (qos_policies)
 
     @property
     def admin_up(self) -> bool:
@@ -74,6 +75,7 @@ class HostEndpoint:
     forward_tiers: tuple[TierInfo, ...] = ()
     expected_ipv4_addrs: tuple[str, ...] = ()
     expected_ipv6_addrs: tuple[str, ...] = ()
+    dscp: tuple[DscpPolicy, ...] = ()  # egress DSCP marking (qos_policies)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["NO_QOS", "Bandwidth", "DirectionQos", "PacketRate", "QosControls"]
+__all__ = ["NO_QOS", "Bandwidth", "DirectionQos", "DscpPolicy", "PacketRate", "QosControls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +67,17 @@ class QosControls:
 
 
 NO_QOS = QosControls()
+
+
+@dataclass(frozen=True, slots=True)
+class DscpPolicy:
+    """Mark the endpoint's egress packets with DSCP ``value`` (0-63).
+
+    Felix sends one per endpoint, from the pod's ``qos.projectcalico.org/dscp``
+    annotation, for traffic leaving the cluster (to neither an IP pool nor
+    this host); its ``destination`` is then empty. A non-empty
+    ``destination`` (CIDR) narrows it to that network.
+    """
+
+    value: int
+    destination: str = ""

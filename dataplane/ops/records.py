@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dataplane.model import (
+    DscpPolicy,
     EffectivePolicy,
     HostEffectivePolicy,
     HostEndpoint,
@@ -64,6 +65,10 @@ def _effective(policy: EffectivePolicy) -> dict[str, Any]:
     }
 
 
+def _dscp(policy: DscpPolicy) -> str:
+    return f"{policy.value} to {policy.destination or 'outside the cluster'}"
+
+
 def _workload(wep: WorkloadEndpoint, snap: Snapshot) -> Record:
     oper = snap.oper.get(wep.key)
     effective = snap.state.effective.get(wep.key)
@@ -74,6 +79,7 @@ def _workload(wep: WorkloadEndpoint, snap: Snapshot) -> Record:
         "addresses": [*wep.ipv4_nets, *wep.ipv6_nets],
         **(_effective(effective) if isinstance(effective, EffectivePolicy) else {}),
         **({"qos": describe(wep.qos)} if wep.qos else {}),
+        **({"dscp": [_dscp(p) for p in wep.dscp]} if wep.dscp else {}),
     }
 
 

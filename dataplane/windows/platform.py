@@ -186,6 +186,8 @@ class WindowsPlatform:
         egress = qos.egress.bandwidth
         # HNS caps an endpoint's egress and nothing else (qos_policy.py).
         self._qos.want(endpoint.key, egress.rate // 8 if egress else None)
+        if endpoint.dscp:
+            self._unsupported("DSCP marking (qos_policies; HNS has no form for it)")
         if qos.ingress or qos.egress.packet_rate or qos.egress.max_connections:
             self._unsupported(
                 "QoS controls other than the egress bandwidth (ingress bandwidth, packet"

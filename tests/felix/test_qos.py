@@ -83,3 +83,48 @@ def test_a_pods_qos_annotations_limit_its_bandwidth_and_connections(cluster: Clu
     assert _rate(cluster, "client", "web") > 5 * _LIMIT
     with client.hold("tcp", web.ipv4, PORT):
         cluster.expect({("client", "web"): True}, what="no connection limit any more")
+
+
+_TOS = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.settimeout(5)
+print("ready", flush=True)
+try:
+    _, ancillary, _, _ = s.recvmsg(2048, socket.CMSG_SPACE(1))
+except socket.timeout:
+    print("none", flush=True)
+else:
+    print([data[0] for level, kind, data in ancillary if kind == socket.IP_TOS][0], flush=True)
+"""
+
+_DATAGRAMS = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(3):
+    s.sendto(b"dscp", (sys.argv[1], int(sys.argv[2])))
+"""
+_DSCP = "qos.projectcalico.org/dscp"
+
+
+def test_a_pods_dscp_annotation_marks_what_it_sends_out_of_the_cluster(cluster: Cluster) -> None:
+    # The release's own conversion says whether it knows the annotation (v3.32 on).
+    source = cluster.calico.release.crds.parents[2]
+    constants = source / "libcalico-go/lib/backend/k8s/conversion/constants.go"
+    if _DSCP not in constants.read_text():
+        pytest.skip(f"{cluster.calico.release.label} has no {_DSCP} annotation")
+    client = cluster.pods["client"]
+
+    def tos() -> int | None:
+        line = received(cluster.external, _TOS, client, _DATAGRAMS, str(_SINK_PORT))
+        return None if line == "none" else int(line)
+
+    assert tos() == 0
+    cluster.annotate_pod("client", {_DSCP: "AF11"})
+    try:
+        eventually(lambda: tos() == 10 << 2, PROGRAMMED, "client's packets marked AF11")
+    finally:
+        cluster.annotate_pod("client", {_DSCP: None})
+    eventually(lambda: tos() == 0, PROGRAMMED, "the mark gone with the annotation")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 from dataplane.wire._pb import felixbackend_pb2 as pb
-from testbed.topology import Pod
+from testbed.topology import Namespace
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster
 
@@ -19,7 +19,7 @@ def qos_update(cluster: Cluster, name: str, **controls: int) -> pb.WorkloadEndpo
     return update
 
 
-def received(dst: Pod, receiver: str, src: Pod, sender: str, *args: str) -> str:
+def received(dst: Namespace, receiver: str, src: Namespace, sender: str, *args: str) -> str:
     """Start ``receiver`` (a Python script that prints "ready", then one
     line of results) in ``dst`` with ``args[0]`` (its port), run ``sender``
     in ``src`` with ``dst``'s address and ``args``; the receiver's line."""
@@ -28,7 +28,7 @@ def received(dst: Pod, receiver: str, src: Pod, sender: str, *args: str) -> str:
         try:
             assert process.stdout is not None
             assert process.stdout.readline().strip() == "ready"
-            src.run("python3", "-c", sender, dst.ipv4, *args)
+            src.run("python3", "-c", sender, dst.address(4), *args)
             return process.stdout.readline().strip()
         finally:
             process.kill()

@@ -43,6 +43,7 @@ from dataplane.linux.ipsets.names import main_name
 from dataplane.linux.iptables.chains import IptChain, IptRule, render_rule, rule_hashes
 from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.dscp import DscpSource, dscp_chains, dscp_hooks
 from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.render.hostpolicy import HostPolicyRenderer
 from dataplane.linux.render.nat import NatRenderer
@@ -317,6 +318,16 @@ def qos_controls(draw: st.DrawFn) -> pb.QoSControls | None:
     return pb.QoSControls(**fields)
 
 
+def dscp_policies() -> st.SearchStrategy[list[pb.QoSPolicy]]:
+    """DSCP values in and out of range, to the cluster's outside or to a network."""
+    policy = st.builds(
+        pb.QoSPolicy,
+        dscp=st.integers(-1, 64),
+        destination=st.one_of(st.just(""), _v4_net(), _v6_net(), names),
+    )
+    return st.lists(policy, max_size=2)
+
+
 @st.composite
 def node_states(draw: st.DrawFn) -> NodeState:
     config = {k: draw(st.sampled_from(v)) for k, v in CONFIG_VALUES.items() if draw(st.booleans())}
@@ -353,6 +364,7 @@ def node_states(draw: st.DrawFn) -> NodeState:
             else [],
             allow_spoofed_source_prefixes=draw(nets),
             qos_controls=draw(qos_controls()),
+            qos_policies=draw(dscp_policies()),
         )
         for _ in range(draw(st.integers(0, 3)))
     ]
@@ -365,6 +377,7 @@ def node_states(draw: st.DrawFn) -> NodeState:
             pre_dnat_tiers=draw(tiers(ids)),
             forward_tiers=draw(tiers(ids)),
             expected_ipv4_addrs=["192.0.2.1"],
+            qos_policies=draw(dscp_policies()),
         )
         for _ in range(draw(st.integers(0, 2)))
     ]
@@ -520,10 +533,17 @@ def render_model_tables(
         spared_hosts,
     )
     floating = [n for w in workloads for n in (*w.ipv4_nat, *w.ipv6_nat)]
+    marked = [DscpSource(str(w.key), (*w.ipv4_nets, *w.ipv6_nets), w.dscp) for w in workloads] + [
+        DscpSource(str(h.key), (*h.expected_ipv4_addrs, *h.expected_ipv6_addrs), h.dscp)
+        for h in hosts
+    ]
+    mangle_out = out(marks)
+    dscp = dscp_chains(names, mangle_out, version, marked, kernel_name(ALL_POOLS, version))
+    mangle_hooks = {**host.hooks("mangle"), **dscp_hooks(names, mangle_out)}  # POSTROUTING
     return {
         "filter": (chains, dict(filt.hooks())),
         "raw": (host.raw_chains(resolved, policies), dict(host.hooks("raw"))),
-        "mangle": (host.mangle_chains(resolved, policies), dict(host.hooks("mangle"))),
+        "mangle": (host.mangle_chains(resolved, policies) + dscp, mangle_hooks),
         "nat": (nat.chains(floating) + service_chains, dict(nat.hooks())),
     }
 

@@ -160,7 +160,10 @@ _BASE = {
         "PREROUTING": "type filter hook prerouting priority raw",
         "OUTPUT": "type filter hook output priority raw",
     },
-    "mangle": {"PREROUTING": "type filter hook prerouting priority mangle"},
+    "mangle": {
+        "PREROUTING": "type filter hook prerouting priority mangle",
+        "POSTROUTING": "type filter hook postrouting priority mangle",
+    },
     "nat": {
         "PREROUTING": "type nat hook prerouting priority dstnat",
         "OUTPUT": "type nat hook output priority -100",

@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from dataplane.errors import InputError
-from dataplane.managers.convert_qos import qos_controls
-from dataplane.model import NO_QOS, Bandwidth, DirectionQos, PacketRate, QosControls
+from dataplane.managers.convert_qos import dscp_policies, qos_controls
+from dataplane.model import (
+    NO_QOS,
+    Bandwidth,
+    DirectionQos,
+    DscpPolicy,
+    PacketRate,
+    QosControls,
+)
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
 
@@ -54,3 +61,16 @@ def test_out_of_range_is_refused_naming_the_field(
         qos_controls(_endpoint(**controls), "endpoint.qos_controls")
     assert caught.value.field == f"endpoint.qos_controls.{field}"
     assert caught.value.value == value
+
+
+def test_dscp_policies_take_six_bits_and_a_network() -> None:
+    policies = [pb.QoSPolicy(dscp=46), pb.QoSPolicy(dscp=10, destination="192.0.2.7/24")]
+    assert dscp_policies(policies, "e") == (DscpPolicy(46), DscpPolicy(10, "192.0.2.0/24"))
+    for bad, field, value in (
+        (pb.QoSPolicy(dscp=64), "e[0].dscp", 64),
+        (pb.QoSPolicy(dscp=-1), "e[0].dscp", -1),
+        (pb.QoSPolicy(dscp=1, destination="not-a-net"), "e[0].destination", "not-a-net"),
+    ):
+        with pytest.raises(InputError) as caught:
+            dscp_policies([bad], "e")
+        assert (caught.value.field, caught.value.value) == (field, value)

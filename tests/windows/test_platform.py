@@ -225,7 +225,9 @@ def test_an_egress_bandwidth_limit_is_the_endpoints_qos_policy(
             await send(dp, *msgs)
             programmed = {i: e.get("Policies", []) for i, e in host.endpoints.items()}
             await send(dp, limited(web, EgressBandwidth=10_000_000))
-            await send(dp, limited(api, IngressBandwidth=10_000_000, EgressPacketRate=5))
+            marked = limited(api, IngressBandwidth=10_000_000, EgressPacketRate=5)
+            marked.endpoint.qos_policies.add(dscp=46)
+            await send(dp, marked)
             assert _qos_of(host, "web-1") == _cap(1_250_000)
             assert _qos_of(host, "api-1") == []
             acls = {
@@ -245,10 +247,16 @@ def test_an_egress_bandwidth_limit_is_the_endpoints_qos_policy(
 
     with caplog.at_level(logging.WARNING, logger="dataplane"):
         run_trio(main)
-    said = [r.getMessage() for r in caplog.records if "QoS" in r.getMessage()]
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if "QoS" in r.getMessage() or "DSCP" in r.getMessage()
+    ]
     assert said == [
+        "DSCP marking (qos_policies; HNS has no form for it): not programmed on Windows"
+        " (Felix has no Windows form either)",
         "QoS controls other than the egress bandwidth (ingress bandwidth, packet rates,"
         " connection limits; HNS has no form for them): not programmed on Windows"
-        " (Felix has no Windows form either)"
+        " (Felix has no Windows form either)",
     ]
     assert disagreements(host.snapshot(), Model.of(msgs)) == []

@@ -29,6 +29,7 @@ from dataplane.linux.rules.action import (
     Notrack,
     Reject,
     Return,
+    SetDscp,
     SetMark,
     Snat,
 )
@@ -88,6 +89,12 @@ def mark_match(term: MarkMatch) -> str:
     return f"-m mark --mark {term.value:#x}/{term.mask:#x}"
 
 
+def _dscp(value: int) -> int:
+    if not 0 <= value <= 63:
+        raise ValueError(f"not a DSCP value: {value!r}")
+    return int(value)
+
+
 def action_text(action: Action | None) -> str:
     match action:
         case None:
@@ -108,6 +115,8 @@ def action_text(action: Action | None) -> str:
             return f"-g {chain}"
         case SetMark(mask, value):
             return f"-j MARK --set-xmark {value:#x}/{mask:#x}"
+        case SetDscp(value):
+            return f"-j DSCP --set-dscp {_dscp(value)}"
         case Dnat(to):
             return f"-j DNAT --to-destination {to}"
         case Snat(to, ports):

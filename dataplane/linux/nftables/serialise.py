@@ -34,6 +34,7 @@ from dataplane.linux.rules.action import (
     Notrack,
     Reject,
     Return,
+    SetDscp,
     SetMark,
     Snat,
 )
@@ -157,6 +158,10 @@ def action_text(action: Action | None, chain_prefix: str = "") -> str:
             return f"goto {nft_name(chain_prefix + chain)}"
         case SetMark(mask, value):
             return mark_text(mask, value)
+        case SetDscp(value, version):
+            if not 0 <= value <= 63:
+                raise ValueError(f"not a DSCP value: {value!r}")
+            return f"{'ip' if version == 4 else 'ip6'} dscp set {int(value)}"
         case Dnat(to):
             return f"dnat to {_address(to)}"
         case Snat(to, ports):

@@ -17,6 +17,7 @@ __all__ = [
     "Notrack",
     "Reject",
     "Return",
+    "SetDscp",
     "SetMark",
     "Snat",
     "named_verdict",
@@ -82,6 +83,14 @@ class SetMark:
 
 
 @dataclass(frozen=True, slots=True)
+class SetDscp:
+    """Set the IPv``version`` header's DSCP to ``value`` (0-63); go on with the next rule."""
+
+    value: int
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
 class Log:
     """Log the packet with ``prefix`` at syslog ``level``; go on with the next rule."""
 
@@ -134,6 +143,7 @@ Action = (
     | Jump
     | Goto
     | SetMark
+    | SetDscp
     | Log
     | Notrack
     | Dnat

@@ -91,7 +91,8 @@ class HostEndpointWriter:
                 ("mangle", mangle, mangle.mangle_chains(endpoints, self._stage_policies)),
             ):
                 programmer = target.table(table, version)
-                programmer.set_chains(staged)
+                # A group, not the whole table: the mangle table holds DSCP's chains too.
+                self._groups.set(programmer, "host-endpoints", staged)
                 for builtin, rules in render.hooks(table).items():
                     programmer.set_hooks(builtin, rules)
         self._dirty = False
