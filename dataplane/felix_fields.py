@@ -158,7 +158,8 @@ FIELDS: Mapping[str, Mapping[str, Disposition]] = {
             _K + "test_linux_services.py::"
             "test_a_service_felix_sends_without_backends_is_not_programmed",
             "programmed once its backends arrive (ServiceBackendsUpdate, the driver's own);"
-            " Felix sends none, so under Felix no service is, as with its own dataplane",
+            " Felix sends none, so under Felix no service is, as with its own dataplane"
+            " (under the real Felix: tests/felix/test_default_services.py)",
         ),
         "service_remove": _SERVICES,
     },

@@ -200,8 +200,8 @@ class Cluster:
         """The rule lines the running driver has written to iptables (0 on nftables)."""
         return self.metric("felix_iptables_lines_executed_total")
 
-    def metric(self, name: str) -> float:
-        """The sum of a metric's samples on the driver's /metrics."""
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples on the driver's /metrics (those with ``labels``)."""
         script = (
             "import urllib.request as u\n"
             f"print(u.urlopen('http://127.0.0.1:{OPS_PORT}/metrics', timeout=5).read().decode())"
@@ -210,7 +210,8 @@ class Cluster:
         values = [
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
-            if line.startswith(name + "{") or line.startswith(name + " ")
+            if (line.startswith(name + "{") or line.startswith(name + " "))
+            and all(f'{k}="{v}"' in line for k, v in labels.items())
         ]
         return sum(values)
 
@@ -304,8 +305,19 @@ def complaints(log: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def running(topo: Topology, workdir: Path, release: str, nftables_mode: str) -> Iterator[Cluster]:
-    """The one-node cluster of this module's docstring, torn down at the end."""
+def running(
+    topo: Topology,
+    workdir: Path,
+    release: str,
+    nftables_mode: str,
+    *,
+    services_from_api: bool = True,
+) -> Iterator[Cluster]:
+    """The one-node cluster of this module's docstring, torn down at the end.
+
+    Without ``services_from_api`` the driver keeps its default services
+    source (Felix's messages), as a node beside kube-proxy runs it.
+    """
     with ControlPlane(topo, workdir, controller_manager=True) as cp:
         calico = Calico(cp, release, workdir)
         calico.install()
@@ -316,11 +328,12 @@ def running(topo: Topology, workdir: Path, release: str, nftables_mode: str) -> 
         env = {
             "FELIX_NFTABLESMODE": nftables_mode,
             "DATAPLANE_LISTEN": f"127.0.0.1:{OPS_PORT}",
+        }
+        if services_from_api:
             # As an operator switches kube-proxy off: services from the API,
             # with the node's credentials (the node name is Felix's NODENAME).
-            "DATAPLANE_SERVICES_SOURCE": "kubernetes",
-            "DATAPLANE_KUBECONFIG": str(calico.node_kubeconfigs[node.netns]),
-        }
+            env["DATAPLANE_SERVICES_SOURCE"] = "kubernetes"
+            env["DATAPLANE_KUBECONFIG"] = str(calico.node_kubeconfigs[node.netns])
         felix = calico.start_felix(node, env)
         cluster = Cluster(calico, node, felix, nftables_mode)
         try:
@@ -343,11 +356,18 @@ def skip_unless_runnable(release: str) -> None:
 
 @contextlib.contextmanager
 def own_cluster(
-    felix_setup: tuple[str, str], tmp_path_factory: pytest.TempPathFactory, label: str
+    felix_setup: tuple[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+    label: str,
+    *,
+    services_from_api: bool = True,
 ) -> Iterator[Cluster]:
     """A one-node cluster (tests.felix.cluster) of this release and backend, skips as it must."""
     release, nftables_mode = felix_setup
     skip_unless_runnable(release)
     workdir = Path(tmp_path_factory.mktemp(f"{label}-{release}-{nftables_mode}"))
-    with Topology() as topo, running(topo, workdir, release, nftables_mode) as made:
+    with (
+        Topology() as topo,
+        running(topo, workdir, release, nftables_mode, services_from_api=services_from_api) as made,
+    ):
         yield made
