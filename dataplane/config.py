@@ -121,6 +121,11 @@ class Config:
     # Felix's IptablesNATOutgoingInterfaceFilter: NAT outgoing only for
     # traffic leaving by this interface (a trailing + matches a prefix).
     nat_outgoing_interface_filter: str = ""
+    # Felix's MTUIfacePattern: the interfaces whose smallest MTU is the
+    # host's (the pod MTU in the MTU file derives from it), and
+    # RequireMTUFile: an apply that cannot write that file fails.
+    mtu_iface_pattern: str = r"^((en|wl|ww|sl|ib)[Pcopsvx].*|(eth|wlan|wwan).*)"
+    require_mtu_file: bool = False
     # Felix's LogActionRateLimit ("" for none) and LogActionRateLimitBurst.
     log_action_rate_limit: str = ""
     log_action_rate_limit_burst: int = 5
@@ -332,6 +337,16 @@ def _optional_ipv4(raw: str) -> str:
     return str(ipaddress.IPv4Address(text)) if text else ""
 
 
+def _regexp(raw: str) -> str:
+    """A regular expression (Felix's ``regexp``: Go's RE2 syntax, which Python
+    reads alike for what interface patterns use)."""
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {exc}") from None
+    return raw
+
+
 def _iface_param(raw: str) -> str:
     """An interface name as Felix's ``iface-param`` allows one, or "" for none
     (it goes into a rule's ``-o``)."""
@@ -450,6 +465,8 @@ _KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "IPForwarding": ("ip_forwarding", _enabled),
     "NATOutgoingAddress": ("nat_outgoing_address", _optional_ipv4),
     "IptablesNATOutgoingInterfaceFilter": ("nat_outgoing_interface_filter", _iface_param),
+    "MTUIfacePattern": ("mtu_iface_pattern", _regexp),
+    "RequireMTUFile": ("require_mtu_file", _bool),
     "LogActionRateLimit": ("log_action_rate_limit", _log_rate),
     "LogActionRateLimitBurst": ("log_action_rate_limit_burst", _log_burst),
 }

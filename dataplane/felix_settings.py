@@ -345,13 +345,15 @@ SETTINGS: Mapping[str, Disposition] = {
     ),
     "LogActionRateLimit": Honoured(_E + "test_log_action_rate_limit_limits_log_rules"),
     "LogActionRateLimitBurst": Honoured(_E + "test_log_action_rate_limit_limits_log_rules"),
-    "MTUIfacePattern": Refused(
-        "the host's MTU is not detected from its interfaces: no MTU file is written for the"
-        " CNI plugin, and VXLANMTU is taken as given",
-        "^((en|wl|ww|sl|ib)[Pcopsvx].*|(eth|wlan|wwan).*)",
+    "MTUIfacePattern": Honoured(
+        "tests/kernel/test_mtu_file.py::"
+        "test_the_pod_mtu_follows_the_hosts_interfaces_and_the_overlay",
+        "the host MTU of the pod MTU file the driver writes for the CNI plugin (--mtu-file)",
     ),
-    "RequireMTUFile": Refused(
-        "the MTU file Felix writes for the CNI plugin is not written", "false", harmless=_false
+    "RequireMTUFile": Honoured(
+        "tests/linux/test_mtu_file.py::"
+        "test_written_when_it_changes_and_a_failure_fails_the_apply_only_when_required",
+        "a failed write of the MTU file fails the apply (retried), as Felix will not start",
     ),
     "MetadataAddr": NotForPlatform("OpenStack's metadata server (see ClusterType)"),
     "MetadataPort": NotForPlatform("OpenStack's metadata server (see ClusterType)"),

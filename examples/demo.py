@@ -362,6 +362,8 @@ def program(node: Node, nftables: bool) -> bool:
     t0 = time.monotonic()
     replay = subprocess.run(
         ["ip", "netns", "exec", node.netns, *replay_argv("linux", nftables)],
+        # The demo's node is a throwaway namespace: no pod MTU file on the host.
+        env={**os.environ, "DATAPLANE_MTU_FILE": "none"},
         capture_output=True,
         text=True,
         timeout=REPLAY_TIMEOUT,

@@ -64,6 +64,8 @@ class Felix:
             "FELIX_USAGEREPORTINGENABLED": "false",
             "FELIX_IPV6SUPPORT": "false",
             "FELIX_ENDPOINTSTATUSPATHPREFIX": str(self.status_dir),
+            # The pod MTU our driver writes for the CNI plugin: the bed's, not the host's.
+            "DATAPLANE_MTU_FILE": str(self.status_dir / "mtu"),
             # Tests read Felix's log: every line, even when it is busy
             # (by default it drops lines it cannot write fast enough).
             "FELIX_DEBUGDISABLELOGDROPPING": "true",

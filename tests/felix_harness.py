@@ -80,6 +80,9 @@ class FelixHarness:
         env = dict(os.environ if env is None else env)
         if own_status_dir:
             env.setdefault("DATAPLANE_ENDPOINT_STATUS_PREFIX", str(self.status_prefix))
+        # Never the host's /var/lib/calico/mtu: the harness's directory.
+        self.mtu_file = self.status_prefix / "mtu"
+        env.setdefault("DATAPLANE_MTU_FILE", str(self.mtu_file))
         # A parent of our own that reads DataplaneInSync (Felix drops it, so
         # the driver sends it only when asked); tests wait on it.
         if send_in_sync:

@@ -50,6 +50,7 @@ def test_every_variable_takes_effect() -> None:
         "DATAPLANE_HNS_REFRESH_RATE": "2.5",
         "DATAPLANE_CHAIN_PREFIX": "dp-",
         "DATAPLANE_SYSCTL_STATE": "/tmp/sysctls.json",
+        "DATAPLANE_MTU_FILE": "/tmp/mtu",
         "DATAPLANE_RECORD": "/tmp/felix.log",
         "DATAPLANE_FELIX_RELEASE": "v3.31",
         "DATAPLANE_LISTEN": ":9095",
@@ -76,6 +77,7 @@ def test_every_variable_takes_effect() -> None:
     assert args.host_address == ["10.0.0.1", "fd00::1"]
     assert args.chain_prefix == "dp-"
     assert args.sysctl_state == "/tmp/sysctls.json"
+    assert args.mtu_file == "/tmp/mtu"
     assert args.endpoint_status_prefix == "/run/test"
     assert args.kubernetes_grace == 15.0
     assert (args.services_source, args.kubeconfig, args.node_name) == (

@@ -197,6 +197,13 @@ GLOBAL_OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
     ),
     Option(
+        "--mtu-file",
+        "with --platform linux: where the pod MTU goes for the Calico CNI plugin, as Felix's"
+        " own dataplane writes it (from MTUIfacePattern and the overlay); 'none' writes none"
+        " (default: /var/lib/calico/mtu)",
+        metavar="FILE",
+    ),
+    Option(
         "--record",
         "append every byte received on fd 3 to FILE (a replayable log)",
         metavar="FILE",

@@ -112,9 +112,15 @@ def linux_platform(args: argparse.Namespace) -> LinuxPlatform:
     from pathlib import Path  # noqa: PLC0415
 
     from dataplane.linux.kernel.sysctl_state import DEFAULT_SYSCTL_STATE  # noqa: PLC0415
+    from dataplane.linux.netlink.mtu_file import DEFAULT_MTU_FILE  # noqa: PLC0415
     from dataplane.linux.platform import LinuxPlatform  # noqa: PLC0415 - Linux only
 
     state = Path(args.sysctl_state) if args.sysctl_state else DEFAULT_SYSCTL_STATE
+    # Not given: Felix's path; "none" (or empty on the command line): none.
+    mtu_file = None if args.mtu_file in ("", "none") else Path(args.mtu_file or DEFAULT_MTU_FILE)
     return LinuxPlatform(
-        chain_prefix=args.chain_prefix, sysctl_state=state, nftables_mode=args.nftables_mode
+        chain_prefix=args.chain_prefix,
+        sysctl_state=state,
+        mtu_file=mtu_file,
+        nftables_mode=args.nftables_mode,
     )

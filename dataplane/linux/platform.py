@@ -39,6 +39,7 @@ from dataplane.linux.metered import LinuxMeter, Sized
 from dataplane.linux.netlink.batch import NetlinkWriter
 from dataplane.linux.netlink.dump import FastReads
 from dataplane.linux.netlink.links import LinkMonitor
+from dataplane.linux.netlink.mtu_file import MtuFile, host_mtu, pod_mtu
 from dataplane.linux.netlink.overlay_plan import OverlayPlan
 from dataplane.linux.netlink.routes import NetlinkHandle
 from dataplane.linux.nftables.counters import parse_counters as parse_nft_counters
@@ -104,6 +105,7 @@ class LinuxPlatform:
         netlink_writer: NetlinkWriter | None = None,
         sysctl_root: str = "/proc/sys",
         sysctl_state: Path | None = None,
+        mtu_file: Path | None = None,
         chain_prefix: str = "cali-",
         route_protocol: int = _ROUTE_PROTOCOL_DEFAULT,
         clock: Callable[[], float] = trio.current_time,
@@ -123,6 +125,8 @@ class LinuxPlatform:
         # Where the forwarding values found at start are kept for cleanup
         # (None: in memory only, so a later cleanup cannot restore them).
         self._sysctl_state = sysctl_state
+        # Where the pod MTU goes for the CNI plugin (None: nowhere).
+        self._mtu_file = MtuFile(mtu_file)
         self.names = ChainNames(chain_prefix)
         self.route_protocol = route_protocol
         self._clock = clock
@@ -342,6 +346,9 @@ class LinuxPlatform:
             await kernel.sysctls.apply(self._desired.routes.sysctls(kernel.routes.links))
             kernel.shaping.set_plan(self._desired.workloads.shaping())
             await kernel.shaping.apply()
+            config = self._desired.effective
+            mtu = pod_mtu(host_mtu(kernel.routes.links, config.mtu_iface_pattern), config)
+            self._mtu_file.apply(mtu, required=config.require_mtu_file)
             await kernel.ipsets.apply_deletions()
             # After a switch of NFTablesMode: only now that this backend's
             # objects are in force does the other's go.

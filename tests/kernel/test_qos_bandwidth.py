@@ -87,9 +87,18 @@ def test_a_bandwidth_limit_holds_a_bulk_transfer_to_it_and_goes_with_it(
         felix.send(qos_update(cluster, "prom-1", IngressBandwidth=_LIMIT, IngressBurst=small_burst))
         _until(cluster, True, prom.iface)
         assert _near_limit(rate := _bits_per_second(web, prom)), rate
-        # Egress of web-1 (through its IFB device); prom-1's limit gone.
+        # Egress of web-1 (through its IFB device), with a peak rate above
+        # the rate (and the kernel's minimum burst); prom-1's limit gone.
         felix.send(qos_update(cluster, "prom-1"))
-        felix.send(qos_update(cluster, "web-1", EgressBandwidth=_LIMIT, EgressBurst=small_burst))
+        felix.send(
+            qos_update(
+                cluster,
+                "web-1",
+                EgressBandwidth=_LIMIT,
+                EgressBurst=small_burst,
+                EgressPeakrate=2 * _LIMIT,
+            )
+        )
         _until(cluster, True, ifb_name(web.iface))
         _until(cluster, False, prom.iface)
         assert _near_limit(rate := _bits_per_second(web, prom)), rate

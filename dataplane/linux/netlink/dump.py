@@ -8,7 +8,7 @@ so these dumps unpack just those with :mod:`struct` and step over the
 rest.
 
 What comes back has the keys pyroute2's messages answer to (``ifname``,
-``index``, ``flags``, ``operstate``; ``proto``, ``dst``, ``dst_len``,
+``index``, ``flags``, ``operstate``, ``mtu``; ``proto``, ``dst``, ``dst_len``,
 ``oif``, ``gateway``, ``type``, ``flags``, ``table``), as plain dicts, so
 the programmers and their fakes read one shape. :class:`FastReads` wraps a
 pyroute2 handle: whole-table reads come from here, everything else
@@ -39,7 +39,7 @@ _RTMSG = struct.Struct("=BBBBBBBBI")
 _ATTR = struct.Struct("=HH")
 _ERR = struct.Struct("=i")
 _U32 = struct.Struct("=I")
-_IFLA_IFNAME, _IFLA_OPERSTATE = 3, 16
+_IFLA_MTU, _IFLA_IFNAME, _IFLA_OPERSTATE = 4, 3, 16
 _RTA_DST, _RTA_OIF, _RTA_GATEWAY, _RTA_TABLE = 1, 4, 5, 15
 _OPERSTATES = ("UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP")
 _ATTEMPTS = 3
@@ -96,6 +96,8 @@ def dump_links() -> list[dict[str, Any]]:
         for kind, a, b in _attrs(data, start + _IFINFO.size, end):
             if kind == _IFLA_IFNAME:
                 link["ifname"] = data[a:b].split(b"\0", 1)[0].decode(errors="replace")
+            elif kind == _IFLA_MTU:
+                link["mtu"] = _U32.unpack_from(data, a)[0]
             elif kind == _IFLA_OPERSTATE:
                 state = data[a]
                 link["operstate"] = _OPERSTATES[state] if state < len(_OPERSTATES) else "UNKNOWN"

@@ -42,6 +42,7 @@ class _Netlink(Protocol):
 class LinkState:
     index: int
     up: bool  # administratively up and carrier present
+    mtu: int = 0
 
 
 def _parse(link: Any) -> tuple[str, LinkState] | None:
@@ -49,7 +50,8 @@ def _parse(link: Any) -> tuple[str, LinkState] | None:
     if not name:
         return None
     up = bool(link["flags"] & _IFF_UP) and link.get("operstate") in ("UP", "UNKNOWN")
-    return name, LinkState(link["index"], up)
+    mtu = link.get("mtu") or link.get("IFLA_MTU") or 0
+    return name, LinkState(link["index"], up, int(mtu))
 
 
 class LinkMonitor:
