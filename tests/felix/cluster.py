@@ -97,21 +97,19 @@ class Cluster:
         self.calico.delete_pod(self.pods.pop(name))
 
     def label_pod(self, name: str, labels: Mapping[str, str | None]) -> None:
-        namespace, api_name = self.calico.pod_names[self.pods[name].netns]
-        self.cp.request(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{api_name}",
-            {"metadata": {"labels": dict(labels)}},
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
+        self._patch_pod_metadata(name, "labels", labels)
 
     def annotate_pod(self, name: str, annotations: Mapping[str, str | None]) -> None:
         """Set (or, with None, remove) the Pod object's annotations."""
+        self._patch_pod_metadata(name, "annotations", annotations)
+
+    def _patch_pod_metadata(self, name: str, key: str, values: Mapping[str, str | None]) -> None:
+        """Merge ``values`` into the Pod object's ``metadata[key]`` (None removes one)."""
         namespace, api_name = self.calico.pod_names[self.pods[name].netns]
         self.cp.request(
             "PATCH",
             f"/api/v1/namespaces/{namespace}/pods/{api_name}",
-            {"metadata": {"annotations": dict(annotations)}},
+            {"metadata": {key: dict(values)}},
             headers={"Content-Type": "application/merge-patch+json"},
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.felix.cluster import PORT, PROGRAMMED, Cluster
-from tests.kernel.qos import received
+from tests.kernel.qos import bits_per_second, tos
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -20,31 +20,6 @@ pytestmark = pytest.mark.slow
 _LIMIT = 8_000_000  # bits per second: "8M"
 _BYTES = 1_500_000
 _SINK_PORT = 7001
-
-_SINK = """
-import socket, sys, time
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(1)
-print("ready", flush=True)
-s.settimeout(20)
-conn, _ = s.accept()
-conn.settimeout(20)
-first, total = None, 0
-while data := conn.recv(1 << 16):
-    first = first or time.monotonic()
-    total += len(data)
-print(total, time.monotonic() - (first or time.monotonic()), flush=True)
-"""
-
-_SOURCE = """
-import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
-s.sendall(b"x" * int(sys.argv[3]))
-s.shutdown(socket.SHUT_WR)
-s.recv(1)
-"""
 
 _ANNOTATIONS = {
     "qos.projectcalico.org/ingressBandwidth": "8M",
@@ -54,12 +29,7 @@ _ANNOTATIONS = {
 
 
 def _rate(cluster: Cluster, src: str, dst: str) -> float:
-    line = received(
-        cluster.pods[dst], _SINK, cluster.pods[src], _SOURCE, str(_SINK_PORT), str(_BYTES)
-    )
-    total, seconds = line.split()
-    assert int(total) == _BYTES
-    return int(total) * 8 / max(float(seconds), 1e-6)
+    return bits_per_second(cluster.pods[src], cluster.pods[dst], _SINK_PORT, _BYTES)
 
 
 def _shaped(cluster: Cluster, pod: str) -> bool:
@@ -85,46 +55,24 @@ def test_a_pods_qos_annotations_limit_its_bandwidth_and_connections(cluster: Clu
         cluster.expect({("client", "web"): True}, what="no connection limit any more")
 
 
-_TOS = """
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.settimeout(5)
-print("ready", flush=True)
-try:
-    _, ancillary, _, _ = s.recvmsg(2048, socket.CMSG_SPACE(1))
-except socket.timeout:
-    print("none", flush=True)
-else:
-    print([data[0] for level, kind, data in ancillary if kind == socket.IP_TOS][0], flush=True)
-"""
-
-_DATAGRAMS = """
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for _ in range(3):
-    s.sendto(b"dscp", (sys.argv[1], int(sys.argv[2])))
-"""
 _DSCP = "qos.projectcalico.org/dscp"
 
 
 def test_a_pods_dscp_annotation_marks_what_it_sends_out_of_the_cluster(cluster: Cluster) -> None:
-    # The release's own conversion says whether it knows the annotation (v3.32 on).
+    # The release's own conversion says whether it knows the annotation (v3.30.7 does not).
     source = cluster.calico.release.crds.parents[2]
     constants = source / "libcalico-go/lib/backend/k8s/conversion/constants.go"
     if _DSCP not in constants.read_text():
         pytest.skip(f"{cluster.calico.release.label} has no {_DSCP} annotation")
     client = cluster.pods["client"]
 
-    def tos() -> int | None:
-        line = received(cluster.external, _TOS, client, _DATAGRAMS, str(_SINK_PORT))
-        return None if line == "none" else int(line)
+    def marked() -> int | None:
+        return tos(client, cluster.external, _SINK_PORT)
 
-    assert tos() == 0
+    assert marked() == 0
     cluster.annotate_pod("client", {_DSCP: "AF11"})
     try:
-        eventually(lambda: tos() == 10 << 2, PROGRAMMED, "client's packets marked AF11")
+        eventually(lambda: marked() == 10 << 2, PROGRAMMED, "client's packets marked AF11")
     finally:
         cluster.annotate_pod("client", {_DSCP: None})
-    eventually(lambda: tos() == 0, PROGRAMMED, "the mark gone with the annotation")
+    eventually(lambda: marked() == 0, PROGRAMMED, "the mark gone with the annotation")

@@ -11,39 +11,16 @@ from testbed.topology import Namespace, Topology
 from tests.kernel import scenario
 from tests.kernel.cluster import Cluster
 from tests.kernel.marks import requires_root
-from tests.kernel.qos import received
+from tests.kernel.qos import tos
 
 pytestmark = [requires_root, pytest.mark.slow]
 
 _PORT = 7002
 
-# Prints the TOS byte of the first datagram that arrives (IP_RECVTOS).
-_TOS = """
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.settimeout(5)
-print("ready", flush=True)
-try:
-    _, ancillary, _, _ = s.recvmsg(2048, socket.CMSG_SPACE(1))
-except socket.timeout:
-    print("none", flush=True)
-else:
-    print([data[0] for level, kind, data in ancillary if kind == socket.IP_TOS][0], flush=True)
-"""
 
-_SEND = """
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for _ in range(3):
-    s.sendto(b"dscp", (sys.argv[1], int(sys.argv[2])))
-"""
-
-
-def _tos(src: Namespace, dst: Namespace) -> int:
+def _tos(src: Namespace, dst: Namespace) -> int | None:
     """The TOS byte ``dst`` reads on a datagram ``src`` sends it."""
-    return int(received(dst, _TOS, src, _SEND, str(_PORT)))
+    return tos(src, dst, _PORT)
 
 
 def _dscp(update: pb.WorkloadEndpointUpdate | pb.HostEndpointUpdate, *values: int) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -23,28 +25,26 @@ def _until(felix: FelixHarness, mtu: int) -> None:
         assert time.monotonic() < end, f"MTU file holds {text!r}, want {mtu}"
 
 
+@contextlib.contextmanager
+def _stopped(felix: FelixHarness) -> Iterator[FelixHarness]:
+    """``felix``'s driver, stopped at the end."""
+    try:
+        yield felix
+    finally:
+        felix.close_input()
+        felix.wait()
+
+
 def test_the_pod_mtu_follows_the_hosts_interfaces_and_the_overlay(topology: Topology) -> None:
     cluster = Cluster(topology)
     node = cluster.node
     node.ip("link", "set", "eth0", "mtu", "1400")  # the uplink: matches MTUIfacePattern
-    felix = cluster.start_driver(policies=False)
-    try:
+    with _stopped(cluster.start_driver(policies=False)) as felix:
         _until(felix, 1400)  # no overlay: the host's
         node.ip("link", "set", "eth0", "mtu", "1300")
         _until(felix, 1300)  # followed without a restart
-    finally:
-        felix.close_input()
-        felix.wait()
     # With VXLAN on, its header comes off; a pattern matching nothing is Felix's 1460.
-    felix = cluster.start_driver(policies=False, VXLANEnabled="true")
-    try:
+    with _stopped(cluster.start_driver(policies=False, VXLANEnabled="true")) as felix:
         _until(felix, 1250)
-    finally:
-        felix.close_input()
-        felix.wait()
-    felix = cluster.start_driver(policies=False, MTUIfacePattern="^nothing$")
-    try:
+    with _stopped(cluster.start_driver(policies=False, MTUIfacePattern="^nothing$")) as felix:
         _until(felix, 1460)
-    finally:
-        felix.close_input()
-        felix.wait()

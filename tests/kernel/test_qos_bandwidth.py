@@ -10,7 +10,7 @@ from dataplane.linux.shaping.buckets import ifb_name
 from testbed.topology import Pod, Topology
 from tests.kernel.cluster import Cluster
 from tests.kernel.marks import requires_root
-from tests.kernel.qos import qos_update, received
+from tests.kernel.qos import bits_per_second, qos_update
 
 pytestmark = [requires_root, pytest.mark.slow]
 
@@ -19,43 +19,10 @@ _LIMIT = 8_000_000  # bits per second
 _BYTES = 1_500_000  # 1.5 s at the limit
 _TOLERANCE = 0.3
 
-# Reads one connection to its end: the bytes, and the seconds from the first to the last.
-_SINK = """
-import socket, sys, time
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(1)
-print("ready", flush=True)
-s.settimeout(20)
-conn, _ = s.accept()
-conn.settimeout(20)
-first = None
-total = 0
-while True:
-    data = conn.recv(1 << 16)
-    if not data:
-        break
-    if first is None:
-        first = time.monotonic()
-    total += len(data)
-print(total, time.monotonic() - (first or time.monotonic()), flush=True)
-"""
-
-_SOURCE = """
-import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
-s.sendall(b"x" * int(sys.argv[3]))
-s.shutdown(socket.SHUT_WR)
-s.recv(1)
-"""
-
 
 def _bits_per_second(src: Pod, dst: Pod) -> float:
     """The rate a bulk TCP transfer from ``src`` to ``dst`` moves at."""
-    total, seconds = received(dst, _SINK, src, _SOURCE, str(_PORT), str(_BYTES)).split()
-    assert int(total) == _BYTES
-    return int(total) * 8 / max(float(seconds), 1e-6)
+    return bits_per_second(src, dst, _PORT, _BYTES)
 
 
 def _qdiscs(cluster: Cluster) -> str:
