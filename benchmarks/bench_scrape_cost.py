@@ -45,9 +45,10 @@ import trio
 from benchmarks._common import machine, markdown_table
 from benchmarks._node import NodeBuilder, Sizes
 from dataplane.core.loop import Dataplane
+from dataplane.ops.address import ListenAddress
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.observer import Observer
-from dataplane.ops.server import METRICS_MAX_AGE, ListenAddress, OpsServer
+from dataplane.ops.server import METRICS_MAX_AGE, OpsServer
 from dataplane.sim import SimPlatform
 
 _CLIENT = """

@@ -19,7 +19,7 @@ import pytest
 from dataplane import cli
 from dataplane.cli.options import ENV_PREFIX, GLOBAL_OPTIONS
 from dataplane.cli.parser import COMMANDS, build, parse_args
-from dataplane.ops.server import ListenAddress
+from dataplane.ops.address import ListenAddress
 from tests.conftest import REPO
 
 SCRIPT = Path(sys.executable).parent / "dataplane-driver"

@@ -49,7 +49,8 @@ from referencing import Registry, Resource
 
 from dataplane import cli
 from dataplane.cli.options import ENV_PREFIX, GLOBAL_OPTIONS
-from dataplane.ops.server import FELIX_PORTS, listen_address
+from dataplane.ops.address import listen_address
+from dataplane.ops.server import FELIX_PORTS
 from tests.conftest import REPO
 
 DEPLOY = REPO / "deploy"

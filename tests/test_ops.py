@@ -12,12 +12,13 @@ import trio
 import trio.testing
 
 from dataplane.core.loop import Dataplane
+from dataplane.ops.address import ListenAddress, listen_address
 from dataplane.ops.health import Health
 from dataplane.ops.logfmt import JSONFormatter
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.observer import Observer, object_kind
 from dataplane.ops.records import records
-from dataplane.ops.server import ListenAddress, OpsServer, listen_address
+from dataplane.ops.server import OpsServer
 from dataplane.sim import SimPlatform
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.conftest import REPO

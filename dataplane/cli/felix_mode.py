@@ -23,7 +23,6 @@ from dataplane.core.loop import Dataplane
 from dataplane.core.platform import Platform
 from dataplane.core.status_files import StatusFileSink
 from dataplane.errors import PlatformUnavailableError, ProtocolError
-from dataplane.kube.connection import KubeConnectionError, in_cluster, kubeconfig
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.transport import MessageSink, PipeSink, PipeSource, check_pipe_fd
 
@@ -84,10 +83,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{args.prog}: --listen {args.listen}: {exc.strerror}", file=sys.stderr)
             return 1
         sink = _felix_sink(dataplane, args)
-        try:
-            _services_source(dataplane, args)
-        except KubeConnectionError as exc:
-            print(f"{args.prog}: --services-source kubernetes: {exc}", file=sys.stderr)
+        unreachable = _services_source(dataplane, args)
+        if unreachable is not None:
+            print(f"{args.prog}: --services-source kubernetes: {unreachable}", file=sys.stderr)
             return 2
         log.info("driver %s starting, platform %s", version(), dataplane.platform.name)
         try:
@@ -152,18 +150,28 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _services_source(dataplane: Dataplane, args: argparse.Namespace) -> None:
+def _services_source(dataplane: Dataplane, args: argparse.Namespace) -> str | None:
     """With --services-source kubernetes: the API owns this node's services.
 
-    Raises:
-        KubeConnectionError: no credentials (not in a pod, a bad kubeconfig).
+    Returns None, or why the API cannot be reached as configured (no
+    credentials: not in a pod, a bad kubeconfig).
     """
     if args.services_source != "kubernetes":
-        return
-    from dataplane.kube.api import ApiClient  # noqa: PLC0415 - only when asked for
+        return None
+    # Only when asked for: the client, YAML and HTTP stack are a start's
+    # tenth of a second that a node taking services from Felix never needs.
+    from dataplane.kube.api import ApiClient  # noqa: PLC0415
+    from dataplane.kube.connection import (  # noqa: PLC0415
+        KubeConnectionError,
+        in_cluster,
+        kubeconfig,
+    )
     from dataplane.kube.source import KubeServices  # noqa: PLC0415
 
-    connection = kubeconfig(Path(args.kubeconfig)) if args.kubeconfig else in_cluster()
+    try:
+        connection = kubeconfig(Path(args.kubeconfig)) if args.kubeconfig else in_cluster()
+    except KubeConnectionError as exc:
+        return str(exc)
     node = args.node_name or os.environ.get("NODENAME") or socket.gethostname()
     source = KubeServices(
         ApiClient(connection),
@@ -189,6 +197,7 @@ def _services_source(dataplane: Dataplane, args: argparse.Namespace) -> None:
         connection.source,
         node,
     )
+    return None
 
 
 def _felix_sink(dataplane: Dataplane, args: argparse.Namespace) -> MessageSink:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dataplane.config import status_path_prefix
-from dataplane.ops.server import ListenAddress, listen_address
+from dataplane.ops.address import ListenAddress, listen_address
 
 __all__ = [
     "chain_prefix",

@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -89,9 +89,14 @@ _REFRESH_ERRORS: tuple[type[Exception], ...] = (ProgrammingError, *KERNEL_ERRORS
 
 
 def _default_netlink() -> NetlinkHandle:
+    return FastReads(_pyroute2)
+
+
+def _pyroute2() -> Any:
+    """A pyroute2 handle: imported here, when a call first needs one."""
     from pyroute2 import IPRoute  # type: ignore[import-untyped]  # noqa: PLC0415
 
-    return FastReads(IPRoute)
+    return IPRoute()
 
 
 class LinuxPlatform:

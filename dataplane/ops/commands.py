@@ -31,13 +31,13 @@ from rich.table import Table
 
 from dataplane.core.loop import Dataplane
 from dataplane.errors import ProtocolError
+from dataplane.ops.address import ListenAddress
 from dataplane.ops.hns_records import hns_records
 from dataplane.ops.kinds import KIND_ORDER
 from dataplane.ops.metrics import Metrics
 from dataplane.ops.objects import Snapshot
 from dataplane.ops.observer import Observer
 from dataplane.ops.records import state_document
-from dataplane.ops.server import ListenAddress
 from dataplane.sim import SimPlatform
 from dataplane.wire.transport import FileSource
 

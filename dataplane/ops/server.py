@@ -22,25 +22,24 @@ having is shorter than a second.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import choose_encoder
 
+from dataplane.ops.address import ListenAddress
 from dataplane.ops.objects import Snapshot
 from dataplane.ops.observer import Observer
 from dataplane.ops.records import state_document
 
-__all__ = ["FELIX_PORTS", "ListenAddress", "OpsServer", "listen_address"]
+__all__ = ["FELIX_PORTS", "OpsServer"]
 
 log = logging.getLogger(__name__)
 
@@ -48,29 +47,6 @@ log = logging.getLogger(__name__)
 # network: never ours unless named on purpose.
 FELIX_PORTS = frozenset({9091, 9099})
 METRICS_MAX_AGE = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class ListenAddress:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-def listen_address(text: str) -> ListenAddress:
-    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback only); an argparse type.
-
-    Raises:
-        ValueError: not an IP address and a port.
-    """
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"{text!r}: expected HOST:PORT or :PORT")
-    host = host.removeprefix("[").removesuffix("]") or "127.0.0.1"
-    ipaddress.ip_address(host)  # ValueError if not an address
-    return ListenAddress(host, int(port_text))
 
 
 Handler = Callable[[dict[str, list[str]]], tuple[int, dict[str, Any]]]

@@ -10,7 +10,7 @@ memory, with the kernel's answers where the programmers depend on them:
   its route (``ESRCH``); routes read back carry the protocol they were
   written with, so the routes programmer adopts its own and no others;
 * ``link("get")`` of a device that does not exist raises ``ENODEV`` as a
-  ``NetlinkError``, as pyroute2 does; this fake makes no VXLAN devices
+  ``NetlinkError``, as the platform's handle does; this fake makes no VXLAN devices
   (the overlay is the kernel tests' business);
 * it sends no link notifications: ``get`` says so with an ``OSError``, and
   the platform falls back to its refresh timers, as it does on a kernel
@@ -27,8 +27,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
-
+from dataplane.linux.kernel.errors import NetlinkError
 from dataplane.linux.netlink.batch import NeighRequest, Request, RouteRequest
 
 __all__ = ["FakeNetlink"]

@@ -196,3 +196,42 @@ def test_the_dumps_read_links_and_routes_as_pyroute2_does() -> None:
         assert links["eth0"]["operstate"] == "LOWERLAYERDOWN"
         assert len(answers["routes 2 254"][1]) >= 7
         assert [r["dst"] for r in answers["routes 2 300"][1]] == ["10.70.5.0"]
+
+
+_EVENTS = """
+import json, subprocess
+from pyroute2 import IPRoute
+from dataplane.linux.netlink.dump import FastReads
+
+KEYS = ("event", "ifname", "index", "flags", "operstate", "mtu")
+ours = FastReads(IPRoute)
+ours.bind(1)  # RTMGRP_LINK, as the link monitor binds
+theirs = IPRoute()
+theirs.bind(groups=1)
+for command in (
+    "link add ev0 type veth peer name ev1", "link set ev0 mtu 1400", "link set ev1 up",
+    "link set ev0 up", "link del ev0",
+):
+    subprocess.run(["ip", *command.split()], check=True)
+
+def until_both_gone(get):
+    seen = []
+    while {"ev0", "ev1"} - {m.get("ifname") for m in seen if m.get("event") == "RTM_DELLINK"}:
+        seen += [{k: m.get(k) for k in KEYS} for m in get()]
+    return seen
+
+print(json.dumps([until_both_gone(ours.get), until_both_gone(theirs.get)]))
+"""
+
+
+@pytest.mark.skipif(kernel_unavailable() is not None, reason=str(kernel_unavailable()))
+def test_link_notifications_read_on_our_own_socket_as_pyroute2_reads_them() -> None:
+    with Topology() as topology:
+        netns = topology.new_netns("ne")
+        ours, theirs = _python_in(netns, _EVENTS)
+        assert ours == theirs
+        ev0 = [m for m in ours if m["ifname"] == "ev0"]
+        assert ev0[0]["event"] == "RTM_NEWLINK"
+        assert ev0[-1]["event"] == "RTM_DELLINK"
+        assert {m["mtu"] for m in ev0} >= {1500, 1400}
+        assert "UP" in {m["operstate"] for m in ours if m["ifname"] == "ev1"}

@@ -1,8 +1,10 @@
 """What the VXLAN programmer does with an error: the kernel's, or a bug.
 
-A fake netlink handle raises from ``link get``, the first call of every
-apply: the kernel refusing (pyroute2's ``NetlinkError``), the device being
-absent (``ENODEV``, not an error), or a bug in our own code.
+A fake netlink handle lists a link of the device's name and raises from
+``link get``, the first call of every apply that looks at it: the kernel
+refusing (``NetlinkError``, as the platform's handle raises pyroute2's),
+the device being absent (``ENODEV``, not an error), or a bug in our own
+code.
 """
 
 from __future__ import annotations
@@ -11,28 +13,34 @@ from typing import Any
 
 import pytest
 import trio
-from pyroute2.netlink.exceptions import NetlinkError  # type: ignore[import-untyped]
 
 from dataplane.errors import ProgrammingError
+from dataplane.linux.kernel.errors import NetlinkError
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.overlay_plan import DEVICE_NAMES, FamilyPlan, OverlayPlan, VxlanDevice
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
 
 
 class RaisingHandle:
-    """No links; ``link("get", ...)`` raises ``error`` (None: no such device)."""
+    """A link named as the IPv4 device in the dump; ``link("get", ...)``
+    raises ``error`` (None: no such device, it went meanwhile)."""
 
-    def __init__(self, error: Exception | None) -> None:
+    def __init__(
+        self, error: Exception | None, listed: tuple[str, ...] = (DEVICE_NAMES[4],)
+    ) -> None:
         self.error = error
+        self.listed = listed
+        self.asked: list[str] = []
 
     def __call__(self) -> RaisingHandle:
         return self
 
     def get_links(self) -> list[dict[str, Any]]:
-        return []
+        return [{"ifname": name, "index": 7, "flags": 0} for name in self.listed]
 
     def link(self, command: str, **kwargs: Any) -> list[dict[str, Any]]:
         assert command == "get", command
+        self.asked.append(kwargs["ifname"])
         raise self.error if self.error is not None else NetlinkError(19, "No such device")
 
     def close(self) -> None:
@@ -45,6 +53,16 @@ def programmer(handle: RaisingHandle) -> VxlanProgrammer:
 
 def test_no_device_is_no_error() -> None:
     trio.run(programmer(RaisingHandle(None)).apply)
+
+
+def test_without_vxlan_no_device_is_asked_for_that_the_links_do_not_list() -> None:
+    # The one call that made every node load pyroute2 at its first apply.
+    quiet = RaisingHandle(NetlinkError(1, "Operation not permitted"), listed=("eth0",))
+    trio.run(programmer(quiet).apply)
+    assert quiet.asked == []
+    listed = RaisingHandle(None)
+    trio.run(programmer(listed).apply)
+    assert listed.asked == [DEVICE_NAMES[4]]
 
 
 def test_a_kernel_error_fails_the_apply_with_its_cause() -> None:

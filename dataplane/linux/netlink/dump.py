@@ -10,21 +10,24 @@ rest.
 What comes back has the keys pyroute2's messages answer to (``ifname``,
 ``index``, ``flags``, ``operstate``, ``mtu``; ``proto``, ``dst``, ``dst_len``,
 ``oif``, ``gateway``, ``type``, ``flags``, ``table``), as plain dicts, so
-the programmers and their fakes read one shape. :class:`FastReads` wraps a
-pyroute2 handle: whole-table reads come from here, everything else
-(single links, addresses, neighbours, writes, notifications) goes to
-pyroute2, opened on first use.
+the programmers and their fakes read one shape. :class:`FastReads` is the
+platform's handle: whole-table reads and link notifications come from
+here, everything else (single links, addresses, the VXLAN device) goes to
+pyroute2, imported and opened on first use.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import socket
 import struct
 from collections.abc import Callable, Iterator
+from types import GeneratorType
 from typing import Any
 
+from dataplane.linux.kernel.errors import pyroute2_errors
 from dataplane.linux.netlink.batch import replies
 
 __all__ = ["FastReads", "dump_links", "dump_routes"]
@@ -43,6 +46,12 @@ _IFLA_MTU, _IFLA_IFNAME, _IFLA_OPERSTATE = 4, 3, 16
 _RTA_DST, _RTA_OIF, _RTA_GATEWAY, _RTA_TABLE = 1, 4, 5, 15
 _OPERSTATES = ("UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP")
 _ATTEMPTS = 3
+_LINKS = _IFINFO.pack(0, 0, 0, 0, 0)
+_LINK_EVENTS = {16: "RTM_NEWLINK", 17: "RTM_DELLINK"}
+# Room for a burst of notifications while the listener thread waits for
+# the GIL; beyond it the kernel drops them and says ENOBUFS, and the
+# monitor reads every link again.
+_EVENTS_BUFFER = 4 << 20
 
 
 def _messages(kind: int, body: bytes) -> Iterator[tuple[bytes, int, int]]:
@@ -89,20 +98,22 @@ def _attrs(data: bytes, offset: int, end: int) -> Iterator[tuple[int, int, int]]
 
 
 def dump_links() -> list[dict[str, Any]]:
-    out = []
-    for data, start, end in _messages(_RTM_GETLINK, _IFINFO.pack(0, 0, 0, 0, 0)):
-        _family, _type, index, flags, _change = _IFINFO.unpack_from(data, start)
-        link: dict[str, Any] = {"index": index, "flags": flags}
-        for kind, a, b in _attrs(data, start + _IFINFO.size, end):
-            if kind == _IFLA_IFNAME:
-                link["ifname"] = data[a:b].split(b"\0", 1)[0].decode(errors="replace")
-            elif kind == _IFLA_MTU:
-                link["mtu"] = _U32.unpack_from(data, a)[0]
-            elif kind == _IFLA_OPERSTATE:
-                state = data[a]
-                link["operstate"] = _OPERSTATES[state] if state < len(_OPERSTATES) else "UNKNOWN"
-        out.append(link)
-    return out
+    return [_link(data, start, end) for data, start, end in _messages(_RTM_GETLINK, _LINKS)]
+
+
+def _link(data: bytes, start: int, end: int) -> dict[str, Any]:
+    """One RTM_NEWLINK / RTM_DELLINK message's index, flags, name, MTU and state."""
+    _family, _type, index, flags, _change = _IFINFO.unpack_from(data, start)
+    link: dict[str, Any] = {"index": index, "flags": flags}
+    for kind, a, b in _attrs(data, start + _IFINFO.size, end):
+        if kind == _IFLA_IFNAME:
+            link["ifname"] = data[a:b].split(b"\0", 1)[0].decode(errors="replace")
+        elif kind == _IFLA_MTU:
+            link["mtu"] = _U32.unpack_from(data, a)[0]
+        elif kind == _IFLA_OPERSTATE:
+            state = data[a]
+            link["operstate"] = _OPERSTATES[state] if state < len(_OPERSTATES) else "UNKNOWN"
+    return link
 
 
 def dump_routes(family: int, table: int, protocol: int | None = None) -> list[dict[str, Any]]:
@@ -139,34 +150,66 @@ def dump_routes(family: int, table: int, protocol: int | None = None) -> list[di
 
 
 class FastReads:
-    """A pyroute2 handle, opened on first use, whose whole-table link and route
-    reads use the dumps above. Opening one costs about a millisecond, and
-    most applies need none: the tables are cached and writes go through
-    the batch writer's own socket."""
+    """The platform's netlink handle: whole-table link and route reads use the
+    dumps above and link notifications a socket of its own; anything else
+    (one link, addresses, the VXLAN device) goes to a pyroute2 handle,
+    imported and opened on first use, so a node without VXLAN never loads
+    pyroute2. Its errors come out as
+    :class:`~dataplane.linux.kernel.errors.NetlinkError`."""
 
     def __init__(self, make: Callable[[], Any]) -> None:
         self._make = make
         self._handle: Any = None
+        self._events: socket.socket | None = None
 
     def get_links(self, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs:  # one link by index or name: pyroute2's answer
-            return self._pyroute2().get_links(*args, **kwargs)
+            return self._call("get_links", *args, **kwargs)
         return dump_links()
 
     def get_routes(self, **kwargs: Any) -> Any:
         if set(kwargs) != {"family", "table"}:
-            return self._pyroute2().get_routes(**kwargs)
+            return self._call("get_routes", **kwargs)
         return dump_routes(kwargs["family"], kwargs["table"])
 
-    def _pyroute2(self) -> Any:
-        if self._handle is None:
-            self._handle = self._make()
-        return self._handle
+    def bind(self, groups: int) -> None:
+        """Listen to the notifications of ``groups`` (an RTMGRP_ mask)."""
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _EVENTS_BUFFER)
+        sock.bind((0, groups))
+        self._events = sock
+
+    def get(self) -> list[dict[str, Any]]:
+        """Blocking: the link notifications of one read, each with its ``event``.
+
+        Raises:
+            OSError: ``ENOBUFS`` when the kernel dropped some.
+        """
+        assert self._events is not None, "bind first"
+        data = self._events.recv(1 << 20)
+        out = []
+        for kind, _flags, _seq, start, end in replies(data):
+            if kind in _LINK_EVENTS:
+                out.append(_link(data, start, end) | {"event": _LINK_EVENTS[kind]})
+        return out
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        with pyroute2_errors():
+            if self._handle is None:
+                self._handle = self._make()
+            result = getattr(self._handle, name)(*args, **kwargs)
+            # pyroute2 answers some calls lazily: its errors come on iteration.
+            return list(result) if isinstance(result, GeneratorType) else result
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._pyroute2(), name)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return functools.partial(self._call, name)
 
     def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
         if self._handle is not None:
             self._handle.close()
             self._handle = None

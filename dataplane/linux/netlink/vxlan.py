@@ -177,6 +177,13 @@ class VxlanProgrammer:
             if index is None and plan.device is None:
                 return False
         self._indexes.pop(version, None)
+        if plan.device is None:
+            # None wanted: only a device of ours left behind needs a look,
+            # and the links already read say whether one of that name exists
+            # (asking for it by name would load pyroute2 on every node).
+            self._links.refresh()
+            if name not in self._links.links:
+                return False
         link = self._get_link(handle, name)
         if plan.device is None:
             if link is None:
