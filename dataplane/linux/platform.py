@@ -1,9 +1,10 @@
 """LinuxPlatform: model values in, ipsets, iptables, routes and sysctls out.
 
 A thin coordinator. The managers hand it platform-neutral changes (a
-policy's rules, an endpoint and its effective policy, a service); it
-forwards each to the per-feature writers that keep it
-(:class:`~dataplane.linux.desired.Desired`), and at each apply lets them
+policy's rules, an endpoint and its effective policy, a service); its
+sinks (:mod:`dataplane.linux.sinks`) forward each to the per-feature
+writers that keep it (:class:`~dataplane.linux.desired.Desired`), and at
+each apply it lets them
 write into the programmers and runs those in the one order fixed here and
 nowhere else (see :meth:`LinuxPlatform.apply`).
 
@@ -19,9 +20,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,46 +30,27 @@ from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.core.platform import EndpointKey, NoPolicyUsers, ObjectError, PolicyUsers
 from dataplane.errors import ProgrammingError
+from dataplane.linux.counter_reads import counter_reads
 from dataplane.linux.desired import Desired
-from dataplane.linux.iptables.backend import IptablesCommands, read_counters
-from dataplane.linux.iptables.chains import parse_counters
 from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
 from dataplane.linux.metered import LinuxMeter, Sized
 from dataplane.linux.netlink.batch import NetlinkWriter
-from dataplane.linux.netlink.dump import FastReads
+from dataplane.linux.netlink.dump import platform_handle
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.mtu_file import MtuFile, host_mtu, pod_mtu
 from dataplane.linux.netlink.overlay_plan import OverlayPlan
 from dataplane.linux.netlink.routes import NetlinkHandle
-from dataplane.linux.nftables.counters import parse_counters as parse_nft_counters
-from dataplane.linux.nftables.counters import read_table
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_sets import PendingIPSets
-from dataplane.linux.programmers import HoldsBack, Programmers
+from dataplane.linux.programmers import Programmers
 from dataplane.linux.refresh import RefreshTimers
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.rule_labels import Labelled, RuleLabels, RuleMap
-from dataplane.linux.reports import Reports
-from dataplane.linux.writers.shapes import SetProgrammer
-from dataplane.model import (
-    EffectivePolicy,
-    EndpointStatus,
-    HostEffectivePolicy,
-    HostEndpoint,
-    HostEndpointKey,
-    IPPool,
-    IPSet,
-    Policy,
-    PolicyKey,
-    Profile,
-    WorkloadEndpoint,
-    WorkloadEndpointKey,
-)
-from dataplane.model.hosts import Encapsulation, Host
-from dataplane.model.routes import Route, Vtep
-from dataplane.model.services import Service, ServiceKey
+from dataplane.linux.reports import Reports, log_held_back
+from dataplane.linux.sinks import Sinks
+from dataplane.model import EndpointStatus
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -88,25 +70,14 @@ _ROUTE_PROTOCOL_DEFAULT = 80
 _REFRESH_ERRORS: tuple[type[Exception], ...] = (ProgrammingError, *KERNEL_ERRORS)
 
 
-def _default_netlink() -> NetlinkHandle:
-    return FastReads(_pyroute2)
-
-
-def _pyroute2() -> Any:
-    """A pyroute2 handle: imported here, when a call first needs one."""
-    from pyroute2 import IPRoute  # type: ignore[import-untyped]  # noqa: PLC0415
-
-    return IPRoute()
-
-
-class LinuxPlatform:
+class LinuxPlatform(Sinks):
     name = "linux"
 
     def __init__(
         self,
         *,
         runner: CommandRunner | None = None,
-        netlink: Callable[[], NetlinkHandle] = _default_netlink,
+        netlink: Callable[[], NetlinkHandle] = platform_handle,
         netlink_writer: NetlinkWriter | None = None,
         sysctl_root: str = "/proc/sys",
         sysctl_state: Path | None = None,
@@ -164,92 +135,6 @@ class LinuxPlatform:
     @property
     def config(self) -> Config:
         return self._desired.config
-
-    # --- sinks: forwarded to the writers that keep each value ----------------------
-
-    def bind_policy_users(self, users: PolicyUsers) -> None:
-        self._users = users
-
-    def _ipsets(self) -> SetProgrammer | None:
-        return self._kernel.ipsets if self._kernel else None
-
-    def replace_ipset(self, ipset: IPSet) -> None:
-        self._ipset_changes.replace(ipset, self._ipsets())
-
-    def update_ipset_members(
-        self, set_id: str, added: frozenset[str], removed: frozenset[str]
-    ) -> None:
-        self._ipset_changes.update(set_id, added, removed, self._ipsets())
-
-    def remove_ipset(self, set_id: str) -> None:
-        self._ipset_changes.remove(set_id, self._ipsets())
-
-    def set_policy(self, key: PolicyKey, policy: Policy) -> None:
-        self._desired.policies.set_policy(key, policy)
-        self._desired.hosts.policy_changed(key, policy)
-
-    def remove_policy(self, key: PolicyKey) -> None:
-        self._desired.policies.remove_policy(key)
-        self._desired.hosts.policy_changed(key, None)
-
-    def set_profile(self, profile_id: str, profile: Profile) -> None:
-        self._desired.policies.set_profile(profile_id, profile)
-
-    def remove_profile(self, profile_id: str) -> None:
-        self._desired.policies.remove_profile(profile_id)
-
-    def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
-        self._desired.workloads.set(endpoint, policy)
-        self._desired.nat.set_floating_ips(endpoint.key, endpoint.ipv4_nat + endpoint.ipv6_nat)
-        self._desired.routes.set(endpoint)
-        self._desired.dscp.set_workload(endpoint)
-
-    def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
-        self._desired.workloads.remove(key)
-        self._desired.dscp.remove(key)
-        self._desired.nat.remove_endpoint(key)
-        self._desired.routes.remove(key)
-
-    def set_host_endpoint(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
-        self._desired.hosts.set(endpoint, policy)
-        self._desired.dscp.set_host(endpoint)
-
-    def remove_host_endpoint(self, key: HostEndpointKey) -> None:
-        self._desired.hosts.remove(key)
-        self._desired.dscp.remove(key)
-
-    def set_ip_pool(self, pool_id: str, pool: IPPool) -> None:
-        self._desired.nat.set_pool(pool_id, pool)
-
-    def remove_ip_pool(self, pool_id: str) -> None:
-        self._desired.nat.remove_pool(pool_id)
-
-    def set_vtep(self, vtep: Vtep) -> None:
-        self._desired.overlay.set_vtep(vtep)
-
-    def remove_vtep(self, node: str) -> None:
-        self._desired.overlay.remove_vtep(node)
-
-    def set_route(self, route: Route) -> None:
-        self._desired.overlay.set_route(route)
-
-    def remove_route(self, dst: str) -> None:
-        self._desired.overlay.remove_route(dst)
-
-    def set_host(self, host: Host) -> None:
-        self._desired.overlay.set_host(host)
-
-    def remove_host(self, name: str) -> None:
-        self._desired.overlay.remove_host(name)
-
-    def set_encapsulation(self, encapsulation: Encapsulation) -> None:
-        self._desired.set_encapsulation(encapsulation)
-
-    def set_service(self, service: Service) -> None:
-        self._desired.services.set(service)
-
-    def remove_service(self, key: ServiceKey) -> None:
-        self._desired.services.remove(key)
 
     # --- configuration and start-up -------------------------------------------------
 
@@ -360,7 +245,7 @@ class LinuxPlatform:
             await kernel.retire_other(self._runner)
         finally:
             # Said even when a later step failed: a refusal is news either way.
-            _log_refusals(kernel)
+            log_held_back(kernel)
         self._statuses = self._reports().statuses(kernel, self._desired.routes)
         self._last_apply = self._clock()
         if self._meter is not None:
@@ -522,24 +407,7 @@ class LinuxPlatform:
             self._labels = RuleLabels()
             if self._kernel is not None:
                 self._publish_labels(self._kernel)
-        netns = self._netns
-
-        def save(version: int) -> str:
-            kernel = self._kernel  # set once, at the first apply
-            if kernel is None:
-                return ""
-            nft = kernel.nft.get(version)
-            if nft is not None:
-                return read_table(nft.family, nft.name, netns, timeout=timeout)
-            commands = IptablesCommands.for_backend(kernel.backend, version)
-            return read_counters(commands, netns, timeout=timeout)
-
-        def parse(text: str) -> Iterable[tuple[str, str, int, int]]:
-            kernel = self._kernel
-            if kernel is not None and kernel.nftables:
-                return parse_nft_counters(text, "filter")
-            return parse_counters(text)
-
+        save, parse = counter_reads(lambda: self._kernel, self._netns, timeout)
         return PolicyCounters(
             lambda: self._rule_map,
             save,
@@ -575,26 +443,3 @@ class LinuxPlatform:
             out += self._kernel.dump_tables()
             out += self._desired.dump()
         return "\n".join(out) + "\n"
-
-
-def _log_refusals(kernel: Programmers) -> None:
-    """What the kernel newly held back, but chains (named by the object they
-    came from, in Reports.log_refusals): one line each, the first time."""
-    programmers: tuple[tuple[HoldsBack, str], ...] = (
-        (
-            kernel.ipsets,
-            "IP set %s refused by the kernel: %s; quarantined, the kernel keeps what it"
-            " holds of it",
-        ),
-        (kernel.routes, "route to %s refused by the kernel: %s; quarantined"),
-        (kernel.sysctls, "interface %s: %s; retried at the next apply"),
-        (kernel.vxlan, "VXLAN %s: %s; retried"),
-        (kernel.shaping, "bandwidth limits of %s: %s; retried"),
-        *(
-            (services, f"service {services.layout.family} %s held back: %s")
-            for services in kernel.services.values()
-        ),
-    )
-    for programmer, line in programmers:
-        for what, why in programmer.take_refusals():
-            log.error(line, what, why)

@@ -13,7 +13,7 @@ import logging
 
 from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
 from dataplane.linux.owners import ChainOwner, find_owner
-from dataplane.linux.programmers import Programmers
+from dataplane.linux.programmers import HoldsBack, Programmers
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.rules.rule import Origin
 from dataplane.linux.writers.hosts import HostEndpointWriter
@@ -23,7 +23,7 @@ from dataplane.linux.writers.services import ServiceWriter
 from dataplane.linux.writers.workloads import WorkloadWriter
 from dataplane.model import EndpointStatus
 
-__all__ = ["Reports"]
+__all__ = ["Reports", "log_held_back"]
 
 log = logging.getLogger(__name__)
 
@@ -189,3 +189,26 @@ def _in_view(name: str) -> tuple[str, str]:
 
 def _kept(last_good: bool) -> str:
     return "last good version kept" if last_good else "fail-closed"
+
+
+def log_held_back(kernel: Programmers) -> None:
+    """What the kernel newly held back, but chains (named by the object they
+    came from, in Reports.log_refusals): one line each, the first time."""
+    programmers: tuple[tuple[HoldsBack, str], ...] = (
+        (
+            kernel.ipsets,
+            "IP set %s refused by the kernel: %s; quarantined, the kernel keeps what it"
+            " holds of it",
+        ),
+        (kernel.routes, "route to %s refused by the kernel: %s; quarantined"),
+        (kernel.sysctls, "interface %s: %s; retried at the next apply"),
+        (kernel.vxlan, "VXLAN %s: %s; retried"),
+        (kernel.shaping, "bandwidth limits of %s: %s; retried"),
+        *(
+            (services, f"service {services.layout.family} %s held back: %s")
+            for services in kernel.services.values()
+        ),
+    )
+    for programmer, line in programmers:
+        for what, why in programmer.take_refusals():
+            log.error(line, what, why)

@@ -172,6 +172,21 @@ def test_each_family_takes_its_own_addresses_and_external_names_nothing() -> Non
     assert contribution(svc(b("10.65.1.1"), type="ExternalName")) == {}
 
 
+def test_every_slot_is_its_number_past_the_slots_kept_packed() -> None:
+    # 200 backends take 8,192 slots: the first 4,096 numbers come packed in
+    # advance, the rest are packed as needed; the elements are the same.
+    k = key("10.96.0.10")
+    addresses = [f"10.65.{i // 250}.{i % 250 + 1}" for i in range(200)]
+    count = slot_count(len(addresses))
+    assert count == 8192
+    got = contribution(svc(*(b(a) for a in addresses)))
+    want = {
+        encoded(k + integer(i).value, addr(addresses[i % len(addresses)]).value)
+        for i in range(count)
+    }
+    assert got["addr"] == want
+
+
 @given(st.integers(min_value=1, max_value=4000))
 def test_slots_share_backends_within_one_slot(backends: int) -> None:
     count = slot_count(backends)

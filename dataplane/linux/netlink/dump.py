@@ -30,7 +30,7 @@ from typing import Any
 from dataplane.linux.kernel.errors import pyroute2_errors
 from dataplane.linux.netlink.batch import replies
 
-__all__ = ["FastReads", "dump_links", "dump_routes"]
+__all__ = ["FastReads", "dump_links", "dump_routes", "platform_handle"]
 
 _NLMSG_ERROR, _NLMSG_DONE = 2, 3
 _RTM_GETLINK, _RTM_GETROUTE = 18, 26
@@ -213,3 +213,15 @@ class FastReads:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+def platform_handle() -> FastReads:
+    """The Linux platform's handle, of the namespace the driver runs in."""
+    return FastReads(_pyroute2)
+
+
+def _pyroute2() -> Any:
+    """A pyroute2 handle: its package imported here, when a call first needs one."""
+    from pyroute2 import IPRoute  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    return IPRoute()
