@@ -99,7 +99,7 @@ def build(environ: Mapping[str, str] | None = None, prog: str = PROG) -> argpars
         "--version",
         action="version",
         version=version.line(),
-        help="print the version and the platforms available, as the version command",
+        help=version.FLAG_HELP,
     )
     add_options(parser, os.environ if environ is None else environ)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from dataplane.cli import version
 from dataplane.cli.options import GLOBAL_OPTIONS, Option
 from dataplane.config import ProtoPort, felix_keys
 
@@ -96,7 +97,12 @@ def markdown() -> str:
     keys = [
         f"| `{key}` | {_felix_default(key, default)} |" for key, _field, default in felix_keys()
     ]
-    return _HEAD + "\n".join(rows) + "\n" + _FELIX + "\n".join(keys) + "\n"
+    alone = (
+        "\nWith no variable, and before any command: `--version` ("
+        + version.FLAG_HELP
+        + ", then exit 0) and `--help`.\n"
+    )
+    return _HEAD + "\n".join(rows) + "\n" + alone + _FELIX + "\n".join(keys) + "\n"
 
 
 if __name__ == "__main__":

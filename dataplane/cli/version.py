@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["HELP", "VERSION", "add_arguments", "line", "run", "version"]
+__all__ = ["FLAG_HELP", "HELP", "VERSION", "add_arguments", "line", "run", "version"]
 
 HELP = "print the version and the platforms available"
+# --version, the one option with no variable (the page of options names it too).
+FLAG_HELP = "print the version and the platforms available, as the version command"
 
 # The package's version: pyproject.toml reads it from here.
 VERSION = "0.1.0"
