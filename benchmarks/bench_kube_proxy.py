@@ -38,6 +38,9 @@ Measured, for each peer:
    watch event's arrival to the end of the apply that took it (the steps
    after the services table's commit included): what of *one change* is
    the driver's, and what each apply costs after it.
+6. **its collections**: the driver's garbage collections during the
+   churn (its ``dataplane_gc_pause_seconds``): how many, their total, and
+   how many took over 5 ms, any of which a change may wait behind.
 
 Goals (issue 39): programmed <= 2 s and <= 0.5x kube-proxy nftables; one
 change p99 <= 20 ms; RSS <= 150 MB; no list during the churn; at 20,000
@@ -183,6 +186,7 @@ class Peer:
     log: Any = None  # writes the driver's stderr to --driver-log's file
     lists: Any = None  # the driver's own complete lists so far (kube-proxy: not told)
     own: Any = None  # the driver's own event-to-kernel (sum s, count) so far
+    gc: Any = None  # the driver's garbage collections so far (count, sum s, over 5 ms)
 
 
 def start_driver(
@@ -224,6 +228,15 @@ def start_driver(
         return sample_sum(text, latency.format("sum")), sample_sum(text, latency.format("count"))
 
     peer.own = own
+
+    def collections() -> tuple[float, float, float]:
+        text = metrics_text(peer.ns, "http://127.0.0.1:9095/metrics")
+        pauses = r"^dataplane_gc_pause_seconds_{}\{{generation"
+        count = sample_sum(text, pauses.format("count"))
+        quick = sample_sum(text, pauses.format("bucket") + r'.*le="0.005"')
+        return count, sample_sum(text, pauses.format("sum")), count - quick
+
+    peer.gc = collections
 
 
 def _child_pid(pid: int) -> int:
@@ -409,6 +422,7 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
         requests_before = {p.name: p.requests() for p in peers}
         own_lists_before = {p.name: p.lists() for p in peers if p.lists is not None}
         own_before = {p.name: p.own() for p in peers if p.own is not None}
+        gc_before = {p.name: p.gc() for p in peers if p.gc is not None}
         churn(cp, plan, peers, args)
         lists = _apiserver_lists(cp) - lists_before
         lists_during = sum(lists.values())
@@ -426,15 +440,17 @@ def run(cp: ControlPlane, topo: Topology, work: Path, args: Any) -> None:
                     f"{peer.requests() - requests_before[peer.name]:.0f}",
                     _own_lists(peer, own_lists_before),
                     _own_latency(peer, own_before),
+                    _collections(peer, gc_before),
                 ]
             )
         for peer in unsynced:
             not_yet = f"not synced in {args.deadline:g} s"
             rows.append(
-                [peer.name, not_yet, "-", "-", f"{peer.peak_at_stop:.0f} MB", "-", "-", "-"]
+                [peer.name, not_yet, "-", "-", f"{peer.peak_at_stop:.0f} MB", "-", "-", "-", "-"]
             )
         header = ["peer", "programmed", "one change p50 / p99", "missed", "peak RSS"]
         header += ["requests", "its lists", "its own event to kernel, mean"]
+        header += ["its collections: count / total / over 5 ms"]
         print(
             f"\n{args.services:,} services x {args.endpoints} endpoints, {args.changes} changes"
             f" {args.gap:g} s apart; LIST requests to the API server during the churn:"
@@ -464,6 +480,15 @@ def _own_latency(peer: Peer, before: dict[str, tuple[float, float]]) -> str:
         return "-"
     (total, count), (total0, count0) = peer.own(), before[peer.name]
     return f"{(total - total0) / (count - count0) * 1000:.1f} ms" if count > count0 else "-"
+
+
+def _collections(peer: Peer, before: dict[str, tuple[float, float, float]]) -> str:
+    """The driver's garbage collections during the churn, from its own
+    ``dataplane_gc_pause_seconds`` ("-": kube-proxy does not say)."""
+    if peer.gc is None:
+        return "-"
+    (count, total, slow), (count0, total0, slow0) = peer.gc(), before[peer.name]
+    return f"{count - count0:.0f} / {(total - total0) * 1000:.1f} ms / {slow - slow0:.0f}"
 
 
 def _apiserver_lists(cp: ControlPlane) -> Counter[str]:

@@ -39,7 +39,7 @@ PROXY_SELECTOR = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 
-@dataclass
+@dataclass(slots=True)
 class ServiceState:
     """One service as the API has it: the model value, or why there is none."""
 

@@ -30,6 +30,8 @@ from prometheus_client import (
 )
 from prometheus_client.registry import Collector
 
+from dataplane.ops.gc_pauses import GcPauses
+
 __all__ = ["LATENCY_BUCKETS", "Metrics"]
 
 # Seconds: from a single-chain change on an idle node (~5 ms) to a
@@ -228,8 +230,10 @@ class Metrics:
             registry=r,
         )
         if process:
-            # CPU, memory, open fds, start time: process_* as every exporter.
+            # CPU, memory, open fds, start time: process_* as every exporter;
+            # and how long each garbage collection held the process.
             ProcessCollector(registry=r)
+            r.register(GcPauses())
 
     def register(self, collector: Collector) -> None:
         """Add a collector evaluated at scrape time (e.g. the policy counters)."""
