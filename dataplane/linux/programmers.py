@@ -408,27 +408,22 @@ async def _remove_ipsets(runner: CommandRunner) -> None:
 async def _remove_nftables(runner: CommandRunner, prefix: str) -> None:
     """Our nftables tables (rules, sets, services), where nft is installed.
 
-    Listed first, then only those present deleted, in one transaction: a
-    delete of a table that is not there fails after nft has read the whole
-    ruleset (15 ms each, four of them at every start of a node that never
-    ran nftables).
+    Each looked for by name first, then only those present deleted, in
+    one transaction. ``nft`` reads what a command names before it runs
+    it: a delete of a table that is not there fails after 15 ms, but a
+    listing of every table reads every rule of every table, iptables-nft's
+    included (3 s on a node of 86,000 such rules); one table by name that
+    is not there is 6 ms.
     """
     if shutil.which("nft") is None:
         return
     names = nft_tables(prefix)
-    ours = {
-        (family, table) for family in _FAMILY.values() for table in (names.main, names.services)
-    }
-    listed = await runner.run(["nft", "list", "tables"], check=False)
-    # A kernel without nf_tables can hold no table of ours.
-    listing = listed.stdout.decode(errors="replace") if listed.returncode == 0 else ""
-    present = [
-        (family, table)
-        for _keyword, family, table in (
-            line.split() for line in listing.splitlines() if len(line.split()) == 3
-        )
-        if (family, table) in ours
-    ]
+    present = []
+    for family in _FAMILY.values():
+        for table in (names.main, names.services):
+            listed = await runner.run(["nft", "list", "table", family, table], check=False)
+            if listed.returncode == 0:
+                present.append((family, table))
     if present:
-        script = "".join(f"delete table {family} {table}\n" for family, table in sorted(present))
+        script = "".join(f"delete table {family} {table}\n" for family, table in present)
         await runner.run(["nft", "-f", "-"], stdin=script.encode())
