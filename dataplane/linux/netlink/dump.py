@@ -48,9 +48,9 @@ _OPERSTATES = ("UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DO
 _ATTEMPTS = 3
 _LINKS = _IFINFO.pack(0, 0, 0, 0, 0)
 _LINK_EVENTS = {16: "RTM_NEWLINK", 17: "RTM_DELLINK"}
-# Room for a burst of notifications while the listener thread waits for
-# the GIL; beyond it the kernel drops them and says ENOBUFS, and the
-# monitor reads every link again.
+# Room asked for a burst of notifications while the listener thread waits
+# for the GIL (the kernel grants up to net.core.rmem_max); beyond it the
+# kernel drops them and says ENOBUFS, and the monitor reads every link again.
 _EVENTS_BUFFER = 4 << 20
 
 
