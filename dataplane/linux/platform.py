@@ -4,9 +4,8 @@ A thin coordinator. The managers hand it platform-neutral changes (a
 policy's rules, an endpoint and its effective policy, a service); its
 sinks (:mod:`dataplane.linux.sinks`) forward each to the per-feature
 writers that keep it (:class:`~dataplane.linux.desired.Desired`), and at
-each apply it lets them
-write into the programmers and runs those in the one order fixed here and
-nowhere else (see :meth:`LinuxPlatform.apply`).
+each apply it lets them write into the programmers and runs those in the
+one order fixed here and nowhere else (see :meth:`LinuxPlatform.apply`).
 
 Start-up adopts what a previous run left: every programmer first reads the
 kernel and then writes only the difference, so a restart re-asserts the
