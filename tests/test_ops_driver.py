@@ -111,6 +111,10 @@ def test_ready_only_once_programmed_and_counters_move_with_the_work(
     )
     assert samples[("felix_int_dataplane_initial_resync_time_seconds", ())] > 0
     assert samples[("process_resident_memory_bytes", ())] > 0
+    # The first apply's collect-and-freeze (core/heap.py) is a full collection, timed.
+    full = (("generation", "2"),)
+    assert samples[("dataplane_gc_pause_seconds_count", full)] >= 1
+    assert samples[("dataplane_gc_pause_seconds_sum", full)] > 0
 
     # One more policy: the policy counter and gauge move by one, and its
     # programming latency is observed once more.
