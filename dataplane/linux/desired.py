@@ -181,6 +181,6 @@ class Desired:
     def dump(self) -> list[str]:
         plan = self.plan()
         out = ["overlay:", *self.overlay.dump(plan), "routes (ours):"]
-        routes = plan.routes() | self.routes.routes()
+        routes = {**plan.routes(), **self.routes.routes()}
         out.extend(f"  {dst} {target.text()}" for dst, target in sorted(routes.items()))
         return out

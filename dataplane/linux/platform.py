@@ -230,7 +230,7 @@ class LinuxPlatform(Sinks):
             await self._conntrack.apply()
             kernel.vxlan.set_plan(plan)
             await kernel.vxlan.apply()
-            kernel.routes.set_routes(plan.routes() | self._desired.routes.routes())
+            self._desired.routes.hand_over(plan, kernel.routes)
             await kernel.routes.apply()
             await kernel.sysctls.apply(self._desired.routes.sysctls(kernel.routes.links))
             kernel.shaping.set_plan(self._desired.workloads.shaping())

@@ -58,6 +58,10 @@ class LinkMonitor:
     def __init__(self, netlink: Callable[[], Any]) -> None:
         self._factory = netlink
         self.links: dict[str, LinkState] = {}
+        # Counts changes to ``links`` (a full read counts as one): a reader
+        # that saw this value knows nothing changed since. A changed link's
+        # LinkState is always a new object.
+        self.generation = 0
         self._stale = True
 
     def mark_stale(self) -> None:
@@ -73,6 +77,7 @@ class LinkMonitor:
             self.links = dict(p for p in map(_parse, handle.get_links()) if p)
         finally:
             handle.close()
+        self.generation += 1
         self._stale = False
 
     def apply_events(self, messages: Iterable[Any]) -> bool:
@@ -91,6 +96,7 @@ class LinkMonitor:
             elif self.links.get(name) != state:
                 self.links[name] = state
                 changed = True
+        self.generation += changed
         return changed
 
     def _listen(self, deliver: Callable[[Any], None]) -> None:

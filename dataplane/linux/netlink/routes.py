@@ -43,6 +43,9 @@ _RTN_UNICAST = 1
 _RTN_BLACKHOLE = 6
 _RTNH_F_ONLINK = 4
 
+# Not a LinkState: an interface no sync has looked at yet.
+_UNSEEN: Any = object()
+
 # What the kernel holds for one route of ours: type, interface index (0:
 # none given), gateway ("": none), onlink.
 _Held = tuple[int, int, str, bool]
@@ -98,16 +101,56 @@ class RouteProgrammer:
         self._desired: dict[str, RouteTarget] = {}
         self._actual: dict[str, _Held] | None = None  # ours only
         self.pending: frozenset[str] = frozenset()  # cidrs waiting for an interface
+        # What the next sync looks at: the CIDRs changed since the last one,
+        # or None for every route (a full hand-over, a re-read, a failure).
+        # A sync then costs what changed, not what is there.
+        self._check: set[str] | None = None
+        # The routes through each interface, and the link each was last
+        # checked against: when links change, only the routes through an
+        # interface whose LinkState is another object are looked at again.
+        self._by_device: dict[str, set[str]] = {}
+        self._seen: dict[str, LinkState | None] = {}
+        self._links_generation = -1
 
     @property
     def links(self) -> Mapping[str, LinkState]:
         return self._links.links
 
     def set_routes(self, desired: Mapping[str, RouteTarget]) -> None:
+        """Every route wanted; the next sync looks at them all."""
         for cidr in list(self.quarantine):
             if self._desired.get(cidr) != desired.get(cidr):
                 self.quarantine.release(cidr)  # changed or gone: a fresh chance
         self._desired = dict(desired)
+        self._by_device = {}
+        for cidr, target in self._desired.items():
+            if target.device:
+                self._by_device.setdefault(target.device, set()).add(cidr)
+        self._check = None
+
+    def update_routes(self, changes: Mapping[str, RouteTarget | None]) -> None:
+        """Some routes changed (None: no longer wanted); the next sync looks at those."""
+        desired, by_device = self._desired, self._by_device
+        for cidr, target in changes.items():
+            old = desired.get(cidr)
+            if old == target:
+                continue
+            if cidr in self.quarantine:
+                self.quarantine.release(cidr)  # changed or gone: a fresh chance
+            if old is not None and old.device:
+                through = by_device[old.device]
+                through.discard(cidr)
+                if not through:
+                    del by_device[old.device]
+                    self._seen.pop(old.device, None)
+            if target is None:
+                desired.pop(cidr, None)
+            else:
+                desired[cidr] = target
+                if target.device:
+                    by_device.setdefault(target.device, set()).add(cidr)
+            if self._check is not None:
+                self._check.add(cidr)
 
     def held_back(self) -> dict[str, str]:
         """Routes (by CIDR) in quarantine now, and the kernel's reason."""
@@ -120,6 +163,7 @@ class RouteProgrammer:
 
     def mark_for_resync(self) -> None:
         self._actual = None
+        self._check = None
         self._links.mark_stale()
 
     def _read_routes(self, handle: NetlinkHandle) -> dict[str, _Held]:
@@ -165,17 +209,25 @@ class RouteProgrammer:
         self._links.refresh()
         if self._actual is None:
             self._actual = self._read_routes(handle)
+            self._check = None
         actual = self._actual
-        pending = []
+        looked_at = self._looked_at(skip)
+        pending: set[str] = set() if looked_at is None else set(self.pending - looked_at)
         changes: list[tuple[str, _Held]] = []
-        for cidr, target in self._desired.items():
+        stale: list[str] = []
+        for cidr in self._desired if looked_at is None else looked_at:
             if cidr in skip:
+                continue
+            target = self._desired.get(cidr)
+            if target is None:
+                if cidr in actual:
+                    stale.append(cidr)
                 continue
             if _family(cidr) == socket.AF_INET6 and not self.ipv6:
                 continue
             wanted = self._wanted(target)
             if wanted is None:
-                pending.append(cidr)
+                pending.add(cidr)
                 continue
             if _satisfies(actual.get(cidr), wanted):
                 continue
@@ -190,14 +242,48 @@ class RouteProgrammer:
                 failed.append((cidr, error))  # one route never blocks the others
         if len(failed) > 1 and len(failed) == len(changes):
             raise failed[0][1]  # netlink itself is failing, not one route
-        stale = [c for c in actual if c not in self._desired]
+        if looked_at is None:
+            stale = [c for c in actual if c not in self._desired]
+        stale.sort()
         results = self._writer([self._request("del", c, actual[c]) for c in stale])
         for cidr, error in zip(stale, results, strict=True):
             if error is not None and error.errno != errno.ESRCH:  # already gone is success
                 raise error
             del actual[cidr]
         self.pending = frozenset(pending)
+        self._check = set()  # only now: a sync that raised looks at the same again
         return failed
+
+    def _looked_at(self, skip: frozenset[str]) -> set[str] | None:
+        """The CIDRs this sync must look at; None: every one.
+
+        Those changed since the last sync, those waiting for an interface,
+        those out of quarantine now, and those through an interface whose
+        link changed (a new LinkState object: added, gone, renumbered,
+        up or down).
+        """
+        links = self._links.links
+        generation = self._links.generation
+        if self._check is None:
+            self._seen = {device: links.get(device) for device in self._by_device}
+            self._links_generation = generation
+            return None
+        check = self._check | self.pending
+        check.update(cidr for cidr in self.quarantine if cidr not in skip)
+        if generation != self._links_generation:
+            seen = self._seen
+            for device, cidrs in self._by_device.items():
+                link = links.get(device)
+                if link is not seen.get(device, _UNSEEN):
+                    seen[device] = link
+                    check |= cidrs
+            self._links_generation = generation
+        else:
+            for cidr in self._check:
+                target = self._desired.get(cidr)
+                if target is not None and target.device and target.device not in self._seen:
+                    self._seen[target.device] = links.get(target.device)
+        return check
 
     def _request(self, command: str, cidr: str, held: _Held) -> RouteRequest:
         rtype, oif, gateway, onlink = held
@@ -235,6 +321,6 @@ class RouteProgrammer:
                 self._refusals.append((cidr, reason))
 
     async def cleanup_all(self) -> None:
-        self._desired = {}
+        self.set_routes({})
         self.mark_for_resync()
         await self.apply()
