@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from google.protobuf.message import Message
 
 from dataplane.core.platform import EndpointKey
+from dataplane.core.status_book import StatusBook
 from dataplane.model import EndpointStatus, HostEndpointKey, WorkloadEndpointKey
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
@@ -49,11 +50,17 @@ class StatusReporter:
         self._reported: dict[EndpointKey, tuple[EndpointStatus, int]] = {}
         self._endpoints: dict[WorkloadEndpointKey, tuple[int, pb.WorkloadEndpoint]] = {}
         self._version = 0
+        # A StatusBook read before, and where: the next look compares only
+        # the endpoints written since, and those recorded since.
+        self._book: StatusBook | None = None
+        self._position = 0
+        self._recorded: dict[WorkloadEndpointKey, None] = {}
 
     def record(self, msg: pb.WorkloadEndpointUpdate | pb.WorkloadEndpointRemove) -> None:
         """Keep a workload endpoint as accepted (call after the managers took it)."""
         wid = msg.id
         key = WorkloadEndpointKey(wid.orchestrator_id, wid.workload_id, wid.endpoint_id)
+        self._recorded[key] = None
         if isinstance(msg, pb.WorkloadEndpointRemove):
             self._endpoints.pop(key, None)
             return
@@ -80,6 +87,14 @@ class StatusReporter:
 
     def changes(self, current: Mapping[EndpointKey, EndpointStatus]) -> list[Message]:
         """Status payloads that bring Felix's view up to ``current``."""
+        recorded, self._recorded = self._recorded, {}
+        if isinstance(current, StatusBook):
+            since = current.changed_since(self._position) if current is self._book else None
+            self._book, self._position = current, current.position
+            if since is not None:
+                return self._changes_of(current, [*since, *recorded])
+        else:
+            self._book = None
         reported = {key: (status, self._version_of(key)) for key, status in current.items()}
         out = [
             self._update(key, status)
@@ -89,3 +104,21 @@ class StatusReporter:
         out.extend(_remove(key) for key in self._reported if key not in current)
         self._reported = reported
         return out
+
+    def _changes_of(
+        self, current: Mapping[EndpointKey, EndpointStatus], keys: list[EndpointKey]
+    ) -> list[Message]:
+        """The same as a full comparison, for only ``keys`` (the rest are as reported)."""
+        updates: list[Message] = []
+        removes: list[Message] = []
+        for key in dict.fromkeys(keys):
+            status = current.get(key)
+            if status is None:
+                if self._reported.pop(key, None) is not None:
+                    removes.append(_remove(key))
+                continue
+            now = (status, self._version_of(key))
+            if self._reported.get(key) != now:
+                self._reported[key] = now
+                updates.append(self._update(key, status))
+        return updates + removes

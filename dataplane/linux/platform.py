@@ -49,6 +49,7 @@ from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.rule_labels import Labelled, RuleLabels, RuleMap
 from dataplane.linux.reports import Reports, log_held_back
 from dataplane.linux.sinks import Sinks
+from dataplane.linux.statuses import EndpointStatuses
 from dataplane.model import EndpointStatus
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class LinuxPlatform(Sinks):
         self._ipset_changes = PendingIPSets()
         self._kernel: Programmers | None = None
         self._timers = RefreshTimers(clock)
-        self._statuses: dict[EndpointKey, EndpointStatus] = {}
+        self._statuses = EndpointStatuses()
         self._last_apply = -math.inf
         # The refresher: timers it has yet to read for, its wake-up,
         # and whether it runs (serve); a difference it found wants an apply.
@@ -245,7 +246,13 @@ class LinuxPlatform(Sinks):
         finally:
             # Said even when a later step failed: a refusal is news either way.
             log_held_back(kernel)
-        self._statuses = self._reports().statuses(kernel, self._desired.routes)
+        desired = self._desired
+        self._statuses.update(
+            desired.workloads,
+            desired.hosts,
+            self._links,
+            self._reports().failing(kernel, desired.routes),
+        )
         self._last_apply = self._clock()
         if self._meter is not None:
             sized: Mapping[tuple[str, int], Sized] = kernel.iptables or kernel.views
@@ -275,7 +282,7 @@ class LinuxPlatform(Sinks):
         return self._reports().object_errors(self._kernel) if self._kernel else []
 
     def endpoint_statuses(self) -> Mapping[EndpointKey, EndpointStatus]:
-        return self._statuses
+        return self._statuses.book
 
     def wants_apply_at(self) -> float:
         kernel = self._kernel

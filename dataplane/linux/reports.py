@@ -21,7 +21,6 @@ from dataplane.linux.writers.policy import PolicyWriter
 from dataplane.linux.writers.routes import RoutesWriter
 from dataplane.linux.writers.services import ServiceWriter
 from dataplane.linux.writers.workloads import WorkloadWriter
-from dataplane.model import EndpointStatus
 
 __all__ = ["Reports", "log_held_back"]
 
@@ -151,22 +150,11 @@ class Reports:
             found.setdefault(("vxlan" if " " in what else "interface", what), why)
         return [ObjectError(kind, ident, reason) for (kind, ident), reason in sorted(found.items())]
 
-    def statuses(
-        self, kernel: Programmers, routes: RoutesWriter
-    ) -> dict[EndpointKey, EndpointStatus]:
-        links = kernel.routes.links
-        statuses: dict[EndpointKey, EndpointStatus] = {}
-        for key, wep in self._workloads:
-            link = links.get(wep.name)
-            up = wep.admin_up and link is not None and link.up
-            statuses[key] = EndpointStatus.UP if up else EndpointStatus.DOWN
-        for hkey, hep in self._hosts:
-            link = links.get(hep.name)
-            # An all-interfaces endpoint polices whatever interfaces there are.
-            up = not hep.name or (link is not None and link.up)
-            statuses[hkey] = EndpointStatus.UP if up else EndpointStatus.DOWN
-        # An endpoint whose policy could not be programmed as asked says so
-        # (its traffic meets the last good or a fail-closed version).
+    def failing(self, kernel: Programmers, routes: RoutesWriter) -> set[EndpointKey]:
+        """The endpoints whose policy could not be programmed as asked (their
+        traffic meets the last good or a fail-closed version), or whose
+        route, interface settings or IP sets the kernel holds back: they
+        report ``error``."""
         failing: set[EndpointKey] = set()
         for *_, owner in self.quarantined(kernel):
             failing |= owner.endpoints
@@ -176,9 +164,7 @@ class Reports:
             failing |= routes.endpoints_failing(bad_routes, bad_ifaces)
         if kernel.ipsets.quarantine:
             failing |= self._users.endpoints_using_sets(kernel.ipsets.quarantine)
-        for endpoint in failing & statuses.keys():
-            statuses[endpoint] = EndpointStatus.ERROR
-        return statuses
+        return failing
 
 
 def _in_view(name: str) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from dataplane.core.platform import PolicyUsers
 from dataplane.linux.desired import Desired
 from dataplane.linux.pending_sets import PendingIPSets
 from dataplane.linux.programmers import Programmers
+from dataplane.linux.statuses import EndpointStatuses
 from dataplane.linux.writers.shapes import SetProgrammer
 from dataplane.model import (
     EffectivePolicy,
@@ -38,6 +39,7 @@ class Sinks:
     over the state it sets up."""
 
     _desired: Desired
+    _statuses: EndpointStatuses
     _ipset_changes: PendingIPSets
     _kernel: Programmers | None
     _users: PolicyUsers
@@ -78,20 +80,24 @@ class Sinks:
         self._desired.nat.set_floating_ips(endpoint.key, endpoint.ipv4_nat + endpoint.ipv6_nat)
         self._desired.routes.set(endpoint)
         self._desired.dscp.set_workload(endpoint)
+        self._statuses.touch(endpoint.key)
 
     def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
         self._desired.workloads.remove(key)
         self._desired.dscp.remove(key)
         self._desired.nat.remove_endpoint(key)
         self._desired.routes.remove(key)
+        self._statuses.touch(key)
 
     def set_host_endpoint(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
         self._desired.hosts.set(endpoint, policy)
         self._desired.dscp.set_host(endpoint)
+        self._statuses.touch(endpoint.key)
 
     def remove_host_endpoint(self, key: HostEndpointKey) -> None:
         self._desired.hosts.remove(key)
         self._desired.dscp.remove(key)
+        self._statuses.touch(key)
 
     def set_ip_pool(self, pool_id: str, pool: IPPool) -> None:
         self._desired.nat.set_pool(pool_id, pool)

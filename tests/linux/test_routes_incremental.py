@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dataplane.linux.netlink.batch import Request, RouteRequest
@@ -111,6 +111,16 @@ _ops = st.lists(
 
 @settings(max_examples=500, deadline=None)
 @given(_ops)
+@example([("route", CIDRS[0], TARGETS[0]), ("apply",), ("relink", "cali1")])
+@example(
+    [
+        ("route", CIDRS[0], TARGETS[0]),
+        ("refuse", CIDRS[0]),
+        ("apply",),
+        ("refuse", CIDRS[0]),
+        ("time", 2.0),
+    ]
+)
 def test_a_sync_of_the_changes_ends_where_a_full_sync_does(ops: list[tuple[Any, ...]]) -> None:
     clock = [0.0]
     full, changes = _node(clock), _node(clock)

@@ -33,6 +33,10 @@ class HostEndpointWriter:
         for key, (endpoint, _) in self._endpoints.items():
             yield key, endpoint
 
+    def get(self, key: HostEndpointKey) -> HostEndpoint | None:
+        entry = self._endpoints.get(key)
+        return entry[0] if entry else None
+
     def set(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
         self._endpoints[endpoint.key] = (endpoint, policy)
         self._dirty = True
