@@ -54,8 +54,8 @@ def _afresh(
         link = links.get(hep.name)
         up = not hep.name or (link is not None and link.up)
         out[hkey] = EndpointStatus.UP if up else EndpointStatus.DOWN
-    for key in failing & out.keys():
-        out[key] = EndpointStatus.ERROR
+    for bad in failing & out.keys():
+        out[bad] = EndpointStatus.ERROR
     return out
 
 

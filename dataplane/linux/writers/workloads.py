@@ -9,6 +9,7 @@ policy and dispatch is by verdict maps, so an endpoint is mostly elements
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import cast
@@ -56,7 +57,11 @@ class WorkloadWriter:
         # nftables: the shared (to, from) chains each interface reaches, and
         # the shared chains in the table, per version.
         self._reaches: dict[int, dict[str, tuple[str, str]]] = {}
-        self._shared: dict[int, set[str]] = {}
+        # How many interfaces reach each shared chain, per version: a chain
+        # no interface reaches any more goes (counted, not found by a walk
+        # over every interface at each write).
+        self._reached: dict[int, Counter[str]] = {}
+        self._ifaces: Counter[str] = Counter()  # interface -> its endpoints (one, normally)
 
     def __iter__(self) -> Iterator[tuple[WorkloadEndpointKey, WorkloadEndpoint]]:
         for key, (endpoint, _) in self._endpoints.items():
@@ -88,23 +93,32 @@ class WorkloadWriter:
         self._shaping[endpoint.name] = Shaping(qos.ingress.bandwidth, qos.egress.bandwidth)
         if old is None or old.name != endpoint.name:
             self._dispatch_dirty = True  # the set of interfaces changed
+            self._ifaces[endpoint.name] += 1
         if old is not None and old.name != endpoint.name:
             self._removed_ifaces.add(old.name)
+            self._unuse(old.name)
 
     def remove(self, key: WorkloadEndpointKey) -> None:
         old = self._endpoints.pop(key, None)
         if old is not None:
             self._removed_ifaces.add(old[0].name)
+            self._unuse(old[0].name)
             self._dispatch_dirty = True
             self._rates_dirty |= _rates(old[0]) is not None
             self._shaping.pop(old[0].name, None)
+
+    def _unuse(self, iface: str) -> None:
+        self._ifaces[iface] -= 1
+        if not self._ifaces[iface]:
+            del self._ifaces[iface]
 
     def shaping(self) -> Mapping[str, Shaping]:
         """Every workload interface's bandwidth limits (the shaping programmer's plan)."""
         return self._shaping
 
     def write(self, target: Target[R], everything: bool) -> None:
-        in_use = {endpoint.name for endpoint, _ in self._endpoints.values()}
+        in_use = self._ifaces.keys()
+        gone = {iface for iface in self._removed_ifaces if iface not in in_use}
         dirty = set(self._endpoints) if everything else self._dirty
         names = target.names
         for version in target.versions:
@@ -115,9 +129,9 @@ class WorkloadWriter:
                 for chain in packet_rate_chains(names, render.out, endpoints):
                     table.update_chain(chain)
             if isinstance(table, NftTableView) and table.has_data:
-                self._write_shared(table, render, version, dirty, in_use, everything=everything)
+                self._write_shared(table, render, version, dirty, gone, everything=everything)
                 continue
-            for iface in self._removed_ifaces - in_use:
+            for iface in gone:
                 table.remove_chain(names.to_workload(iface))
                 table.remove_chain(names.from_workload(iface))
             for key in dirty:
@@ -143,7 +157,7 @@ class WorkloadWriter:
         render: FilterRenderer[R],
         version: int,
         dirty: Collection[WorkloadEndpointKey],
-        in_use: AbstractSet[str],
+        gone: AbstractSet[str],
         *,
         everything: bool,
     ) -> None:
@@ -153,8 +167,20 @@ class WorkloadWriter:
         table.declare(DataSet(TO_MAP, "type ifname : verdict"))
         table.declare(DataSet(SOURCES, f"type ifname . {address}; flags interval"))
         reaches = self._reaches.setdefault(version, {})
-        for iface in self._removed_ifaces - in_use:
-            reaches.pop(iface, None)
+        reached = self._reached.setdefault(version, Counter())
+        unreached: set[str] = set()
+
+        def reach(iface: str, chains: tuple[str, str] | None) -> None:
+            old = reaches.pop(iface, None)
+            if old is not None:
+                reached.subtract(old)
+                unreached.update(old)
+            if chains is not None:
+                reaches[iface] = chains
+                reached.update(chains)
+
+        for iface in gone:
+            reach(iface, None)
             table.put_goto(FROM_MAP, iface, None)
             table.put_goto(TO_MAP, iface, None)
             table.put_elements(SOURCES, iface, frozenset())
@@ -166,7 +192,7 @@ class WorkloadWriter:
             to_chain, from_chain = shared_workload_chains(render, *entry)
             table.update_chain(cast("Chain[NftRule]", to_chain))
             table.update_chain(cast("Chain[NftRule]", from_chain))
-            reaches[endpoint.name] = (to_chain.name, from_chain.name)
+            reach(endpoint.name, (to_chain.name, from_chain.name))
             table.put_goto(TO_MAP, endpoint.name, to_chain.name)
             table.put_goto(FROM_MAP, endpoint.name, from_chain.name)
             sources = render.allowed_sources(endpoint)
@@ -178,7 +204,7 @@ class WorkloadWriter:
             for chain in dispatch:
                 table.update_chain(cast("Chain[NftRule]", chain))
             self._dispatch_chains[version] = {c.name for c in dispatch}
-        live = {name for pair in reaches.values() for name in pair}
-        for stale in self._shared.get(version, set()) - live:
-            table.remove_chain(stale)
-        self._shared[version] = live
+        for name in sorted(unreached):
+            if reached[name] <= 0:
+                del reached[name]
+                table.remove_chain(name)
