@@ -34,6 +34,7 @@ from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.netlink.routes import RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
+from dataplane.linux.nftables.elements import ElementWriter
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.nftables.sets import NftSets
 from dataplane.linux.platform import LinuxPlatform
@@ -147,6 +148,8 @@ class GCTimes:
 # Stage timings (child side): wrappers put around the programmers' entry
 # points, so the product code stays unchanged. Label -> durations.
 STAGES: dict[str, list[float]] = defaultdict(list)
+# A part of the step before it in the table (not a step of its own).
+ELEMENT_TRANSACTIONS = "apply: nft tables (ip, ip6) - of which element transactions"
 
 
 def wrap_async(cls: type, attr: str, label: Callable[[Any], str]) -> None:
@@ -200,6 +203,8 @@ def instrument_linux() -> None:
     wrap_async(NftSets, "apply_updates", lambda _s: "apply: nft sets update")
     # Both families' tables in one nft -f (programmers.apply_rules).
     wrap_function(programmers, "apply_together", "apply: nft tables (ip, ip6)")
+    # ... of which the element transactions (the kernel's commit of each).
+    wrap_sync(ElementWriter, "_transact", ELEMENT_TRANSACTIONS)
     wrap_async(ServiceTable, "apply", lambda s: f"apply: nft services {s.layout.family}")
     wrap_async(NftSets, "apply_deletions", lambda _s: "apply: nft sets delete")
     wrap_async(VxlanProgrammer, "apply", lambda _s: "apply: vxlan (device, neigh, fdb)")

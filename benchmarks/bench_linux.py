@@ -85,6 +85,7 @@ from benchmarks._node import (
     veth_node,
 )
 from benchmarks._runs import (
+    ELEMENT_TRANSACTIONS,
     STAGES,
     GCTimes,
     ThreadProfiles,
@@ -178,9 +179,13 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         applies_before = dp.stats.applies
         latencies = []
         replicas: list[str] = []
+        # Each addition's stages: what each wrapped step took between its
+        # send and its status (summed over the applies in that window).
+        per_addition: list[dict[str, float]] = []
         for envelope in additions:
             await trio.sleep(rng.uniform(0.0, 0.05))  # spread additions out in time
             want = _key(envelope.workload_endpoint_update.id)
+            marks = {label: len(times) for label, times in STAGES.items()}
             sent = time.perf_counter()
             dp.send_message(envelope)
             with trio.fail_after(args.timeout):
@@ -192,6 +197,11 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         break
             latencies.append(time.perf_counter() - sent)
             replicas.append(envelope.workload_endpoint_update.id.workload_id.split("/")[1])
+            stages = {label: sum(times[marks.get(label, 0) :]) for label, times in STAGES.items()}
+            stages.pop("apply: total", None)  # ends after the status is out: not in this window
+            steps = sum(t for label, t in stages.items() if label != ELEMENT_TRANSACTIONS)
+            stages["the rest (the loop, statuses, waits)"] = latencies[-1] - steps
+            per_addition.append({label: t for label, t in stages.items() if t})
         result["latencies_s"] = latencies
         for kind, is_replica in (("replica", True), ("new", False)):
             result[f"{kind}_latencies_s"] = [
@@ -199,8 +209,12 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 for t, name in zip(latencies, replicas, strict=True)
                 if name.startswith(REPLICA) is is_replica
             ]
+            result[f"{kind}_stages"] = [
+                stages
+                for stages, name in zip(per_addition, replicas, strict=True)
+                if name.startswith(REPLICA) is is_replica
+            ]
         result["latency_applies"] = dp.stats.applies - applies_before
-        result["latency_stages"] = {k: list(v) for k, v in STAGES.items()}
         result["apply_failures_total"] = dp.stats.apply_failures
         result["gc_additions"] = GC.take()
         if args.profile:
@@ -327,25 +341,24 @@ def report(results: list[dict[str, Any]], sizes: Sizes, elapsed: float) -> None:
     rows = stage_rows(results)
     print(markdown_table(["stage", *(r["backend"] for r in results)], rows))
     print()
-    print("Applies while adding endpoints (median per apply, ms):")
-    labels = []
-    for r in results:
-        labels += [k for k in r["latency_stages"] if k not in labels]
-    rows = [
-        [
-            label,
-            *(
-                f"{statistics.median(r['latency_stages'][label]) * 1000:.1f}"
-                f" (max {max(r['latency_stages'][label]) * 1000:.0f})"
-                if r["latency_stages"].get(label)
-                else "-"
-                for r in results
-            ),
-        ]
-        for label in sorted(labels)
-    ]
-    rows.append(["applies during the additions", *(str(r["latency_applies"]) for r in results)])
-    print(markdown_table(["stage", *(r["backend"] for r in results)], rows))
+    print(
+        "Adding one endpoint, by kind: each step's median per addition, ms (its steps in"
+        " the applies between the send and the status; the rest: from the send to the"
+        " status outside them):"
+    )
+    columns = [(r, kind) for r in results for kind in ("replica", "new")]
+    labels = {k: None for r, kind in columns for stages in r[f"{kind}_stages"] for k in stages}
+
+    def cell(r: dict[str, Any], kind: str, label: str) -> str:
+        values = [stages.get(label, 0.0) * 1000 for stages in r[f"{kind}_stages"]]
+        if not any(values):
+            return "-"
+        return f"{statistics.median(values):.1f} (max {max(values):.0f})"
+
+    rows = [[label, *(cell(r, kind, label) for r, kind in columns)] for label in sorted(labels)]
+    rows.append(["applies during the additions", *(str(r["latency_applies"]) for r, _ in columns)])
+    kinds = {"replica": "a replica", "new": "a new combination"}
+    print(markdown_table(["stage", *(f"{r['backend']}, {kinds[k]}" for r, k in columns)], rows))
     print()
     for r in results:
         lat = sorted(x * 1000 for x in r["latencies_s"]) or [float("nan")]
