@@ -12,6 +12,7 @@ VXLAN devices.
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands, detect_backend
 from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.serialise import action_text
-from dataplane.linux.iptables.table import FAIL_CLOSED, Table, saved_chains
+from dataplane.linux.iptables.table import FAIL_CLOSED, PRELOAD_THRESHOLD, Table, saved_chains
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals, namespace_identity
@@ -374,6 +375,10 @@ def _iptables(  # noqa: PLR0917 - what one table needs
                 commands,
                 prefix=prefix,
                 insert_mode=config.chain_insert_mode,
+                # iptables-legacy replaces the whole table at each restore:
+                # preloading in batches would rewrite it once per batch
+                # (5,000 services: 15 s against 2 s for one restore).
+                preload_threshold=PRELOAD_THRESHOLD if backend == "nft" else sys.maxsize,
                 fail_closed=fail_closed.get(table, FAIL_CLOSED),
                 clock=clock,
             )

@@ -32,7 +32,9 @@ Large loads: iptables-nft-restore slows quadratically with the number of
 chains declared in one transaction (5,000 services are ~55,000 chains:
 85 s in one go, ~2 s in batches). A chain that does not exist yet is
 unreachable until some rule jumps to it, so when an apply creates many
-chains they are preloaded first, leaves first, in batches; the final
+chains they are preloaded first, leaves first, in batches (on
+iptables-nft: iptables-legacy replaces the whole table at each restore, so
+there one restore is the quickest); the final
 restore -- everything that changes an existing chain, the hooks and the
 deletions -- is still one atomic transaction, so no packet ever sees a
 half-written policy.
