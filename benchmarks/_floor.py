@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks._common import timed_tool
 
-__all__ = ["load", "save"]
+__all__ = ["load", "nft_save", "save"]
 
 NFT_TABLES = ("cali", "cali-svc")  # in both families
 
@@ -30,7 +30,7 @@ def _sh(argv: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, check=True).stdout.decode()
 
 
-def _nft_save(out: Path) -> dict[str, int]:
+def nft_save(out: Path) -> dict[str, int]:
     """The nftables backend's counterpart of the iptables and ipset saves."""
     present = set(_sh(["nft", "list", "tables"]).splitlines())
 
@@ -77,7 +77,7 @@ def save(backend: str, out: Path, route_protocol: int) -> dict[str, int]:
     routes = _routes(route_protocol)
     (out / "routes.batch").write_text("".join(f"{line}\n" for line in routes))
     if backend == "nftables":
-        return _nft_save(out) | {"routes": len(routes)}
+        return nft_save(out) | {"routes": len(routes)}
     v4 = _sh([f"iptables-{backend}-save"])
     v6 = _sh([f"ip6tables-{backend}-save"])
     sets = _sh(["ipset", "save"])

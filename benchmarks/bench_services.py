@@ -73,7 +73,9 @@ from google.protobuf.message import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import _floor
 from benchmarks._common import machine, markdown_table, percentile, timed_tool
+from benchmarks._monitor import Monitor
 from benchmarks._runs import apply_quick, child_argv, profile_text, require_root, run_floor
 from dataplane.core.loop import Dataplane
 from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
@@ -175,7 +177,9 @@ class Scenario:
         msgs: list[Message] = [
             pb.ConfigUpdate(
                 config={
-                    "IptablesBackend": self.backend,
+                    # "nftables": native nftables (NFTablesMode), else an iptables backend.
+                    "IptablesBackend": "nft" if self.backend == "nftables" else self.backend,
+                    "NFTablesMode": "Enabled" if self.backend == "nftables" else "Disabled",
                     "Ipv6Support": "true" if self.ipv6 else "false",
                     "InterfacePrefix": "cali",
                     "ChainInsertMode": "insert",
@@ -376,6 +380,12 @@ async def _sh(argv: list[str]) -> str:
 
 async def _dump(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Save what is programmed, in the plain tools' formats, for the floor."""
+    if args.backend == "nftables":
+        counts = await trio.to_thread.run_sync(_floor.nft_save, workdir)
+        text = (workdir / "nft.save").read_text()
+        # One line per element in nft's listing of a big map or set: enough to count.
+        counts["elements"] = sum(1 for x in text.splitlines() if x.startswith("\t\t\t     "))
+        return {"nftables": counts}
     out: dict[str, Any] = {}
     for family in ("4", "6") if args.ipv6 else ("4",):
         tool = "iptables" if family == "4" else "ip6tables"
@@ -476,7 +486,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             if args.profile:
                 profile.enable()
             target = plat.services_set + 1
-            sent = time.perf_counter()
+            sent, sent_mono = time.perf_counter(), time.monotonic()
             dp.send_message(envelope)
             with trio.fail_after(args.timeout):
                 record = await plat.applied(target)
@@ -490,6 +500,7 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             waited = _calls_overlapping(runner, sent, record.start)
             records.append(
                 {
+                    "sent_monotonic": sent_mono,  # the in-force time is the parent's to find
                     "latency_s": record.end - sent,
                     # Phase 1 and deferred work, plus any apply already running
                     # (or already due) when the change arrived.
@@ -544,6 +555,14 @@ def child_driver(args: argparse.Namespace) -> None:
 def child_floor(args: argparse.Namespace) -> None:
     """Load the saved tables with the plain tools (inside a fresh namespace)."""
     workdir, b = Path(args.workdir), args.backend
+    if b == "nftables":
+        if subprocess.run(["nft", "list", "tables"], capture_output=True, check=True).stdout:
+            raise RuntimeError("floor namespace is not empty")
+        floor = {"nft -f": timed_tool(["nft", "-f", "-"], workdir / "nft.save")}
+        listed = subprocess.run(["nft", "list", "ruleset"], capture_output=True, check=True)
+        check = {"bytes listed": len(listed.stdout)}
+        (workdir / "floor.json").write_text(json.dumps({"floor": floor, "check": check}))
+        return
     tools = ["iptables", "ip6tables"] if args.ipv6 else ["iptables"]
 
     def rules(tool: str) -> int:
@@ -655,6 +674,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         child = ["--child", "driver", "--workdir", tmp, "--backend", args.backend]
         child += ["--timeout", str(args.timeout)]
         child += ["--ipv6"] * args.ipv6 + ["--profile"] * args.profile
+        # When each change is in the kernel: its new address in an nf_tables
+        # commit (iptables-legacy sends none).
+        monitor = Monitor(node) if args.backend != "legacy" else None
+        for change in scenario.change_log:
+            if monitor is not None:
+                monitor.expect(change["new"])
         driver = subprocess.Popen(
             child_argv(node.netns, SCRIPT, child),
             stdin=subprocess.PIPE,
@@ -685,7 +710,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if driver.poll() is None:
                 driver.kill()
                 driver.wait()
+            if monitor is not None:
+                monitor.stop()
         result: dict[str, Any] = json.loads((workdir / "result.json").read_text())
+        if monitor is not None:
+            for record, change in zip(result["changes"], scenario.change_log, strict=True):
+                seen = monitor.seen.get(change["new"])
+                record["in_force_s"] = None if seen is None else seen - record["sent_monotonic"]
         result["probes"] = probes
         result["vips"] = {"first": first, "last": last}
         floor = ["--child", "floor", "--workdir", tmp, "--backend", args.backend]
@@ -733,6 +764,41 @@ class ChangeSummary:
         return out
 
 
+def _in_force_row(changes: list[dict[str, Any]]) -> list[list[str]]:
+    """The change in the kernel: its new address in an nf_tables commit."""
+    seen = [c["in_force_s"] for c in changes if c.get("in_force_s") is not None]
+    if not seen:
+        return []
+    missed = len(changes) - len(seen)
+    return [
+        [
+            "… in force (its new address in the kernel), p50 / p99",
+            f"{_ms(percentile(seen, 50))} / {_ms(percentile(seen, 99))}",
+            "from the send until the first nf_tables notification holding the new backend"
+            " address (`benchmarks/_nft_events.py`)" + (f"; {missed} not seen" if missed else ""),
+        ]
+    ]
+
+
+def _held(r: dict[str, Any], args: argparse.Namespace) -> str:
+    """What the node holds after the load, in its backend's terms."""
+    if args.backend == "nftables":
+        held = r["dump"]["nftables"]
+        return (
+            f"native nftables: our tables {held['bytes_nft'] / 1e6:.1f} MB listed, about"
+            f" {held['elements']:,} map and set elements, {held['chains_v4']:,} chains in the"
+            " filter table v4."
+        )
+    v4 = r["dump"]["v4"]
+    return (
+        f"iptables backend {args.backend}; nat table v4: {v4['rules'].get('nat', 0):,} rules in"
+        f" {v4['chains'].get('nat', 0):,} chains ({v4['dispatch_chains']} dispatch-tree"
+        f" chains); filter v4: {v4['rules'].get('filter', 0):,} rules"
+        + (f"; nat v6: {r['dump']['v6']['rules'].get('nat', 0):,} rules" if args.ipv6 else "")
+        + "."
+    )
+
+
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     floor = r["floor"]
     floor_s = sum(floor.values())
@@ -742,19 +808,13 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     blocked = [c["queued_s"] for c in r["changes"] if c["saves_waited"]]
     probes = r["probes"]["us"]
     failures = r["probes"]["failures"]
-    v4 = r["dump"]["v4"]
-    nat_rules = v4["rules"].get("nat", 0)
-    nat_chains = v4["chains"].get("nat", 0)
     family = "IPv4 + IPv6 (dual-stack services)" if args.ipv6 else "IPv4"
     n = len(lat)
+    nftables = args.backend == "nftables"
     print()
     print(
-        f"Node: {args.services:,} ClusterIP services x {args.backends} backends ({family}),"
-        f" iptables backend {args.backend}; nat table v4: {nat_rules:,} rules in"
-        f" {nat_chains:,} chains ({v4['dispatch_chains']} dispatch-tree chains);"
-        f" filter v4: {v4['rules'].get('filter', 0):,} rules"
-        + (f"; nat v6: {r['dump']['v6']['rules'].get('nat', 0):,} rules" if args.ipv6 else "")
-        + "."
+        f"Node: {args.services:,} ClusterIP services x {args.backends} backends ({family}), "
+        + _held(r, args)
     )
     print(f"Machine: {machine()}")
     print()
@@ -765,10 +825,20 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
             "decode + send_message of the whole stream until DataplaneInSync from recv_message",
         ],
         [
-            "floor: plain iptables-restore of the same tables",
+            "floor: "
+            + (
+                "one `nft -f` of the same tables"
+                if nftables
+                else "plain iptables-restore of the same tables"
+            ),
             _secs(floor_s),
-            "`iptables-save` (all tables) + `ipset save` after 1, loaded into a fresh"
-            " namespace: " + ", ".join(f"{k} {_secs(v)}" for k, v in floor.items()),
+            (
+                "`nft list table` of ours"
+                if nftables
+                else "`iptables-save` (all tables) + `ipset save`"
+            )
+            + " after 1, loaded into a fresh namespace: "
+            + ", ".join(f"{k} {_secs(v)}" for k, v in floor.items()),
         ],
         ["programmed / floor", f"{r['programmed_s'] / floor_s:.1f}x", ""],
         [
@@ -783,6 +853,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
                 else ""
             ),
         ],
+        *_in_force_row(r["changes"]),
         [
             "… of which the apply that consumed it, p50 / p99",
             f"{_ms(percentile(applies, 50))} / {_ms(percentile(applies, 99))}",
@@ -790,16 +861,19 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
             f" iptables-restore median"
             f" {_ms(statistics.median(c['restore_s'] for c in r['changes']))}",
         ],
-        [
-            "iptables lines written per change (median / max)",
-            f"{statistics.median(changes.lines):.0f} / {max(changes.lines)}",
-            f"restore input lines; median {statistics.median(changes.chains):.0f} chains"
-            f" declared, {statistics.median(changes.deleted):.0f} deleted per change;"
-            f" {r['change_table_writes']} restores for {n} changes ("
-            + ", ".join(f"{k}: {v}" for k, v in sorted(changes.tables.items()))
-            + ")",
-        ],
     ]
+    if not nftables:  # nftables: element transactions over netlink, no restore
+        rows.append(
+            [
+                "iptables lines written per change (median / max)",
+                f"{statistics.median(changes.lines):.0f} / {max(changes.lines)}",
+                f"restore input lines; median {statistics.median(changes.chains):.0f} chains"
+                f" declared, {statistics.median(changes.deleted):.0f} deleted per change;"
+                f" {r['change_table_writes']} restores for {n} changes ("
+                + ", ".join(f"{k}: {v}" for k, v in sorted(changes.tables.items()))
+                + ")",
+            ]
+        )
     for label in probes:
         us = probes[label]
         rows.append(
@@ -885,7 +959,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--services", type=int, default=5000)
     parser.add_argument("--backends", type=int, default=10, help="per service")
-    parser.add_argument("--backend", choices=["nft", "legacy"], default="nft")
+    parser.add_argument(
+        "--backend",
+        choices=["nft", "legacy", "nftables"],
+        default="nft",
+        help="iptables-nft, iptables-legacy (kube-proxy's chains), or native nftables",
+    )
     parser.add_argument("--ipv6", action="store_true", help="dual-stack services and pods")
     parser.add_argument("--changes", type=int, default=50, help="backend changes timed")
     parser.add_argument("--connects", type=int, default=300, help="connects per target")
