@@ -15,16 +15,21 @@ real backend pods instead. Measured:
    InSync) until ``DataplaneInSync`` comes out of ``recv_message`` (the
    first apply is done).
 2. **floor**: the tables programmed in 1 (``iptables-save``, all tables,
-   plus ``ipset save`` for the pool set the rules reference) loaded with
-   plain ``iptables-restore`` into a second fresh (empty) namespace; the
-   ratio programmed / floor.
+   plus ``ipset save`` for the pool set the rules reference; on
+   ``--backend nftables`` our tables as ``nft list table`` shows them)
+   loaded with plain ``iptables-restore`` (or one ``nft -f``) into a second
+   fresh (empty) namespace; the ratio programmed / floor.
 3. **one backend change**: ``--changes`` times (default 50), a
    ``ServiceBackendsUpdate`` replacing one backend address of one random
    service (never the first or last), timed from ``send_message`` until the
    platform's ``apply`` that consumed it returns (``LinuxPlatform.apply`` is
    wrapped in a subclass; no status message exists for services), with
    the ``iptables-restore`` input each change wrote (the command runner is
-   wrapped) to show that only that service's chains are rewritten.
+   wrapped) to show that only that service's chains are rewritten; and,
+   on the nf_tables backends (nft, nftables), until the change is **in
+   force**: the first nf_tables notification holding its new backend
+   address (``benchmarks/_monitor.py``). On nftables the apply itself
+   returns only after the kernel's grace period for the slots it freed.
 4. **connection set-up**: from the client pod, ``--connects`` rounds
    (default 300) of TCP ``connect()`` to the first service's VIP, the last
    service's VIP and, as a baseline, straight to a backend pod's IP, in a
@@ -40,10 +45,10 @@ runner and netlink handle program the node namespace and its RSS is the
 driver's, not the message generator's. Every namespace is created by a
 ``Topology`` and deleted at the end, also on error, Ctrl-C or SIGTERM.
 
-Needs root, ``ip``, ``ipset``, ``iptables-{legacy,nft}*``.
+Needs root, ``ip``, ``ipset``, ``iptables-{legacy,nft}*``, ``nft``.
 
 Usage: python benchmarks/bench_services.py [--quick] [--services N] [--backends N]
-       [--backend nft|legacy] [--ipv6] [--changes N] [--connects N] [--profile]
+       [--backend nft|legacy|nftables] [--ipv6] [--changes N] [--connects N] [--profile]
 """
 
 from __future__ import annotations
