@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import trio
+
 from dataplane.config import Config
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands, detect_backend
@@ -260,18 +262,34 @@ class Programmers:
     async def apply_rules(self, versions: Sequence[int]) -> None:
         """Every table of rules, in the order that never leaves a gap.
 
-        iptables: raw, mangle, nat, filter, v4 then v6, one restore each;
-        nftables: the one table per family (all four tables' chains), both
-        families in one transaction, then the services tables (their elements).
+        iptables: raw, mangle, nat, filter, one restore each, the two
+        families side by side (they share nothing, and each restore spends
+        most of its time reading the kernel's tables: in turn, a new pod
+        waited for both); a family that fails does not stop the other, and
+        the first family's error is raised once both are done. nftables:
+        the one table per family (all four tables' chains), both families in
+        one transaction, then the services tables (their elements).
         """
         if self.nftables:
             await apply_together([self.nft[v] for v in versions])
             for version in versions:
                 await self.services[version].apply()
             return
-        for table in TABLES:
+        failed: dict[int, Exception] = {}
+
+        async def family(version: int) -> None:
+            try:
+                for table in TABLES:
+                    await self.iptables[(table, version)].apply()
+            except Exception as exc:  # raised below, once the other family is done
+                failed[version] = exc
+
+        async with trio.open_nursery() as nursery:
             for version in versions:
-                await self.iptables[(table, version)].apply()
+                nursery.start_soon(family, version)
+        for version in versions:
+            if version in failed:
+                raise failed[version]
 
     async def retire_other(self, runner: CommandRunner) -> None:
         """Remove the other backend's objects of ours, once this one's are in force.
