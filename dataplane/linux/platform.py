@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,7 +27,6 @@ from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.core.platform import EndpointKey, NoPolicyUsers, ObjectError, PolicyUsers
 from dataplane.errors import ProgrammingError
-from dataplane.linux.counter_reads import counter_reads
 from dataplane.linux.desired import Desired
 from dataplane.linux.kernel.cmd import CommandRunner, ProcessRunner
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
@@ -41,21 +38,17 @@ from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.mtu_file import MtuFile, host_mtu, pod_mtu
 from dataplane.linux.netlink.overlay_plan import OverlayPlan
 from dataplane.linux.netlink.routes import NetlinkHandle
+from dataplane.linux.observed import Observed
 from dataplane.linux.owners import ChainOwner
 from dataplane.linux.pending_sets import PendingIPSets
 from dataplane.linux.programmers import Programmers
 from dataplane.linux.refresh import RefreshTimers
 from dataplane.linux.render.chain_names import ChainNames
-from dataplane.linux.render.rule_labels import Labelled, RuleLabels, RuleMap
+from dataplane.linux.render.rule_labels import RuleLabels, RuleMap
 from dataplane.linux.reports import Reports, log_held_back
 from dataplane.linux.sinks import Sinks
 from dataplane.linux.statuses import EndpointStatuses
 from dataplane.model import EndpointStatus
-
-if TYPE_CHECKING:
-    from prometheus_client.registry import Collector
-
-    from dataplane.ops.metrics import Metrics
 
 __all__ = ["LinuxPlatform"]
 
@@ -70,7 +63,7 @@ _ROUTE_PROTOCOL_DEFAULT = 80
 _REFRESH_ERRORS: tuple[type[Exception], ...] = (ProgrammingError, *KERNEL_ERRORS)
 
 
-class LinuxPlatform(Sinks):
+class LinuxPlatform(Sinks, Observed):
     name = "linux"
 
     def __init__(
@@ -372,64 +365,6 @@ class LinuxPlatform(Sinks):
         """The backend in use, once the first apply chose it: the iptables
         backend ("legacy", "nft") or "nftables"."""
         return self._kernel.backend if self._kernel else None
-
-    # --- metrics -------------------------------------------------------------------------
-
-    def bind_metrics(self, metrics: Metrics) -> None:
-        """Count into ``metrics`` from now on; call once, before the first apply.
-
-        The kernel tools are counted by a wrapper around the command runner,
-        netlink writes by wrappers around the writers (see
-        :mod:`dataplane.linux.metered`); the gauges are set after each apply.
-        """
-        if self._kernel is not None:
-            raise RuntimeError("bind_metrics after the first apply: the programmers exist")
-        self._meter = LinuxMeter(metrics)
-        self._runner = self._meter.runner(self._runner)
-
-    def policy_counters(
-        self,
-        *,
-        min_interval: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        timeout: float = 5.0,
-        background: bool = True,
-    ) -> Collector:
-        """A collector of per policy rule counters (:mod:`dataplane.ops.policy_counters`).
-
-        From now on each apply publishes which policy rule each of our
-        filter rules was rendered from; the collector reads the kernel's
-        counters, ``iptables-save -c`` in the runner's namespace, at most
-        every ``min_interval`` seconds (default 30), in a thread of its own
-        unless not ``background`` (then in the scrape, for tests).
-        """
-        from dataplane.ops.policy_counters import (  # noqa: PLC0415 - only if wanted
-            DEFAULT_INTERVAL,
-            PolicyCounters,
-            in_thread,
-        )
-
-        if self._labels is None:
-            self._labels = RuleLabels()
-            if self._kernel is not None:
-                self._publish_labels(self._kernel)
-        save, parse = counter_reads(lambda: self._kernel, self._netns, timeout)
-        return PolicyCounters(
-            lambda: self._rule_map,
-            save,
-            metrics=self._meter.metrics if self._meter else None,
-            min_interval=DEFAULT_INTERVAL if min_interval is None else min_interval,
-            clock=clock,
-            refresh_with=in_thread if background else lambda refresh: refresh(),
-            busy=lambda: self.applying,
-            parse=parse,
-        )
-
-    def _publish_labels(self, kernel: Programmers) -> None:
-        assert self._labels is not None
-        tables: Mapping[tuple[str, int], Labelled] = kernel.iptables or kernel.views
-        filters = {v: table for (name, v), table in tables.items() if name == "filter"}
-        self._rule_map = self._labels.update(filters)
 
     def table_writes(self) -> int:
         """iptables restores, or nft transactions of rules, run so far (observability,

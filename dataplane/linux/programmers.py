@@ -11,10 +11,8 @@ VXLAN devices.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,11 +23,12 @@ from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands, detect_backend
 from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.serialise import action_text
-from dataplane.linux.iptables.table import FAIL_CLOSED, PRELOAD_THRESHOLD, Table, saved_chains
+from dataplane.linux.iptables.table import FAIL_CLOSED, PRELOAD_THRESHOLD, Table
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals, namespace_identity
 from dataplane.linux.kernel.sysctls import SysctlWriter
+from dataplane.linux.leftovers import remove_ipsets, remove_iptables, remove_nftables
 from dataplane.linux.metered import LinuxMeter
 from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
@@ -43,8 +42,8 @@ from dataplane.linux.nftables.elements import (
 )
 from dataplane.linux.nftables.iface_data import InterfaceData
 from dataplane.linux.nftables.mode import nftables_chosen
+from dataplane.linux.nftables.names import nft_tables
 from dataplane.linux.nftables.reader import TableReader
-from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.nftables.sets import NftSets
@@ -55,29 +54,11 @@ from dataplane.linux.rules.marks import Marks
 from dataplane.linux.shaping.programmer import ShapingProgrammer
 from dataplane.linux.writers.shapes import TABLES, RuleTable, SetProgrammer
 
-__all__ = ["NFTABLES", "TABLES", "HoldsBack", "NftNames", "Programmers", "nft_tables"]
+__all__ = ["NFTABLES", "TABLES", "HoldsBack", "Programmers"]
 
 NFTABLES = "nftables"  # Programmers.backend on native nftables
 _FAMILY = {4: "ip", 6: "ip6"}
 _NFPROTO = {4: NFPROTO_IPV4, 6: NFPROTO_IPV6}
-
-
-@dataclass(frozen=True, slots=True)
-class NftNames:
-    """Our nftables tables (in each family): rules and IP sets, and services."""
-
-    main: str
-    services: str
-
-
-def nft_tables(prefix: str) -> NftNames:
-    """Our tables' names for chain prefix ``prefix`` ("cali-": cali, cali-svc).
-
-    Raises:
-        ValueError: a prefix nft could not read as a table name.
-    """
-    stem = prefix.rstrip("-") or "cali"
-    return NftNames(nft_name(stem), nft_name(f"{stem}-svc"))
 
 
 class HoldsBack(Protocol):
@@ -300,10 +281,10 @@ class Programmers:
         if self.other_retired:
             return
         if self.nftables:
-            await _remove_iptables(runner, self._prefix, ("legacy", "nft"))
-            await _remove_ipsets(runner)
+            await remove_iptables(runner, self._prefix, ("legacy", "nft"))
+            await remove_ipsets(runner)
         else:
-            await _remove_nftables(runner, self._prefix)
+            await remove_nftables(runner, self._prefix)
         self.other_retired = True
 
     def mark_for_resync(self, timers: Iterable[str], *, read_beside: bool = False) -> None:
@@ -341,13 +322,13 @@ class Programmers:
         (a host may hold leftovers in both), because the kernel refuses to
         destroy an IP set that a rule still references.
         """
-        await _remove_iptables(runner, prefix, backends)
+        await remove_iptables(runner, prefix, backends)
         if self.nftables:
-            await _remove_ipsets(runner)  # the other backend's
+            await remove_ipsets(runner)  # the other backend's
         else:
             await self.ipsets.cleanup_all()
         # Native sets go with their table (the rules in it reference them).
-        await _remove_nftables(runner, prefix)
+        await remove_nftables(runner, prefix)
         await self.routes.cleanup_all()
         await self.vxlan.cleanup_all()
         prefixes = tuple(interfaces)
@@ -401,52 +382,3 @@ def _iptables(  # noqa: PLR0917 - what one table needs
                 clock=clock,
             )
     return tables
-
-
-async def _remove_iptables(runner: CommandRunner, prefix: str, backends: Sequence[str]) -> None:
-    """Our chains and hook rules in every listed iptables backend installed.
-
-    One save of every table per backend and IP version says which tables
-    hold anything of ours; only those are read again and written (on a
-    node that never ran the other backend: four saves, no restore).
-    """
-    for backend in backends:
-        if shutil.which(f"iptables-{backend}-save") is None:
-            continue
-        for version in (4, 6):
-            commands = IptablesCommands.for_backend(backend, version)
-            listing = (await runner.run(commands.save)).stdout
-            for name in TABLES:
-                if any(saved_chains(name, prefix, listing)):
-                    table = Table(name, version, runner, commands, prefix=prefix)
-                    await table.cleanup_all()
-
-
-async def _remove_ipsets(runner: CommandRunner) -> None:
-    """Our ipset sets, where ipset is installed (on nftables, the other backend's)."""
-    if shutil.which("ipset") is not None:
-        await IPSetsProgrammer(runner, ipv6=True).cleanup_all()
-
-
-async def _remove_nftables(runner: CommandRunner, prefix: str) -> None:
-    """Our nftables tables (rules, sets, services), where nft is installed.
-
-    Each looked for by name first, then only those present deleted, in
-    one transaction. ``nft`` reads what a command names before it runs
-    it: a delete of a table that is not there fails after 15 ms, but a
-    listing of every table reads every rule of every table, iptables-nft's
-    included (3 s on a node of 86,000 such rules); one table by name that
-    is not there is 6 ms.
-    """
-    if shutil.which("nft") is None:
-        return
-    names = nft_tables(prefix)
-    present = []
-    for family in _FAMILY.values():
-        for table in (names.main, names.services):
-            listed = await runner.run(["nft", "list", "table", family, table], check=False)
-            if listed.returncode == 0:
-                present.append((family, table))
-    if present:
-        script = "".join(f"delete table {family} {table}\n" for family, table in present)
-        await runner.run(["nft", "-f", "-"], stdin=script.encode())
