@@ -40,8 +40,9 @@ from benchmarks.bench_nft_table import HOOKS, Node, policies
 from dataplane.config import Config
 from dataplane.core.heap import HeapFreezer
 from dataplane.linux.iptables.backend import IptablesCommands
+from dataplane.linux.iptables.saved import saved_chains
 from dataplane.linux.iptables.serialise import IptablesSerialiser
-from dataplane.linux.iptables.table import Table, saved_chains
+from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.nftables.serialise import NftSerialiser
 from dataplane.linux.nftables.table import BaseChain, NftTable, listed_chains

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands
-from dataplane.linux.iptables.table import Table, saved_chains
+from dataplane.linux.iptables.saved import saved_chains
+from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.nftables.names import nft_tables
 from dataplane.linux.writers.shapes import TABLES

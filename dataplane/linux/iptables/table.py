@@ -50,16 +50,17 @@ import trio
 from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.iptables.backend import IptablesCommands
-from dataplane.linux.iptables.chain_check import ChainChecker, RefusedChain, refusal_at
+from dataplane.linux.iptables.chain_check import ChainChecker, RefusedChain
 from dataplane.linux.iptables.chain_order import leaves_first
 from dataplane.linux.iptables.chains import (
     IptChain,
     IptRule,
-    parse_save,
     render_rule,
     rule_hashes,
 )
-from dataplane.linux.kernel.cmd import CommandRunner, output_lines
+from dataplane.linux.iptables.held_back import HeldBack
+from dataplane.linux.iptables.saved import hook_lines, saved_chains
+from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.written import ReadsBesideApplies, Writes
 from dataplane.linux.rules.rule import Origin
 
@@ -79,15 +80,8 @@ FAIL_CLOSED = (IptRule("", "-j DROP"),)
 # chains' rule hashes and our hook rules (see saved_chains).
 _Read = tuple[int, int, dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]
 
-BUILTIN_CHAINS = {
-    "filter": ("INPUT", "FORWARD", "OUTPUT"),
-    "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
-    "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
-    "raw": ("PREROUTING", "OUTPUT"),
-}
 
-
-class Table:
+class Table(HeldBack):
     def __init__(
         self,
         name: str,
@@ -294,47 +288,14 @@ class Table:
         delete = [f"-X {name}" for name in stale]
         hooks: list[str] = []
         for builtin in sorted(set(self._hooks) | set(self._actual_hooks)):
-            if not self._hooks_differ(builtin):
-                continue
-            desired_hooks = self._hooks.get(builtin, ())
-            hashes = rule_hashes(builtin, desired_hooks)
-            hooks.extend("-D" + line[2:] for _, line in self._actual_hooks.get(builtin, []))
-            if self.insert_mode == "insert":
-                pairs = zip(desired_hooks, hashes, strict=True)
-                hooks.extend(
-                    render_rule(builtin, r, h, verb="-I", position=i)
-                    for i, (r, h) in enumerate(pairs, start=1)
-                )
-            else:
-                hooks.extend(
-                    render_rule(builtin, r, h) for r, h in zip(desired_hooks, hashes, strict=True)
-                )
+            if self._hooks_differ(builtin):
+                held = self._actual_hooks.get(builtin, [])
+                ours = self._hooks.get(builtin, ())
+                hooks += hook_lines(builtin, held, ours, insert=self.insert_mode == "insert")
         body = declare + flush + rules + hooks + delete
         if not body:
             return []
         return [f"*{self.name}", *body, "COMMIT", ""]
-
-    def _writable(self, name: str) -> tuple[tuple[IptRule, ...], list[str]] | None:
-        """What to write for ``name`` now: None for nothing.
-
-        A quarantined chain the kernel holds keeps that (last good) version;
-        one it does not hold gets the fail-closed rules.
-        """
-        desired = self._desired.get(name)
-        if desired is None:
-            return None
-        if name not in self.quarantine:
-            return desired, self._hashes[name]
-        assert self._actual_chains is not None
-        if name in self._actual_chains and self._actual_chains[name] != self._closed_hashes(name):
-            return None
-        return self.fail_closed, self._closed_hashes(name)
-
-    def _closed_hashes(self, name: str) -> list[str]:
-        hashes = self._fail_closed_hashes.get(name)
-        if hashes is None:
-            hashes = self._fail_closed_hashes[name] = rule_hashes(name, self.fail_closed)
-        return hashes
 
     def _preload_order(self) -> list[str]:
         """New chains to create ahead of the final restore, leaves first."""
@@ -418,69 +379,6 @@ class Table:
             await self._restore(lines)
         self._after_write()
 
-    def _pending(self) -> dict[str, tuple[tuple[IptRule, ...], list[str]]]:
-        """Chains the next restore would write with their desired rules."""
-        actual = self._actual_chains or {}
-        return {
-            name: (self._desired[name], self._hashes[name])
-            for name in self._dirty
-            if name in self._desired
-            and name not in self.quarantine
-            and actual.get(name) != self._hashes[name]
-        }
-
-    def _blame(self, error: str, lines: Sequence[str]) -> bool:
-        """Quarantine the chain of the input line a failed commit names.
-
-        True if that line writes a rule of one of our chains the table
-        still wants and that is not quarantined yet (so writing without it
-        can succeed).
-        """
-        refusal = refusal_at(error, lines, self._hashes)
-        if refusal is None or refusal.chain in self.quarantine:
-            return False
-        self.quarantine.reject(refusal.chain, refusal.message)
-        self._refusals.append(refusal)
-        return True
-
-    async def _isolate(self) -> bool:
-        """Quarantine the chains the parser refuses; True if there were any."""
-        refused = await self._checker.refused(self._pending())
-        for refusal in refused:
-            self.quarantine.reject(refusal.chain, refusal.message)
-            self._refusals.append(refusal)
-        return bool(refused)
-
-    async def _retry_quarantined(self) -> None:
-        """Test quarantined chains whose retry is due; release those that pass."""
-        due = [n for n in self.quarantine.due() if n in self._desired]
-        if not due:
-            return
-        chains = {n: (self._desired[n], self._hashes[n]) for n in due}
-        still = {r.chain: r for r in await self._checker.refused(chains)}
-        for name in due:
-            refusal = still.get(name)
-            if refusal is None:
-                self.quarantine.release(name)
-                self._dirty.add(name)
-                log.info("%r chain %s accepted on retry; out of quarantine", self, name)
-            else:
-                self.quarantine.reject(name, refusal.message)
-
-    def keeps_last_good(self, name: str) -> bool:
-        """True if quarantined ``name`` runs a version we wrote, not the fail-closed one."""
-        held = (self._actual_chains or {}).get(name)
-        return held is not None and held != self._closed_hashes(name)
-
-    def held_back(self) -> dict[str, str]:
-        """Chains in quarantine now, and the kernel's reason."""
-        return self.quarantine.reasons()
-
-    def take_refusals(self) -> list[RefusedChain]:
-        """Chains refused since the last call (each reported once)."""
-        refusals, self._refusals = self._refusals, []
-        return refusals
-
     def _after_write(self) -> None:
         actual = self._actual_chains
         assert actual is not None
@@ -514,23 +412,3 @@ class Table:
     def snapshot(self) -> Mapping[str, tuple[IptRule, ...]]:
         """Desired chains (for dumps and tests)."""
         return dict(self._desired)
-
-
-def saved_chains(
-    table: str, prefix: str, saved_text: bytes
-) -> tuple[dict[str, list[str | None]], dict[str, list[tuple[str | None, str]]]]:
-    """Our chains (name -> rule hashes) and our hook rules (built-in chain ->
-    (hash, line)) in ``iptables-save -t table`` output."""
-    saved = parse_save(output_lines(saved_text)).get(table)
-    chains: dict[str, list[str | None]] = {}
-    hooks: dict[str, list[tuple[str | None, str]]] = {}
-    for chain in saved.chains.values() if saved else ():
-        if chain.name.startswith(prefix):
-            chains[chain.name] = list(chain.hashes)
-        elif chain.name in BUILTIN_CHAINS.get(table, ()):
-            ours: list[tuple[str | None, str]] = [
-                (h, line) for h, line in zip(chain.hashes, chain.lines, strict=True) if h
-            ]
-            if ours:
-                hooks[chain.name] = ours
-    return chains, hooks
