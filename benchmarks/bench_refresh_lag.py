@@ -44,8 +44,9 @@ from dataplane.linux.iptables.saved import saved_chains
 from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.cmd import ProcessRunner
+from dataplane.linux.nftables.listing import listed_chains
 from dataplane.linux.nftables.serialise import NftSerialiser
-from dataplane.linux.nftables.table import BaseChain, NftTable, listed_chains
+from dataplane.linux.nftables.table import BaseChain, NftTable
 from dataplane.linux.rules.marks import Marks
 
 HEADER = ["backend", "rules", "refresh p50", "loop held, longest", "parse on the loop (control)"]

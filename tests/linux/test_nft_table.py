@@ -17,8 +17,9 @@ import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
+from dataplane.linux.nftables.listing import listed_chains
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
-from dataplane.linux.nftables.table import BaseChain, NftTable, apply_together, listed_chains
+from dataplane.linux.nftables.table import BaseChain, NftTable, apply_together
 from dataplane.linux.rules.action import Accept, Drop, Jump
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.match import Addresses, Port, Protocol, Side

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import run_sync
-from dataplane.linux.nftables.table import RULE_HASH
+from dataplane.linux.nftables.listing import RULE_HASH
 
 __all__ = ["parse_counters", "read_table"]
 

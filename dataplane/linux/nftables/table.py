@@ -35,7 +35,6 @@ never had one -- and the rest is written in the same apply.
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,29 +43,17 @@ import trio
 
 from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import CommandRunner, output_lines
+from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.written import ReadsBesideApplies, Writes
 from dataplane.linux.nftables.iface_data import InterfaceData
+from dataplane.linux.nftables.listing import blame, listed_chains
 from dataplane.linux.nftables.serialise import NftRule, nft_name
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 from dataplane.linux.rules.rule import Origin
 
-__all__ = [
-    "FAIL_CLOSED",
-    "RULE_HASH",
-    "BaseChain",
-    "NftTable",
-    "apply_together",
-    "listed_chains",
-    "rule_hashes",
-]
+__all__ = ["FAIL_CLOSED", "BaseChain", "NftTable", "apply_together", "rule_hashes"]
 
-# Our identity tag in a listed rule's comment (its hash: group 1).
-RULE_HASH = re.compile(r'comment "' + re.escape(HASH_TAG) + r"([A-Za-z0-9_-]{16})")
-_HANDLE = re.compile(r" # handle \d+$")
-# Where nft says it refused a line of a script read from stdin.
-_WHERE = re.compile(r"^(?:/dev/stdin|-):(\d+):[\d-]+: ")
 # In a chain's place while it is refused and the kernel has none of it.
 FAIL_CLOSED = (NftRule("drop", "fail-closed: refused by nft"),)
 
@@ -343,7 +330,7 @@ class NftTable:
             ProgrammingError: a refusal not pinned on one of our chains (a
                 base chain, no line): the apply fails as a whole.
         """
-        message, chain, rule = self._blame(stderr, script)
+        message, chain, rule = blame(stderr, script)
         set_aside = chain in self.quarantine and chain not in trial
         if chain is None or chain in self._base or set_aside:
             self._actual = None  # read again before the next try
@@ -370,28 +357,6 @@ class NftTable:
         self._dirty.clear()
         if self.data is not None:
             self.data.declared()  # every script declares the sets
-
-    @staticmethod
-    def _blame(
-        stderr: bytes, script: list[tuple[str, str | None]]
-    ) -> tuple[str, str | None, int | None]:
-        """nft's first complaint, the chain whose line it names and which of
-        that chain's rules the line writes (None: not a rule)."""
-        lines = stderr.decode(errors="replace").strip().splitlines()
-        message = lines[0] if lines else "refused"
-        for line in lines:
-            found = _WHERE.match(line)
-            if found and 0 < int(found.group(1)) <= len(script):
-                at = int(found.group(1)) - 1
-                refused, chain = script[at]
-                why = line[found.end() :].strip().removeprefix("Error: ")
-                rule = None
-                if refused.startswith("add rule "):
-                    rule = sum(
-                        1 for text, c in script[:at] if c == chain and text.startswith("add rule ")
-                    )
-                return f"{why}: {refused[:200]}", chain, rule
-        return message, None, None
 
     def origin(self, name: str, index: int | None) -> Origin | None:
         """Where rule ``index`` of desired chain ``name`` came from, if known."""
@@ -434,32 +399,6 @@ class NftTable:
         self._dirty = set(self._desired) | set(self._base)
         if self.data is not None:
             self.data.forget()
-
-
-def listed_chains(listing: bytes) -> dict[str, list[str | None]]:
-    """chain -> our rule hashes (None for a rule without our tag), from
-    ``nft -a list table``.
-
-    The text listing, not ``-j``: Python walks it line by line, so the loop
-    thread gets the interpreter every few milliseconds while a worker
-    parses; ``json.loads`` of a large table holds it throughout. nft puts a
-    table's blocks (chains, sets) one tab in and each rule of a chain on one
-    line two tabs in, ending with its ``# handle``; a base chain's hook line
-    has none.
-    """
-    chains: dict[str, list[str | None]] = {}
-    current: list[str | None] | None = None
-    for raw in output_lines(listing):
-        line = raw.rstrip("\n")
-        if line.startswith("\t\t"):
-            if current is not None and _HANDLE.search(line):
-                found = RULE_HASH.search(line)
-                current.append(found.group(1) if found else None)
-        elif line.startswith("\tchain "):
-            current = chains.setdefault(line.split()[1], [])
-        elif line.startswith("\t"):
-            current = None  # a set, a map, or a block's end
-    return chains
 
 
 async def apply_together(tables: Sequence[NftTable]) -> bool:
