@@ -145,14 +145,14 @@ class Node(Generic[R]):
         for key, policy in self.policies.items():
             chains += self.render.policy_chains(key, policy)
         chains += self.render.profile_chains("kns.ns", Profile(inbound=(Rule(Action.ALLOW),)))
-        chains += self.render.host_dispatch([])
+        chains += self.render.dispatch.hosts([])
         return chains
 
     def endpoint(self, i: int) -> list[Chain[R]]:
         return self.render.workload_chains(_endpoint(i), _effective(i, self.keys))
 
     def dispatch(self, endpoints: range | list[int]) -> list[Chain[R]]:
-        return self.render.workload_dispatch(_endpoint(i).name for i in endpoints)
+        return self.render.dispatch.workloads(_endpoint(i).name for i in endpoints)
 
 
 async def _measure(

@@ -193,7 +193,7 @@ def test_missing_policy_and_profile_are_skipped() -> None:
 def test_dispatch_tree_reaches_every_interface_in_few_rules(suffixes: list[str]) -> None:
     ifaces = ["cali" + s for s in suffixes]
     r = _renderer(4)
-    chains = {c.name: c for c in r.workload_dispatch(ifaces)}
+    chains = {c.name: c for c in r.dispatch.workloads(ifaces)}
     root = "cali-from-wl-dispatch"
     for chain in chains.values():
         assert len(chain.name) <= MAX_CHAIN_NAME
@@ -228,9 +228,9 @@ def test_dispatch_trees_rendered_again_equal_a_fresh_rendering(history: list[set
     # it rendered before); a fresh one renders each set from nothing.
     ongoing = _renderer(4)
     for members in history:
-        assert ongoing.workload_dispatch(members) == _renderer(4).workload_dispatch(members)
+        assert ongoing.dispatch.workloads(members) == _renderer(4).dispatch.workloads(members)
         for hosts in (members | {""}, members):  # with and without an all-interfaces one
-            assert ongoing.host_dispatch(hosts) == _renderer(4).host_dispatch(hosts)
+            assert ongoing.dispatch.hosts(hosts) == _renderer(4).dispatch.hosts(hosts)
 
 
 def test_multiport_splits_past_fifteen_entries() -> None:
@@ -292,7 +292,7 @@ def test_host_endpoint_chains_golden() -> None:
         base = _renderer(v)
         effective = host_effective_policy(hep, policies.get, lambda _: False)
         chains += base.host_endpoint_chains(hep, effective)
-        chains += base.host_dispatch(["eth0"])
+        chains += base.dispatch.hosts(["eth0"])
         host = HostPolicyRenderer(base)
         chains += host.raw_chains([(hep, effective)], policies)
         chains += host.mangle_chains([(hep, effective)], policies)
@@ -359,7 +359,7 @@ def test_masquerade_with_nat_port_range_names_a_port_protocol() -> None:
 def test_a_host_endpoint_on_every_interface_is_the_dispatch_fallthrough() -> None:
     # Felix's "*" endpoint (name ""): interfaces without an endpoint of their
     # own reach it; there is no "-i " rule for it (the kernel refuses one).
-    chains = {c.name: c for c in _renderer(4).host_dispatch(["", "eth0"])}
+    chains = {c.name: c for c in _renderer(4).dispatch.hosts(["", "eth0"])}
     root = chains["cali-from-host-endpoint"].rules
     assert [r.text() for r in root] == ["-i eth0 -g cali-fh-eth0", "-g cali-fh-"]
     assert chains["cali-to-host-endpoint"].rules[-1].text() == "-g cali-th-"

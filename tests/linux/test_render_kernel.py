@@ -495,7 +495,7 @@ def render_model_tables(
         shared(wep, pair[0].name, pair[1].name, filt.allowed_sources(wep))
     chains += packet_rate_chains(names, filt.out, workloads)
     if shared is None:
-        chains += filt.workload_dispatch(w.name for w in workloads)
+        chains += filt.dispatch.workloads(w.name for w in workloads)
     else:
         chains += map_dispatch(filt)
     resolved = [
@@ -503,7 +503,7 @@ def render_model_tables(
     ]
     for hep, host_policy in resolved:
         chains += filt.host_endpoint_chains(hep, host_policy)
-    chains += filt.host_dispatch(h.name for h in hosts)
+    chains += filt.dispatch.hosts(h.name for h in hosts)
     service_chains: list[Chain[R]] = []
     if with_services:
         svc = ServiceRenderer(version, names, marks, kernel_name(ALL_POOLS, version))

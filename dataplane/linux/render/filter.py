@@ -36,14 +36,14 @@ forward chain allows what it has no applyOnForward policy for.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from dataplane.config import Config, ProtoPort
 from dataplane.linux.netlink.overlay_plan import VXLAN_SOURCES_SET
 from dataplane.linux.render.chain_names import ChainNames
+from dataplane.linux.render.dispatch import DispatchTrees
 from dataplane.linux.render.overlay import encap_drops, vxlan_host_rules
 from dataplane.linux.render.qos_rules import connection_limit, packet_rate_chain
 from dataplane.linux.render.rule import RuleRenderer, is_whole_family
@@ -87,7 +87,6 @@ __all__ = [
     "ANTI_SPOOF",
     "ENDPOINT_DOWN",
     "ESTABLISHED",
-    "UNKNOWN_WORKLOAD",
     "FilterRenderer",
 ]
 
@@ -97,10 +96,7 @@ END_OF_TIER = "end of tier "
 NOTHING_ALLOWED = "no policy or profile allowed it"
 ANTI_SPOOF = "source address is not the endpoint's"
 ENDPOINT_DOWN = (TableRule((), Drop(), comment="endpoint is not active"),)
-UNKNOWN_WORKLOAD = TableRule((), Drop(), comment="unknown workload interface")
-_DISPATCH_LEAF = 16  # interfaces matched directly before the tree branches
 # A dispatch subtree's inputs within its tree: its chain, interfaces, last rule.
-_SubtreeKey = tuple[str, tuple[str, ...], TableRule | None]
 ESTABLISHED = TableRule((ConnState(("RELATED", "ESTABLISHED")),), Accept())
 _INVALID = TableRule((ConnState(("INVALID",)),), Drop())
 # Neighbour discovery and router solicitation from pods must reach the host.
@@ -124,13 +120,12 @@ class FilterRenderer(Generic[R]):
     names: ChainNames
     rules: RuleRenderer
     out: Serialiser[R]
-    # Dispatch subtrees rendered before, by root chain: an interface added
-    # or removed changes only the chains on its path, and rendering every
-    # other one again cost ~60 ms per endpoint at 1,000 endpoints. The same
-    # inputs give the same chains, so this changes no output.
-    _dispatch_memo: dict[str, dict[_SubtreeKey, list[Chain[R]]]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    # The dispatch trees over interface names (iptables; nftables dispatches
+    # by verdict maps), with the subtrees they rendered before.
+    dispatch: DispatchTrees[R] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dispatch", DispatchTrees(self.names, self.out))
 
     def _chain(self, name: str, rules: Iterable[TableRule]) -> Chain[R]:
         return Chain(name, self.out.rules(rules))
@@ -289,113 +284,6 @@ class FilterRenderer(Generic[R]):
             allow = SetMark.on(self.marks.accept)
             return [TableRule((), allow, comment="no forward policy: allow")]
         return self._tiers(policy, inbound, end_of_tier_drop=True)
-
-    # --- dispatch --------------------------------------------------------------------
-
-    def dispatch_chains(  # noqa: PLR0917 - each argument is one aspect of the tree
-        self,
-        root: str,
-        child_kind: str,
-        inbound: bool,
-        ifaces: Iterable[str],
-        target: Callable[[str], str],
-        default: TableRule,
-    ) -> list[Chain[R]]:
-        """A prefix tree over interface names; each leaf gotos ``target(iface)``.
-
-        Children come before their parent. Subtrees whose inputs are
-        unchanged since the last call for ``root`` are taken as rendered.
-        """
-        # The root names the tree: its direction and what its leaves reach.
-        memo = self._dispatch_memo.setdefault(root, {})
-
-        def leaf(iface: str) -> TableRule:
-            return TableRule((Interface(iface, inbound),), Goto(target(iface)))
-
-        def build(name: str, members: list[str], final: TableRule | None) -> list[Chain[R]]:
-            key = (name, tuple(members), final)
-            made = memo.get(key)
-            if made is None:
-                made = []
-                rules: list[TableRule] = []
-                if len(members) <= _DISPATCH_LEAF:
-                    rules = [leaf(i) for i in members]
-                else:
-                    common = os.path.commonprefix(members)  # noqa: RUF071 - string prefix wanted
-                    groups: dict[str, list[str]] = {}
-                    for iface in members:
-                        if iface == common:
-                            rules.append(leaf(iface))
-                        else:
-                            groups.setdefault(common + iface[len(common)], []).append(iface)
-                    for branch in sorted(groups):
-                        group = groups[branch]
-                        if len(group) == 1:
-                            rules.append(leaf(group[0]))
-                            continue
-                        child = self.names.dispatch_child(child_kind, branch)
-                        rules.append(TableRule((Interface(f"{branch}+", inbound),), Goto(child)))
-                        made.extend(build(child, group, default))
-                if final is not None:
-                    rules.append(final)
-                made.append(self._chain(name, rules))
-                memo[key] = made
-            return made
-
-        members = set(ifaces)
-        if "" in members:
-            # "" is a host endpoint on every interface (Felix's "*"): not a
-            # leaf (there is no "-i " to match) but what every interface
-            # without an endpoint of its own falls through to.
-            members.discard("")
-            default = TableRule((), Goto(target("")), comment="all-interfaces endpoint")
-        chains = list(build(root, sorted(members), default))
-        if len(memo) > 2 * len(chains) + 64:
-            # Subtrees of interface sets long gone: keep those whose chain
-            # (the last of each entry) is in this tree.
-            live = {id(c) for c in chains}
-            self._dispatch_memo[root] = {k: v for k, v in memo.items() if id(v[-1]) in live}
-        return chains
-
-    def workload_dispatch(self, ifaces: Iterable[str]) -> list[Chain[R]]:
-        n = self.names
-        names = sorted(ifaces)
-        return self.dispatch_chains(
-            n.top("from-wl-dispatch"), "fwd", True, names, n.from_workload, UNKNOWN_WORKLOAD
-        ) + self.dispatch_chains(
-            n.top("to-wl-dispatch"), "twd", False, names, n.to_workload, UNKNOWN_WORKLOAD
-        )
-
-    def host_dispatch(self, ifaces: Iterable[str]) -> list[Chain[R]]:
-        """Dispatch to host endpoint chains, local and forwarded traffic."""
-        n = self.names
-        # Interfaces without a host endpoint are not policed.
-        other = TableRule((), Return())
-        names = sorted(ifaces)
-        return (
-            self.dispatch_chains(
-                n.top("from-host-endpoint"), "fhd", True, names, n.from_host_endpoint, other
-            )
-            + self.dispatch_chains(
-                n.top("to-host-endpoint"), "thd", False, names, n.to_host_endpoint, other
-            )
-            + self.dispatch_chains(
-                n.top("from-hep-forward"),
-                "fhfd",
-                True,
-                names,
-                lambda i: n.dispatch_child("fhfw", i),
-                other,
-            )
-            + self.dispatch_chains(
-                n.top("to-hep-forward"),
-                "thfd",
-                False,
-                names,
-                lambda i: n.dispatch_child("thfw", i),
-                other,
-            )
-        )
 
     # --- static chains and hooks ----------------------------------------------------
 

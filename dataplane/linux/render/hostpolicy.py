@@ -93,7 +93,7 @@ class HostPolicyRenderer(Generic[R]):
         self, root: str, kind: str, inbound: bool, ifaces: Iterable[str]
     ) -> list[Chain[R]]:
         names = self.base.names
-        return self.base.dispatch_chains(
+        return self.base.dispatch.tree(
             names.top(root),
             kind + "d",
             inbound,

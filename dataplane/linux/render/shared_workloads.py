@@ -22,12 +22,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import TypeVar
 
-from dataplane.linux.render.filter import (
-    ANTI_SPOOF,
-    ENDPOINT_DOWN,
-    UNKNOWN_WORKLOAD,
-    FilterRenderer,
-)
+from dataplane.linux.render.dispatch import UNKNOWN_WORKLOAD
+from dataplane.linux.render.filter import ANTI_SPOOF, ENDPOINT_DOWN, FilterRenderer
 from dataplane.linux.render.overlay import encap_drops
 from dataplane.linux.render.qos_rules import connection_limit
 from dataplane.linux.rules.action import Dispatch, Drop

@@ -86,7 +86,7 @@ class HostEndpointWriter:
             chains = []
             for endpoint, policy in endpoints:
                 chains += base.host_endpoint_chains(endpoint, policy)
-            chains += base.host_dispatch(h.name for h, _ in endpoints)
+            chains += base.dispatch.hosts(h.name for h, _ in endpoints)
             self._groups.set(target.table("filter", version), "host-endpoints", chains)
             raw = HostPolicyRenderer(target.renderer("raw", version))
             mangle = HostPolicyRenderer(target.renderer("mangle", version))

@@ -140,7 +140,7 @@ class WorkloadWriter:
                     for chain in render.workload_chains(*entry):
                         table.update_chain(chain)
             if everything or self._dispatch_dirty:
-                dispatch = render.workload_dispatch(in_use)
+                dispatch = render.dispatch.workloads(in_use)
                 for chain in dispatch:
                     table.update_chain(chain)
                 chains = {c.name for c in dispatch}
