@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dataplane.config import status_path_prefix
+from dataplane.config_values import status_path_prefix
 from dataplane.ops.address import ListenAddress, listen_address
 
 __all__ = [

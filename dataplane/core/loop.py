@@ -32,7 +32,8 @@ from datetime import UTC, datetime
 import trio
 from google.protobuf.message import Message
 
-from dataplane.config import LOG_LEVELS, Config, parse_config
+from dataplane.config import Config, parse_config
+from dataplane.config_values import LOG_LEVELS
 from dataplane.core.backoff import ApplyRetries, Backoff
 from dataplane.core.heap import HeapFreezer
 from dataplane.core.observer import LoopObserver, NullObserver

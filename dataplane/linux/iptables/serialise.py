@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dataplane.config import LOG_RATE
+from dataplane.config_values import LOG_RATE
 from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.rules.action import (
     Accept,

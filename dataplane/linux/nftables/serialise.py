@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dataplane.config import LOG_RATE
+from dataplane.config_values import LOG_RATE
 from dataplane.linux.rules.action import (
     Accept,
     Action,

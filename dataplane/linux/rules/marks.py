@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dataplane.config import MIN_MARK_BITS
+from dataplane.config_values import MIN_MARK_BITS
 from dataplane.errors import ConfigError
 
 __all__ = ["Marks", "ScratchBits"]
