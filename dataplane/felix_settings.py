@@ -23,7 +23,7 @@ of Felix's reads, this table says what this driver does instead:
 ``docs/felix-parity.md`` is generated from this table and from each Felix
 release's source, and ``tests/test_felix_parity.py`` fails when a release
 has a key a dataplane of Felix's reads that this table does not name.
-Keys the driver reads are listed in :mod:`dataplane.config`; they are
+Keys the driver reads are listed in :mod:`dataplane.config_values`; they are
 :class:`Honoured` here too.
 """
 
