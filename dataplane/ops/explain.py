@@ -61,7 +61,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from dataplane.model import EffectivePolicy, WorkloadEndpoint
-from dataplane.model.services import Service, ServicePort
 from dataplane.ops.evaluate import (
     PROTOCOL_NUMBERS,
     Decision,
@@ -71,213 +70,28 @@ from dataplane.ops.evaluate import (
     Step,
     Where,
     direction_decision,
-    in_any,
     join,
     resolved_policy,
 )
+from dataplane.ops.locate import Location, locate
+from dataplane.ops.locate import sender as named_sender
 from dataplane.ops.qos_text import qos_steps
+from dataplane.ops.service_hit import (
+    ServiceHit,
+    endpoint_text,
+    service_backends,
+    service_frontend,
+)
+from dataplane.ops.trace_text import NO_POLICY, describe, step_line
 from dataplane.sim.platform import SimState
-from dataplane.windows.services.lb_render import internal_port
 
 __all__ = ["Explanation", "Location", "ServiceHit", "describe", "explain", "locate", "make_packet"]
 
 Verdict = Literal["allow", "deny"]
-LocationKind = Literal["workload", "host", "outside"]
-FrontendKind = Literal["cluster-ip", "external-ip", "load-balancer-ip", "node-port"]
 
 _PORT_PROTOCOLS = frozenset({"tcp", "udp", "sctp", "udplite"})
 _ECHO_REQUEST = {4: 8, 6: 128}
 _NAMES = {number: name for name, number in PROTOCOL_NUMBERS.items()}
-NO_POLICY = "no local endpoint's policy applies"
-
-
-# --- where the addresses are -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    """What an address is on this node."""
-
-    address: str
-    kind: LocationKind
-    endpoint: WorkloadEndpoint | None = None
-    host_endpoint: str | None = None  # the host endpoint expecting the address
-
-    def to_json(self) -> dict[str, object]:
-        ep = self.endpoint
-        return {
-            "address": self.address,
-            "kind": self.kind,
-            "endpoint": None if ep is None else str(ep.key),
-            "interface": None if ep is None else ep.name,
-            "host_endpoint": self.host_endpoint,
-        }
-
-    def __str__(self) -> str:
-        if self.endpoint is not None:
-            return f"{self.address}, workload {self.endpoint.key} ({self.endpoint.name})"
-        if self.host_endpoint is not None:
-            return f"{self.address}, this host (host endpoint {self.host_endpoint})"
-        return f"{self.address}, outside this node"
-
-
-def locate(state: SimState, address: str) -> Location:
-    """A local workload owning ``address``, else the host, else outside."""
-    for key in sorted(state.workload_endpoints):
-        ep = state.workload_endpoints[key]
-        if in_any(address, (*ep.ipv4_nets, *ep.ipv6_nets)):
-            return Location(address, "workload", endpoint=ep)
-    for hkey in sorted(state.host_endpoints):
-        hep = state.host_endpoints[hkey]
-        if in_any(address, (*hep.expected_ipv4_addrs, *hep.expected_ipv6_addrs)):
-            return Location(address, "host", host_endpoint=str(hkey))
-    return Location(address, "outside")
-
-
-def _sender(state: SimState, name: str, address: str) -> Location:
-    """``address`` sent by the workload ``name`` (whether or not it owns the address)."""
-    for key in sorted(state.workload_endpoints):
-        ep = state.workload_endpoints[key]
-        if name in (str(key), key.workload_id, ep.name):
-            return Location(address, "workload", endpoint=ep)
-    raise ValueError(f"no local workload endpoint {name!r}")
-
-
-# --- services ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceHit:
-    """The frontend a packet hit and the backends (``address:port``) it can reach."""
-
-    service: str
-    port: ServicePort
-    frontend: FrontendKind
-    address: str
-    backends: tuple[str, ...]
-
-    @property
-    def frontend_port(self) -> int:
-        return self.port.node_port if self.frontend == "node-port" else self.port.port
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "service": self.service,
-            "port_name": self.port.name,
-            "frontend": self.frontend,
-            "address": self.address,
-            "port": self.frontend_port,
-            "protocol": self.port.protocol,
-            "backends": list(self.backends),
-        }
-
-
-def _endpoint_text(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-
-
-def _frontend(
-    state: SimState, packet: Packet, destination: Location
-) -> tuple[Service, ServicePort, FrontendKind] | None:
-    """The service frontend ``packet`` is addressed to; VIPs before node ports (kube-proxy)."""
-    if packet.dst_port is None:
-        return None
-    services = [s for _, s in sorted(state.services.items()) if s.type != "ExternalName"]
-    dst = ipaddress.ip_address(packet.dst)
-    for service in services:
-        for port in service.ports:
-            if port.protocol != packet.protocol or port.port != packet.dst_port:
-                continue
-            vips: tuple[tuple[FrontendKind, tuple[str, ...]], ...] = (
-                ("cluster-ip", service.cluster_ips),
-                ("external-ip", service.external_ips),
-                ("load-balancer-ip", service.load_balancer_ips),
-            )
-            for kind, addresses in vips:
-                if any(ipaddress.ip_address(a) == dst for a in addresses):
-                    return service, port, kind
-    if destination.kind != "host":
-        return None
-    for service in services:
-        for port in service.ports:
-            if port.protocol == packet.protocol and port.node_port == packet.dst_port:
-                return service, port, "node-port"
-    return None
-
-
-def _targets(
-    service: Service, port: ServicePort, version: int, *, local_only: bool, windows: bool
-) -> list[str]:
-    """Backends of this family serving ``port``, as ``address:port``.
-
-    On Windows only those on the target port number most backends use: an
-    HNS load balancer has one internal port (the platform leaves the
-    others out and logs it).
-    """
-    family = [
-        b
-        for b in service.usable(local_only=local_only)
-        if ipaddress.ip_address(b.address).version == version
-    ]
-    if windows:
-        number, family, _ = internal_port(port, family)
-        return [_endpoint_text(b.address, number) for b in family]
-    out = []
-    for backend in family:
-        target = backend.port_for(port)
-        if target is not None:
-            out.append(_endpoint_text(backend.address, target))
-    return out
-
-
-def _backends(
-    state: SimState,
-    packet: Packet,
-    source: Location,
-    frontend: tuple[Service, ServicePort, FrontendKind],
-    *,
-    windows: bool,
-) -> tuple[list[str], Step | None]:
-    """Where kube-proxy may send ``packet``, or the step refusing it (service_render.py)."""
-    service, port, kind = frontend
-    v = packet.version
-    everyone = _targets(service, port, v, local_only=False, windows=windows)
-    if kind == "cluster-ip":
-        internal = (
-            _targets(service, port, v, local_only=True, windows=windows)
-            if service.internal_local
-            else everyone
-        )
-        return internal, None if internal else _refused("no-backends")
-    ranges = [r for r in service.source_ranges if ipaddress.ip_network(r).version == v]
-    gated = kind == "load-balancer-ip" and service.source_ranges
-    if gated and windows:
-        return [], _refused("unenforceable")
-    if gated and (everyone or service.external_local) and not in_any(packet.src, ranges):
-        return [], _refused("source-range")
-    # Local policy: pods and the node itself reach every backend; the
-    # outside world only this node's.
-    pools = [pool.cidr for pool in state.ip_pools.values()]
-    inside = source.kind == "host" or in_any(packet.src, pools)
-    if service.external_local and not inside:
-        local = _targets(service, port, v, local_only=True, windows=windows)
-        return local, None if local else _refused("no-local-backends")
-    return everyone, None if everyone else _refused("no-backends")
-
-
-_REFUSALS = {
-    "no-backends": "no backend to send it to: refused (kube-proxy's reject)",
-    "no-local-backends": "externalTrafficPolicy Local and no backend on this node: dropped",
-    "source-range": "source not in loadBalancerSourceRanges: dropped",
-    "unenforceable": "loadBalancerSourceRanges cannot be enforced by an HNS load balancer:"
-    " this frontend is not programmed (it fails closed)",
-}
-
-
-def _refused(
-    label: Literal["no-backends", "no-local-backends", "source-range", "unenforceable"],
-) -> Step:
-    return Step(label, Where("service", rule=label), "deny", _REFUSALS[label])
 
 
 # --- one path: source to one destination ---------------------------------------------------
@@ -398,7 +212,7 @@ class Explanation:
             f"source: {self.source}",
             f"destination: {self.destination}",
         ]
-        lines += [_INDENT * _depth(step) + _line(step) for step in self.steps]
+        lines += [step_line(step) for step in self.steps]
         lines.append(f"verdict: {self.verdict}, decided by {describe(self.decided_by)}")
         return "\n".join(lines) + "\n"
 
@@ -439,14 +253,18 @@ def explain(
     ctx = _Context(
         state, PolicyState(state.policies, state.profiles, state.ipsets), endpoint_to_host_action
     )
-    source = locate(state, packet.src) if sender is None else _sender(state, sender, packet.src)
+    source = (
+        locate(state, packet.src) if sender is None else named_sender(state, sender, packet.src)
+    )
     destination = locate(state, packet.dst)
-    frontend = _frontend(state, packet, destination)
+    frontend = service_frontend(state, packet, destination)
     if frontend is None:
         d = _path(ctx, packet, source, destination, None)
         return Explanation(packet, source, destination, _verdict(d.allowed), d.by, d.steps)
     service, sport, kind = frontend
-    backends, refusal = _backends(state, packet, source, frontend, windows=platform == "windows")
+    backends, refusal = service_backends(
+        state, packet, source, frontend, windows=platform == "windows"
+    )
     hit = ServiceHit(str(service.key), sport, kind, packet.dst, tuple(backends))
     found = Step("service", Where("service"), note_text=_service_note(hit))
     if refusal is not None:
@@ -474,7 +292,7 @@ def _verdict(allowed: bool) -> Verdict:
 
 def _service_note(hit: ServiceHit) -> str:
     return (
-        f"{hit.frontend} {_endpoint_text(hit.address, hit.frontend_port)}/{hit.port.protocol}"
+        f"{hit.frontend} {endpoint_text(hit.address, hit.frontend_port)}/{hit.port.protocol}"
         f" is service {hit.service} port {hit.port.name or hit.port.port}:"
         f" {len(hit.backends)} backend(s)"
         + (f": {', '.join(hit.backends)}" if hit.backends else "")
@@ -517,87 +335,3 @@ def make_packet(
     if port is not None or src_port is not None:
         raise ValueError(f"protocol {name} has no ports")
     return Packet(str(s), str(d), name)
-
-
-# --- text ----------------------------------------------------------------------------------
-
-_INDENT = "  "
-_DEPTH = {
-    "direction": 0,
-    "tier": 1,
-    "policy": 2,
-    "end-of-tier": 2,
-    "profile": 1,
-    "default": 1,
-    "admin-down": 1,
-    "spoofed-source": 1,
-    "no-backends": 1,
-    "no-local-backends": 1,
-    "source-range": 1,
-    "unenforceable": 1,
-}
-_MATCHED = {
-    "allow": "matched: allow",
-    "deny": "matched: deny",
-    "log": "matched: log, goes on",
-}
-
-
-def _depth(step: Step) -> int:
-    if step.kind == "rule":
-        depth = 3 if step.at.policy is not None else 2
-    else:
-        depth = _DEPTH.get(step.kind, 0)
-    return depth + (1 if step.at.backend is not None and step.kind != "backend" else 0)
-
-
-def _line(step: Step) -> str:
-    at = step.at
-    if step.kind == "direction":
-        return f"{at.direction} policy of workload {at.endpoint} ({step.note})"
-    if step.kind == "tier":
-        return f"tier {at.tier} ({step.note})"
-    if step.kind == "policy":
-        return f"policy {at.policy} ({step.note})"
-    if step.kind == "profile":
-        return f"profile {at.profile.name if at.profile else ''}"
-    if step.kind == "rule":
-        return f"rule {_rule_index(at)}: {step.note} -> {_rule_outcome(step)}"
-    if step.kind == "backend":
-        return f"backend {at.backend}: {step.note}"
-    return step.note + (f" -> {step.outcome}" if step.outcome else "")
-
-
-def _rule_index(at: Where) -> object:
-    return at.profile.rule if at.profile is not None else at.rule
-
-
-def _rule_outcome(step: Step) -> str:
-    if step.outcome == "no-match":
-        return f"no match ({step.mismatch})"
-    if step.outcome == "pass":
-        in_profile = step.at.profile is not None
-        return (
-            "matched: pass, ends the profile" if in_profile else "matched: pass, to the next tier"
-        )
-    return _MATCHED.get(step.outcome or "", str(step.outcome))
-
-
-def describe(at: Where) -> str:
-    """A decision's place in words: ``ingress of k8s/ns/pod/eth0, tier t, policy p, rule 0``."""
-    if at.direction == "none":
-        return NO_POLICY if at.backend is None else f"backend {at.backend}, {NO_POLICY}"
-    parts = [f"{at.direction} of {at.endpoint}" if at.endpoint else at.direction]
-    if at.backend is not None:
-        parts.insert(0, f"backend {at.backend}")
-    if at.tier is not None:
-        parts.append(f"tier {at.tier}")
-    if at.policy is not None:
-        parts.append(f"policy {at.policy}")
-    if at.profile is not None:
-        parts.append(f"profile {at.profile.name}, rule {at.profile.rule}")
-    elif isinstance(at.rule, int):
-        parts.append(f"rule {at.rule}")
-    elif at.rule is not None:
-        parts.append(at.rule)
-    return ", ".join(parts)
