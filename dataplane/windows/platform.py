@@ -47,27 +47,14 @@ import trio
 
 from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
-from dataplane.core.platform import EndpointKey, ObjectError, PolicyUsers
-from dataplane.core.quarantine import Rejection
+from dataplane.core.platform import EndpointKey
 from dataplane.model import (
     DirectionPolicy,
-    EffectivePolicy,
     EndpointStatus,
-    HostEffectivePolicy,
-    HostEndpoint,
-    HostEndpointKey,
-    IPPool,
-    IPSet,
     IPSetType,
-    Policy,
-    PolicyKey,
-    Profile,
     WorkloadEndpoint,
     WorkloadEndpointKey,
 )
-from dataplane.model.hosts import Encapsulation, Host
-from dataplane.model.routes import Route, Vtep
-from dataplane.model.services import Service, ServiceKey
 from dataplane.windows.hns.acl import AclRule
 from dataplane.windows.hns.calls import Offload, in_thread
 from dataplane.windows.hns.hcn import HCN, HnsVersion, Json, WriteAfterRead
@@ -88,8 +75,10 @@ from dataplane.windows.policy.programmers import (
 )
 from dataplane.windows.policy.qos_policy import QosProgrammer
 from dataplane.windows.policy.set_policy import set_token, wanted_sets
+from dataplane.windows.reports import WindowsReports
 from dataplane.windows.services.lb_programmer import LbProgrammer, lb_options
 from dataplane.windows.services.lb_state import OwnedIds
+from dataplane.windows.sinks import WindowsSinks
 from dataplane.windows.view.hns_listing import HnsListing
 from dataplane.windows.view.hns_refresh import DEFAULT_RATE, RefreshCycle, Tick
 from dataplane.windows.view.hns_view import DEFAULT_NETWORK_PATTERN, HnsEndpoint, HnsView, acl_key
@@ -108,7 +97,7 @@ T = TypeVar("T")
 _PENDING_RETRY_SECONDS = 2.0
 
 
-class WindowsPlatform:
+class WindowsPlatform(WindowsSinks, WindowsReports):
     name = "windows"
 
     def __init__(
@@ -152,104 +141,6 @@ class WindowsPlatform:
         # kube-proxy's serviceProxyHealthy: the last apply succeeded.
         self._applied_ok = False
         self._health = HealthCheckServer(host_addresses, healthy=lambda: self._applied_ok)
-
-    # --- sinks ----------------------------------------------------------------
-
-    def bind_policy_users(self, users: PolicyUsers) -> None:
-        self._desired.users = users
-
-    def replace_ipset(self, ipset: IPSet) -> None:
-        self._desired.replace_ipset(ipset)
-
-    def update_ipset_members(
-        self, set_id: str, added: frozenset[str], removed: frozenset[str]
-    ) -> None:
-        self._desired.update_ipset_members(set_id, added, removed)
-
-    def remove_ipset(self, set_id: str) -> None:
-        self._desired.remove_ipset(set_id)
-
-    def set_policy(self, key: PolicyKey, policy: Policy) -> None:
-        self._desired.set_policy(key, policy)
-
-    def remove_policy(self, key: PolicyKey) -> None:
-        self._desired.set_policy(key, None)
-
-    def set_profile(self, profile_id: str, profile: Profile) -> None:
-        self._desired.set_profile(profile_id, profile)
-
-    def remove_profile(self, profile_id: str) -> None:
-        self._desired.set_profile(profile_id, None)
-
-    def set_workload_endpoint(self, endpoint: WorkloadEndpoint, policy: EffectivePolicy) -> None:
-        qos = endpoint.qos
-        egress = qos.egress.bandwidth
-        # HNS caps an endpoint's egress and nothing else (qos_policy.py).
-        self._qos.want(endpoint.key, egress.rate // 8 if egress else None)
-        if endpoint.dscp:
-            self._unsupported("DSCP marking (qos_policies; HNS has no form for it)")
-        if qos.ingress or qos.egress.packet_rate or qos.egress.max_connections:
-            self._unsupported(
-                "QoS controls other than the egress bandwidth (ingress bandwidth, packet"
-                " rates, connection limits; HNS has no form for them)"
-            )
-        self._desired.set_endpoint(endpoint, policy)
-
-    def remove_workload_endpoint(self, key: WorkloadEndpointKey) -> None:
-        # HNS drops an endpoint's ACLs with the endpoint; the CNI deletes it.
-        self._desired.remove_endpoint(key)
-        self._endpoints.forget(key)
-        self._qos.forget(key)
-
-    def _unsupported(self, what: str) -> None:
-        if what not in self._unsupported_logged:
-            self._unsupported_logged.add(what)
-            log.warning("%s: not programmed on Windows (Felix has no Windows form either)", what)
-
-    def set_host_endpoint(self, endpoint: HostEndpoint, policy: HostEffectivePolicy) -> None:
-        self._unsupported("host endpoints")
-
-    def remove_host_endpoint(self, key: HostEndpointKey) -> None:
-        pass
-
-    def set_ip_pool(self, pool_id: str, pool: IPPool) -> None:
-        # Outgoing NAT on Windows is the HNS network's OutBoundNAT policy, set
-        # up with the network by the CNI; pools change nothing here.
-        pass
-
-    def remove_ip_pool(self, pool_id: str) -> None:
-        pass
-
-    def set_vtep(self, vtep: Vtep) -> None:
-        self._vxlan.set_vtep(vtep)
-        self._lbs.touch()  # remote backends' provider addresses
-
-    def remove_vtep(self, node: str) -> None:
-        self._vxlan.remove_vtep(node)
-        self._lbs.touch()
-
-    def set_route(self, route: Route) -> None:
-        self._vxlan.set_route(route)
-        self._lbs.touch()
-
-    def remove_route(self, dst: str) -> None:
-        self._vxlan.remove_route(dst)
-        self._lbs.touch()
-
-    def set_host(self, host: Host) -> None:
-        pass  # HNS needs no other node's metadata: routes carry their node's address
-
-    def remove_host(self, name: str) -> None:
-        pass
-
-    def set_encapsulation(self, encapsulation: Encapsulation) -> None:
-        pass  # the CNI chose the network type (Overlay or L2Bridge) already
-
-    def set_service(self, service: Service) -> None:
-        self._lbs.wanted.set_service(service)
-
-    def remove_service(self, key: ServiceKey) -> None:
-        self._lbs.wanted.remove_service(key)
 
     def configure(self, config: Config) -> None:
         self.config = config
@@ -492,47 +383,6 @@ class WindowsPlatform:
         if self._must_list or self._unmapped():
             return min(due, self._last_apply + _PENDING_RETRY_SECONDS)
         return due
-
-    def quarantined(self) -> list[tuple[str, Rejection]]:
-        """What HNS refused, retried alone with backoff: ("workload K" or "network ID", why)."""
-        return [
-            *((f"workload {key}", why) for key, why in self._endpoints.held.items()),
-            *((f"network {network_id}", why) for network_id, why in self._sets.held.items()),
-            *self._vxlan.quarantined(),
-            *self._lbs.quarantined(),
-        ]
-
-    def object_errors(self) -> list[ObjectError]:
-        """Everything HNS refused and held back now, by object, with HNS's message.
-
-        Set writes are refused per network; they are named by the IP sets the
-        refused request carried (by the network if it named none). Load
-        balancers are named by their service, remote endpoints by address.
-        """
-        found: dict[tuple[str, str], str] = {}
-        for key, why in self._endpoints.held.items():
-            found.setdefault(("workload_endpoint", str(key)), why.reason)
-        for network_id, why in self._sets.held.items():
-            failed = self._sets.failed_sets.get(network_id)
-            named = [("ipset", s) for s in failed] if failed else [("network", network_id)]
-            for ident in named:
-                found.setdefault(ident, why.reason)
-        for (_network, prefix), why in self._vxlan.held.items():
-            found.setdefault(("route", prefix), why.reason)
-        for lb_key, why in self._lbs.held.items():
-            lb = self._lbs.wanted.get(lb_key)
-            ident = ("service", lb.service) if lb else ("load_balancer", str(lb_key))
-            found.setdefault(ident, why.reason)
-        for address, why in self._lbs.remotes_held.items():
-            found.setdefault(("remote_endpoint", address), why.reason)
-        for note in self._lbs.stranded():  # no source VIP, a frontend another holds
-            found.setdefault(("service", note.service), note.text)
-        return [ObjectError(kind, ident, reason) for (kind, ident), reason in sorted(found.items())]
-
-    def fail_closed(self) -> list[FailClosed]:
-        """Every rule in force now that HNS could not express exactly."""
-        notes = {n for r in self._endpoints.all_rendered() for n in r.fail_closed}
-        return sorted(notes, key=str)
 
     async def serve(self) -> None:
         """Health-check node ports, on the node's addresses (all where none is given)."""
