@@ -38,7 +38,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from dataplane.config import Config
 from dataplane.core.quarantine import Quarantine, Rejection
@@ -56,6 +55,7 @@ from dataplane.windows.services.lb_render import (
 from dataplane.windows.services.lb_shape import Shape, key_of, shape_of
 from dataplane.windows.services.lb_state import OwnedIds
 from dataplane.windows.services.remote_endpoints import RemoteEndpoint, parse_remote
+from dataplane.windows.services.remote_writes import Plan, RemoteWrites
 from dataplane.windows.view.hns_view import HnsView
 
 __all__ = ["LbProgrammer", "lb_options"]
@@ -70,16 +70,7 @@ def _new_id() -> str:
     return str(uuid.uuid4()).upper()
 
 
-@dataclass(slots=True)
-class _Plan:
-    """One load balancer's wanted JSON (None: none wanted) and why backends are missing."""
-
-    json: Json | None
-    waiting: tuple[str, ...]
-    unlisted_local: bool = False  # a local backend's endpoint is not in the listing yet
-
-
-class LbProgrammer:
+class LbProgrammer(RemoteWrites):
     def __init__(
         self,
         hcn: HCN,
@@ -247,14 +238,14 @@ class LbProgrammer:
 
     def _plans(
         self, network: tuple[str, bool] | None, view: HnsView, provider: Provider
-    ) -> dict[LbKey, _Plan]:
-        plans: dict[LbKey, _Plan] = {}
+    ) -> dict[LbKey, Plan]:
+        plans: dict[LbKey, Plan] = {}
         due = set(self.held.due())
         for key in sorted(self._check):
             if key in self.held and key not in due:
                 continue
             lb = self.wanted.get(key)
-            plans[key] = self._plan(lb, network, view, provider) if lb else _Plan(None, ())
+            plans[key] = self._plan(lb, network, view, provider) if lb else Plan(None, ())
             self.waiting.pop(key, None)
             self._unlisted_local.discard(key)
             if plans[key].waiting:
@@ -265,7 +256,7 @@ class LbProgrammer:
 
     def _plan(
         self, lb: WantedLb, network: tuple[str, bool] | None, view: HnsView, provider: Provider
-    ) -> _Plan:
+    ) -> Plan:
         ids: list[str] = []
         remotes: list[RemoteEndpoint] = []
         waiting: list[str] = []
@@ -299,48 +290,11 @@ class LbProgrammer:
             else:
                 ids.append(remote.id)  # created before any load balancer names it
         if not ids:
-            return _Plan(None, tuple(waiting), unlisted_local)
+            return Plan(None, tuple(waiting), unlisted_local)
         lb_id = self._actual[lb.key][0] if lb.key in self._actual else ""
-        return _Plan(load_balancer_json(lb, lb_id, ids), tuple(waiting), unlisted_local)
+        return Plan(load_balancer_json(lb, lb_id, ids), tuple(waiting), unlisted_local)
 
-    async def _create_remotes(self, plans: dict[LbKey, _Plan], view: HnsView) -> bool:
-        """Create the wanted remote endpoints HNS lacks, through one network handle."""
-        relist = False
-        due = set(self.remotes_held.due())
-        todo: dict[str, list[RemoteEndpoint]] = {}
-        for address, remote in sorted(self._wanted_remotes.items()):
-            if address in self._remotes:
-                if self._remotes[address][1] == remote:
-                    self.remotes_held.release(address)  # HNS holds it (the call landed after all)
-                continue
-            if address in self.remotes_held and address not in due:
-                continue
-            todo.setdefault(remote.network_id, []).append(remote)
-        for network_id, remotes in sorted(todo.items()):
-            results: list[Json | HcnError]
-            try:
-                results = await self._call(
-                    self._hcn.create_endpoints, network_id, [r.json() for r in remotes]
-                )
-            except HcnError as exc:  # the network itself could not be opened
-                results = [exc] * len(remotes)
-            for remote, result in zip(remotes, results, strict=True):
-                if isinstance(result, HcnError):
-                    relist = True
-                    if self.remotes_held.reject(remote.address, str(result)):
-                        log.error(
-                            "remote endpoint %s: HNS failed it: %s; retried with backoff",
-                            remote.address,
-                            result,
-                        )
-                    _drop_endpoint(plans, remote.id)
-                    continue
-                self.remotes_held.release(remote.address)
-                self._remotes[remote.address] = (remote.id, remote)
-                view.add(result)  # known without reading it back
-        return relist
-
-    async def _write_load_balancers(self, plans: dict[LbKey, _Plan], version: HnsVersion) -> None:
+    async def _write_load_balancers(self, plans: dict[LbKey, Plan], version: HnsVersion) -> None:
         deletes = [
             (k, i)
             for k, (i, _) in sorted(self._actual.items())
@@ -425,25 +379,6 @@ class LbProgrammer:
         elif key is None:
             log.error("load balancer %s: could not delete it: %s", lb_id, exc)
 
-    async def _delete_remotes(self, view: HnsView) -> bool:
-        named = {e for _, shape in self._actual.values() for e in shape[2]}
-        relist = False
-        for address, (endpoint_id, remote) in sorted(self._remotes.items()):
-            if self._wanted_remotes.get(address) == remote or endpoint_id in named:
-                continue
-            try:
-                await self._call(self._hcn.delete_endpoint, endpoint_id)
-            except HcnError as exc:
-                if not exc.not_found:
-                    relist = True
-                    log.error("remote endpoint %s: could not delete it: %s", address, exc)
-                    continue
-            del self._remotes[address]
-            view.forget(endpoint_id)
-            if address in self._wanted_remotes:
-                self.again = self._check_all = True  # replaced: the new one is made next
-        return relist
-
     # --- reporting -----------------------------------------------------------------------
 
     def quarantined(self) -> list[tuple[str, Rejection]]:
@@ -467,14 +402,6 @@ class LbProgrammer:
         out.extend(f"  {note}" for note in self.wanted.notes())
         out.append(f"remote endpoints of ours: {len(self._remotes)}")
         return out
-
-
-def _drop_endpoint(plans: dict[LbKey, _Plan], endpoint_id: str) -> None:
-    """A remote endpoint could not be created: no load balancer may name it."""
-    for plan in plans.values():
-        if plan.json is not None and endpoint_id in plan.json["HostComputeEndpoints"]:
-            remaining = [e for e in plan.json["HostComputeEndpoints"] if e != endpoint_id]
-            plan.json = {**plan.json, "HostComputeEndpoints": remaining} if remaining else None
 
 
 def lb_options(
