@@ -70,7 +70,6 @@ from dataplane.windows.hns.hcn import (
     ERROR_ALREADY_EXISTS,
     HCN_E_ENDPOINT_NOT_FOUND,
     HCN_E_NETWORK_NOT_FOUND,
-    HCN_E_POLICY_NOT_FOUND,
     LB_NOT_FOUND,
     EndpointRead,
     HcnError,
@@ -78,7 +77,8 @@ from dataplane.windows.hns.hcn import (
     Json,
     WriteAfterRead,
 )
-from dataplane.windows.sim.simhost_file import HostFile, document, encode
+from dataplane.windows.sim.policy_merges import merged_endpoint, merged_network
+from dataplane.windows.sim.simhost_file import HostFile
 from dataplane.windows.sim.simhost_rules import (
     check_endpoint,
     check_endpoint_policies,
@@ -87,26 +87,16 @@ from dataplane.windows.sim.simhost_rules import (
     check_network_policies,
     guid,
     policy_request,
-    set_id,
 )
+from dataplane.windows.sim.simhost_sync import NEWEST, SECTIONS, STORES, FileSync
 
-__all__ = ["SimHost"]
+__all__ = ["NEWEST", "SimHost"]
 
-# The store of each HCN object kind.
-_STORES: dict[str, Callable[[SimHost], dict[str, Json]]] = {
-    "Network": lambda host: host.networks,
-    "Endpoint": lambda host: host.endpoints,
-    "LoadBalancer": lambda host: host.load_balancers,
-}
-# Each kind's list in the file.
-_SECTIONS = {"Network": "Networks", "Endpoint": "Endpoints", "LoadBalancer": "LoadBalancers"}
-
-NEWEST = HnsVersion(15, 4)  # every feature this driver uses
 # Decides whether a call fails: (HCN function name, object id) -> fail?
 Fault = Callable[[str, str], bool]
 
 
-class SimHost:
+class SimHost(FileSync):
     """The simulated host; thread-safe (the platform calls it from worker threads)."""
 
     def __init__(
@@ -134,7 +124,7 @@ class SimHost:
         # Each object's text as last written, by kind and id; what a write
         # access touched (kind, id) is encoded again, or everything when
         # _encoded_all is False (after a re-read or a flush).
-        self._encoded: dict[str, dict[str, bytes]] = {kind: {} for kind in _SECTIONS}
+        self._encoded: dict[str, dict[str, bytes]] = {kind: {} for kind in SECTIONS}
         self._touched: set[tuple[str, str]] = set()
         self._encoded_all = False
         self._writing = False
@@ -159,117 +149,6 @@ class SimHost:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from exc
         return host
-
-    @contextlib.contextmanager
-    def _access(self, *, write: bool) -> Iterator[None]:
-        """One access: the thread lock and, for a file host, the file's lock
-        around a re-read if another process changed it and, when ``write``
-        and the body succeeded, a rewrite."""
-        with self._lock:
-            if self._file is None:
-                yield
-                return
-            with self._file.locked() as data:
-                if data:
-                    self._adopt(data)
-                self._writing = write
-                try:
-                    yield
-                finally:
-                    self._writing = False
-                # No object changed (a read that could have written): no
-                # write; the calls counted are saved with the next, or at
-                # flush(). A call that raised writes nothing either.
-                if write and self._encode_touched():
-                    self._file.write_document(self._document())
-
-    def _adopt(self, data: Json) -> None:
-        """The host as the file holds it; ValueError if it is not one."""
-        raw = data.get("Version") or {"Major": NEWEST.major, "Minor": NEWEST.minor}
-        try:
-            self._version = HnsVersion(int(raw["Major"]), int(raw["Minor"]))
-        except (TypeError, KeyError, ValueError) as exc:
-            raise ValueError(f"a bad Version {raw!r}") from exc
-        for key, store in (
-            ("Networks", self.networks),
-            ("Endpoints", self.endpoints),
-            ("LoadBalancers", self.load_balancers),
-        ):
-            store.clear()
-            for obj in data.get(key) or ():
-                if not isinstance(obj, dict) or not obj.get("ID"):
-                    raise ValueError(f"an object in {key} has no ID: {obj!r}")
-                store[guid(obj["ID"])] = obj
-        self._encoded_all = False
-        self._saved_calls = Counter({str(k): int(v) for k, v in (data.get("Calls") or {}).items()})
-
-    def _data(self) -> Json:
-        """The whole host as the file holds it; the calls made here are saved with it."""
-        self._saved_calls += self._unsaved_calls
-        self._unsaved_calls = Counter()
-        return {
-            "Version": {"Major": self._version.major, "Minor": self._version.minor},
-            "Networks": copy.deepcopy(list(self.networks.values())),
-            "Endpoints": copy.deepcopy(list(self.endpoints.values())),
-            "LoadBalancers": copy.deepcopy(list(self.load_balancers.values())),
-            "Calls": dict(sorted(self._saved_calls.items())),
-        }
-
-    def _touch(self, kind: str, object_id: str) -> None:
-        """The object may change in this access: encode it again when writing."""
-        if self._writing:
-            self._touched.add((kind, guid(object_id)))
-
-    def _encode_touched(self) -> bool:
-        """Encode again what this access touched (everything after a re-read or a
-        flush); whether any object now differs from what the file holds."""
-        changed = not self._encoded_all
-        for kind in _SECTIONS:
-            store, encoded = _STORES[kind](self), self._encoded[kind]
-            if not self._encoded_all:
-                encoded.clear()
-            for object_id in {i for k, i in self._touched if k == kind}:
-                obj = store.get(object_id)
-                text = None if obj is None else encode(obj)
-                if encoded.get(object_id) != text:
-                    changed = True
-                    if text is None:
-                        del encoded[object_id]
-                    else:
-                        encoded[object_id] = text
-            if len(encoded) != len(store):  # a re-read or a flush: encoded whole
-                changed = True
-                for object_id, obj in store.items():
-                    if object_id not in encoded:
-                        encoded[object_id] = encode(obj)
-        self._touched.clear()
-        self._encoded_all = True
-        return changed
-
-    def _document(self) -> bytes:
-        """The file's text from the objects' kept texts; the calls made here with it.
-        What changes at every write comes last (a rewrite starts where it differs)."""
-        self._saved_calls += self._unsaved_calls
-        self._unsaved_calls = Counter()
-        members: dict[str, bytes | list[bytes]] = {
-            section: [self._encoded[kind][i] for i in _STORES[kind](self)]
-            for kind, section in _SECTIONS.items()
-        }
-        members["Version"] = encode({"Major": self._version.major, "Minor": self._version.minor})
-        members["Calls"] = encode(dict(sorted(self._saved_calls.items())))
-        return document(members)
-
-    def snapshot(self) -> Json:
-        """The whole host as the file holds it (``Calls``: every run's, for a file host)."""
-        with self._access(write=False):
-            return self._data()
-
-    def flush(self) -> None:
-        """Save the calls counted since the last write, and every object as it is now
-        (the calls save what they change; this also what was changed behind them)."""
-        if self._file is not None:
-            with self._access(write=True):
-                self._encoded_all = False  # every object again, and always a write
 
     # --- HCN ------------------------------------------------------------------
 
@@ -303,7 +182,7 @@ class SimHost:
         """``HcnOpen<kind>`` ... ``HcnClose<kind>`` around the body, as the binding does."""
         self._call(f"Open{kind}", object_id)
         self._touch(kind, object_id)  # a write through the handle changes it
-        found = self._get(_STORES[kind](self), object_id, f"Open{kind}")
+        found = self._get(STORES[kind](self), object_id, f"Open{kind}")
         try:
             yield found
         finally:
@@ -318,7 +197,7 @@ class SimHost:
         and close per object (hcsshim's ``List*`` do the same)."""
         self._call(f"Enumerate{kind}s")
         out = []
-        for object_id in list(_STORES[kind](self)):
+        for object_id in list(STORES[kind](self)):
             with self._opened(kind, object_id) as obj:
                 out.append(self._query(kind, obj))
         return out
@@ -372,7 +251,7 @@ class SimHost:
         ``Endpoint``, ``LoadBalancer``) as the host and its file hold them now, by
         id; uncounted."""
         with self._access(write=False):
-            return dict(_STORES[kind](self))
+            return dict(STORES[kind](self))
 
     def add_network(self, network: Json) -> Json:
         """Set-up only (the CNI's job, not the driver's): a network, uncounted."""
@@ -401,7 +280,7 @@ class SimHost:
             self._call("ModifyNetwork", network_id)
             kind, policies = policy_request(request, "ModifyNetwork", network_id)
             check_network_policies(network, kind, policies, self._version)
-            network["Policies"] = _merged_network(network.get("Policies") or [], kind, policies)
+            network["Policies"] = merged_network(network.get("Policies") or [], kind, policies)
 
     def create_endpoint(self, network_id: str, endpoint: Json) -> Json:
         (created,) = self.create_endpoints(network_id, [endpoint])
@@ -444,7 +323,7 @@ class SimHost:
         kind, policies = policy_request(request, "ModifyEndpoint", endpoint_id)
         network = self.networks.get(guid(endpoint.get("HostComputeNetwork", "")), {})
         check_endpoint_policies(network, policies, self._version, "ModifyEndpoint", endpoint_id)
-        endpoint["Policies"] = _merged_endpoint(endpoint.get("Policies") or [], kind, policies)
+        endpoint["Policies"] = merged_endpoint(endpoint.get("Policies") or [], kind, policies)
 
     def delete_endpoint(self, endpoint_id: str) -> None:
         with self._access(write=True):
@@ -528,42 +407,3 @@ class SimHost:
         check_endpoint(network, ep, self.endpoints, call)
         self.endpoints[ep["ID"]] = ep
         return ep
-
-
-def _remove(
-    current: list[Json], gone: list[Json], same: Callable[[Json, Json], bool], call: str
-) -> list[Json]:
-    remaining = list(current)
-    for policy in gone:
-        match = next((p for p in remaining if same(p, policy)), None)
-        if match is None:
-            raise HcnError(call, "", HCN_E_POLICY_NOT_FOUND, f"no such policy {policy!r}"[:200])
-        remaining.remove(match)
-    return remaining
-
-
-def _merged_endpoint(current: list[Json], kind: str, policies: list[Json]) -> list[Json]:
-    """Update replaces every policy of the types it carries: a whole ACL list at once."""
-    if kind == "Add":
-        return [*current, *policies]
-    if kind == "Update":
-        types = {p.get("Type") for p in policies}
-        return [p for p in current if p.get("Type") not in types] + policies
-    return _remove(current, policies, lambda a, b: a == b, "ModifyEndpoint")
-
-
-def _merged_network(current: list[Json], kind: str, policies: list[Json]) -> list[Json]:
-    """Sets are known by ``Id`` (Add refuses a taken one, Update replaces one); others by value."""
-
-    def same(a: Json, b: Json) -> bool:
-        return a == b if set_id(b) is None else set_id(a) == set_id(b)
-
-    if kind == "Remove":
-        return _remove(current, policies, same, "ModifyNetwork")
-    if kind == "Update":
-        remaining = _remove(current, policies, same, "ModifyNetwork")
-        return [*remaining, *policies]
-    for policy in policies:
-        if any(same(p, policy) for p in current):
-            raise HcnError("ModifyNetwork", "", ERROR_ALREADY_EXISTS, f"{policy!r}"[:200])
-    return [*current, *policies]
