@@ -268,7 +268,10 @@ class RouteProgrammer:
             self._seen = {device: links.get(device) for device in self._by_device}
             self._links_generation = generation
             return None
-        check = self._check | self.pending
+        # Gathered into self._check itself: a sync that raises midway
+        # looks at all of it again.
+        check = self._check
+        check |= self.pending
         check.update(cidr for cidr in self.quarantine if cidr not in skip)
         if generation != self._links_generation:
             seen = self._seen
@@ -279,7 +282,7 @@ class RouteProgrammer:
                     check |= cidrs
             self._links_generation = generation
         else:
-            for cidr in self._check:
+            for cidr in check:
                 target = self._desired.get(cidr)
                 if target is not None and target.device and target.device not in self._seen:
                     self._seen[target.device] = links.get(target.device)
