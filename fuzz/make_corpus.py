@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dataplane import config  # noqa: E402
+from dataplane.config import felix_keys  # noqa: E402
 from dataplane.wire._pb import felixbackend_pb2 as pb  # noqa: E402
 from dataplane.wire.framing import encode_frame, encode_frames  # noqa: E402
 from dataplane.wire.msglog import envelopes  # noqa: E402
@@ -74,8 +74,7 @@ def _config_all_keys() -> bytes:
         "WindowsServiceSourceVIP": "10.0.0.250",
         "FelixHostname": "node-a",
     }
-    keys = getattr(config, "_KEYS", {})
-    raw = {key: values.get(key, "1") for key in sorted(keys)}
+    raw = {key: values.get(key, "1") for key, _field, _default in sorted(felix_keys())}
     return encode_frames(envelopes([pb.ConfigUpdate(config=raw), pb.InSync()]))
 
 
