@@ -667,8 +667,10 @@ def _settings(name: str, examples: int = EXAMPLES) -> settings:
 
 
 # What this test found, pinned: a negated /0 (nft refused it at commit and
-# the node stalled) and a host endpoint on every interface (rendered
-# "-i  -g cali-fh-", refused, so host input went fail-closed).
+# the node stalled), a host endpoint on every interface (rendered
+# "-i  -g cali-fh-", refused, so host input went fail-closed), and the
+# fastest packet rate the edge accepts (10,000/second, which the limit
+# match takes, refused by the renderer as a log rate's pattern).
 FOUND = (
     NodeState(
         {},
@@ -702,6 +704,25 @@ FOUND = (
         [],
         [],
     ),
+    NodeState(
+        {},
+        [],
+        [],
+        [
+            pb.WorkloadEndpoint(
+                state="active",
+                name="cali1",
+                qos_controls=pb.QoSControls(
+                    IngressPacketRate=10_000,
+                    IngressPacketBurst=10_000,
+                    EgressPacketRate=10_000,
+                    EgressPacketBurst=10_000,
+                ),
+            )
+        ],
+        [],
+        [],
+    ),
 )
 
 
@@ -713,6 +734,7 @@ def test_the_kernel_takes_every_rendered_table_exactly(netns: str, backend: str)
     @seed(20261123)
     @example(FOUND[0])
     @example(FOUND[1])
+    @example(FOUND[2])
     @given(node_states())
     def check(state: NodeState) -> None:
         aim(check_state(netns, backend, state))

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dataplane.config_values import LOG_RATE
 from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.rules.action import (
     Accept,
@@ -35,6 +34,7 @@ from dataplane.linux.rules.action import (
 )
 from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
+    LIMIT_RATE,
     Addresses,
     ConnLimit,
     ConnState,
@@ -230,7 +230,7 @@ class _Rendering:
                 bang = "! " if negate else ""
                 self.parts.append(f"{bang}{'-i' if inbound else '-o'} {name}")
             case Limit(rate, burst):
-                if not LOG_RATE.fullmatch(rate):
+                if not LIMIT_RATE.fullmatch(rate):
                     raise ValueError(f"not a rate limit: {rate!r}")
                 burst_text = f" --limit-burst {burst}" if burst else ""
                 self.parts.append(f"-m limit --limit {rate}{burst_text}")

@@ -20,7 +20,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dataplane.config_values import LOG_RATE
 from dataplane.linux.rules.action import (
     Accept,
     Action,
@@ -41,6 +40,7 @@ from dataplane.linux.rules.action import (
 from dataplane.linux.rules.comment import safe_comment
 from dataplane.linux.rules.marks import Marks, ScratchBits
 from dataplane.linux.rules.match import (
+    LIMIT_RATE,
     Addresses,
     ConnLimit,
     ConnState,
@@ -267,7 +267,7 @@ class _Rendering:
                 values = _one_or_set([s.lower() for s in states])
                 self.parts.append(f"ct state {'!= ' if negate else ''}{values}")
             case Limit(rate, burst):
-                if not LOG_RATE.fullmatch(rate):
+                if not LIMIT_RATE.fullmatch(rate):
                     raise ValueError(f"not a rate limit: {rate!r}")
                 burst_text = f" burst {burst} packets" if burst else ""
                 self.parts.append(f"limit rate {rate}{burst_text}")

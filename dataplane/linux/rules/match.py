@@ -10,11 +10,13 @@ does not.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from dataplane.model import IcmpMatch, PortRange
 
 __all__ = [
+    "LIMIT_RATE",
     "Addresses",
     "ConnLimit",
     "ConnState",
@@ -165,10 +167,17 @@ class Interface:
     negate: bool = False
 
 
+# What a limit match takes: up to the kernel's XT_LIMIT_SCALE, 10,000 a
+# unit. A LogActionRateLimit (LOG_RATE, at most 9,999) and a packet rate
+# (1-10,000 a second, the edge's range) both fit; 10,000/second is the
+# fastest rate iptables' limit match can express.
+LIMIT_RATE = re.compile(r"(?:[1-9]\d{0,3}|10000)/(?:second|minute|hour|day)")
+
+
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """At most ``rate`` packets (``dataplane.config.LOG_RATE``: ``N/second``,
-    ``minute``, ``hour`` or ``day``), in bursts of ``burst`` (0: the kernel's default)."""
+    """At most ``rate`` packets (:data:`LIMIT_RATE`: ``N/second``, ``minute``,
+    ``hour`` or ``day``), in bursts of ``burst`` (0: the kernel's default)."""
 
     rate: str
     burst: int = 0
