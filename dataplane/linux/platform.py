@@ -110,7 +110,7 @@ class LinuxPlatform(Sinks, Observed):
         self._ipset_changes = PendingIPSets()
         self._kernel: Programmers | None = None
         self._timers = RefreshTimers(clock)
-        self._statuses = EndpointStatuses()
+        self._statuses = EndpointStatuses(self._links)
         self._last_apply = -math.inf
         # The refresher: timers it has yet to read for, its wake-up,
         # and whether it runs (serve); a difference it found wants an apply.
@@ -243,7 +243,6 @@ class LinuxPlatform(Sinks, Observed):
         self._statuses.update(
             desired.workloads,
             desired.hosts,
-            self._links,
             self._reports().failing(kernel, desired.routes),
         )
         self._last_apply = self._clock()

@@ -13,29 +13,25 @@ of them changed: a new pod costs its own status, not the node's.
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from typing import Any
 
 from dataplane.core.platform import EndpointKey
 from dataplane.core.status_book import StatusBook
-from dataplane.linux.netlink.links import LinkMonitor, LinkState
+from dataplane.linux.netlink.links import LinkMonitor, LinkState, LinkWatch
 from dataplane.linux.writers.hosts import HostEndpointWriter
 from dataplane.linux.writers.workloads import WorkloadWriter
 from dataplane.model import EndpointStatus, HostEndpointKey
 
 __all__ = ["EndpointStatuses"]
 
-# Not a LinkState: an interface not looked at yet.
-_UNSEEN: Any = object()
-
 
 class EndpointStatuses:
-    def __init__(self) -> None:
+    def __init__(self, links: LinkMonitor) -> None:
         self.book = StatusBook()
+        self._links = links
         self._touched: set[EndpointKey] = set()
         self._on: dict[str, set[EndpointKey]] = {}  # interface -> endpoints on it
         self._interface: dict[EndpointKey, str] = {}
-        self._seen: dict[str, LinkState | None] = {}  # interface -> the link last looked at
-        self._generation = -1
+        self._watch = LinkWatch(links)  # the links of the interfaces in _on
         self._failing: frozenset[EndpointKey] = frozenset()
 
     def touch(self, key: EndpointKey) -> None:
@@ -46,7 +42,6 @@ class EndpointStatuses:
         self,
         workloads: WorkloadWriter,
         hosts: HostEndpointWriter,
-        links: LinkMonitor,
         failing: AbstractSet[EndpointKey],
     ) -> StatusBook:
         """Bring the book up to date (after an apply); ``failing``: the
@@ -56,14 +51,9 @@ class EndpointStatuses:
         now = frozenset(failing)
         look |= now ^ self._failing
         self._failing = now
-        state = links.links
-        if links.generation != self._generation:
-            self._generation = links.generation
-            for iface, keys in self._on.items():
-                link = state.get(iface)
-                if link is not self._seen.get(iface, _UNSEEN):
-                    self._seen[iface] = link
-                    look |= keys
+        state = self._links.links
+        for iface in self._watch.changed():
+            look |= self._on[iface]
         book = self.book
         for key in look:
             if isinstance(key, HostEndpointKey):
@@ -74,7 +64,7 @@ class EndpointStatuses:
                 workload = workloads.get(key)
                 name = None if workload is None else workload.name
                 up = workload is not None and workload.admin_up and self._link_up(name, state)
-            self._index(key, name, state)
+            self._index(key, name)
             if name is None:
                 book.remove(key)
             elif key in now:
@@ -87,7 +77,7 @@ class EndpointStatuses:
         link = state.get(name or "")
         return link is not None and link.up
 
-    def _index(self, key: EndpointKey, name: str | None, state: dict[str, LinkState]) -> None:
+    def _index(self, key: EndpointKey, name: str | None) -> None:
         """Which interface ``key`` is on now (None: it is gone)."""
         old = self._interface.get(key)
         if old == name:
@@ -97,12 +87,12 @@ class EndpointStatuses:
             keys.discard(key)
             if not keys:
                 del self._on[old]
-                self._seen.pop(old, None)
+                self._watch.forget(old)
         if name is None:
             self._interface.pop(key, None)
             return
         self._interface[key] = name
         if name not in self._on:
             self._on[name] = set()
-            self._seen[name] = state.get(name)  # looked at now; a later change is news
+            self._watch.follow(name)  # looked at now; a later change is news
         self._on[name].add(key)

@@ -102,8 +102,8 @@ _ops = st.lists(
 def test_statuses_kept_as_things_change_equal_statuses_worked_out_afresh(
     ops: list[tuple[Any, ...]],
 ) -> None:
-    statuses = EndpointStatuses()
     workloads, hosts, links = WorkloadWriter(), HostEndpointWriter(), Links()
+    statuses = EndpointStatuses(links)
     failing: set[EndpointKey] = set()
     for op in [*ops, ("apply",)]:
         if op[0] == "workload":
@@ -127,5 +127,5 @@ def test_statuses_kept_as_things_change_equal_statuses_worked_out_afresh(
         elif op[0] == "fail":
             failing ^= {op[1]}
         else:
-            book = statuses.update(workloads, hosts, links, failing)
+            book = statuses.update(workloads, hosts, failing)
             assert dict(book) == _afresh(workloads, hosts, links.links, failing)

@@ -20,7 +20,11 @@ from typing import Any, Protocol
 
 import trio
 
-__all__ = ["LinkMonitor", "LinkState"]
+__all__ = [
+    "LinkMonitor",
+    "LinkState",
+    "LinkWatch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -140,3 +144,48 @@ class LinkMonitor:
             # links; status just follows more slowly. Say so once.
             log.warning("link monitor stopped (%s); falling back to refresh timers", exc)
             self.mark_stale()
+
+
+class LinkWatch:
+    """Some interfaces' links as a reader last looked at them; after links
+    change (:attr:`LinkMonitor.generation`), which of them are other
+    objects now (added, gone, renumbered, up or down).
+
+    The route programmer and the endpoint statuses each follow the
+    interfaces they depend on, so a change of links costs a comparison per
+    followed interface, and only when something changed.
+    """
+
+    def __init__(self, monitor: LinkMonitor) -> None:
+        self._monitor = monitor
+        self._seen: dict[str, LinkState | None] = {}
+        self._generation = -1
+
+    def look(self, names: Iterable[str]) -> None:
+        """Follow exactly ``names``, from their links as they are now."""
+        links = self._monitor.links
+        self._seen = {name: links.get(name) for name in names}
+        self._generation = self._monitor.generation
+
+    def follow(self, name: str) -> None:
+        """Follow ``name`` too, from its link as it is now (if not followed yet)."""
+        if name not in self._seen:
+            self._seen[name] = self._monitor.links.get(name)
+
+    def forget(self, name: str) -> None:
+        self._seen.pop(name, None)
+
+    def changed(self) -> list[str]:
+        """The followed interfaces whose link changed since they were looked at."""
+        generation = self._monitor.generation
+        if generation == self._generation:
+            return []
+        self._generation = generation
+        links = self._monitor.links
+        out = []
+        for name, link in self._seen.items():
+            now = links.get(name)
+            if now is not link:
+                self._seen[name] = now
+                out.append(name)
+        return out

@@ -30,7 +30,7 @@ from dataplane.core.quarantine import Quarantine
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
 from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter, RouteRequest
-from dataplane.linux.netlink.links import LinkMonitor, LinkState
+from dataplane.linux.netlink.links import LinkMonitor, LinkState, LinkWatch
 from dataplane.linux.netlink.route_target import RouteKind, RouteTarget
 
 __all__ = ["NetlinkHandle", "RouteProgrammer"]
@@ -42,9 +42,6 @@ _SCOPE_LINK = 253
 _RTN_UNICAST = 1
 _RTN_BLACKHOLE = 6
 _RTNH_F_ONLINK = 4
-
-# Not a LinkState: an interface no sync has looked at yet.
-_UNSEEN: Any = object()
 
 # What the kernel holds for one route of ours: type, interface index (0:
 # none given), gateway ("": none), onlink.
@@ -105,12 +102,11 @@ class RouteProgrammer:
         # or None for every route (a full hand-over, a re-read, a failure).
         # A sync then costs what changed, not what is there.
         self._check: set[str] | None = None
-        # The routes through each interface, and the link each was last
-        # checked against: when links change, only the routes through an
-        # interface whose LinkState is another object are looked at again.
+        # The routes through each interface, and those interfaces' links as
+        # last checked: when links change, only the routes through an
+        # interface whose link changed are looked at again.
         self._by_device: dict[str, set[str]] = {}
-        self._seen: dict[str, LinkState | None] = {}
-        self._links_generation = -1
+        self._watch = LinkWatch(links)
 
     @property
     def links(self) -> Mapping[str, LinkState]:
@@ -142,13 +138,14 @@ class RouteProgrammer:
                 through.discard(cidr)
                 if not through:
                     del by_device[old.device]
-                    self._seen.pop(old.device, None)
+                    self._watch.forget(old.device)
             if target is None:
                 desired.pop(cidr, None)
             else:
                 desired[cidr] = target
                 if target.device:
                     by_device.setdefault(target.device, set()).add(cidr)
+                    self._watch.follow(target.device)
             if self._check is not None:
                 self._check.add(cidr)
 
@@ -262,30 +259,16 @@ class RouteProgrammer:
         link changed (a new LinkState object: added, gone, renumbered,
         up or down).
         """
-        links = self._links.links
-        generation = self._links.generation
         if self._check is None:
-            self._seen = {device: links.get(device) for device in self._by_device}
-            self._links_generation = generation
+            self._watch.look(self._by_device)
             return None
         # Gathered into self._check itself: a sync that raises midway
         # looks at all of it again.
         check = self._check
         check |= self.pending
         check.update(cidr for cidr in self.quarantine if cidr not in skip)
-        if generation != self._links_generation:
-            seen = self._seen
-            for device, cidrs in self._by_device.items():
-                link = links.get(device)
-                if link is not seen.get(device, _UNSEEN):
-                    seen[device] = link
-                    check |= cidrs
-            self._links_generation = generation
-        else:
-            for cidr in check:
-                target = self._desired.get(cidr)
-                if target is not None and target.device and target.device not in self._seen:
-                    self._seen[target.device] = links.get(target.device)
+        for device in self._watch.changed():
+            check.update(self._by_device.get(device, ()))
         return check
 
     def _request(self, command: str, cidr: str, held: _Held) -> RouteRequest:
