@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import trio
@@ -168,11 +169,14 @@ def test_off_windows_the_binding_says_it_needs_windows() -> None:
 
 
 def test_on_windows_the_cli_reaches_hns_through_the_binding(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     host = calico_host(sc.PODS)
     dll = FakeHcnDll(host)
     monkeypatch.setattr(sys, "platform", "win32")
+    # The load balancers' state goes under %ProgramData%: here, not into a
+    # "C:" directory beside the tests.
+    monkeypatch.setenv("PROGRAMDATA", str(tmp_path))
     monkeypatch.setattr(hcn_ctypes, "_windows_bind", lambda: dll.bind)
     args = build({}).parse_args(["--platform", "windows", "--host-address", "10.0.0.1"])
     platform = platforms.platform("windows", args)
