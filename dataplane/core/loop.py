@@ -35,8 +35,10 @@ from google.protobuf.message import Message
 from dataplane.config import Config, parse_config
 from dataplane.config_values import LOG_LEVELS
 from dataplane.core.backoff import ApplyRetries, Backoff
+from dataplane.core.dispatch import Dispatch
 from dataplane.core.heap import HeapFreezer
 from dataplane.core.observer import LoopObserver, NullObserver
+from dataplane.core.outbox import Outbox
 from dataplane.core.platform import Platform
 from dataplane.core.status import StatusReporter
 from dataplane.errors import InputError, ProgrammingError, ProtocolError
@@ -52,8 +54,7 @@ from dataplane.managers import (
 )
 from dataplane.managers.index import PolicyIndex
 from dataplane.wire._pb import felixbackend_pb2 as pb
-from dataplane.wire.msgs import from_dataplane, to_dataplane
-from dataplane.wire.refused_fields import RefusedFields
+from dataplane.wire.msgs import to_dataplane
 from dataplane.wire.transport import MessageSink, MessageSource, QueueSource
 
 __all__ = ["Dataplane", "LoopStats"]
@@ -130,7 +131,6 @@ class Dataplane:
         self.platform.configure(self.config)
         self.backoff = backoff or Backoff()
         self.stats = LoopStats()
-        self._wall_clock = wall_clock
         self._follow_log_severity = follow_log_severity
         self._heap = heap
         self.services = ServicesManager(platform)
@@ -149,16 +149,11 @@ class Dataplane:
             HostsManager(platform),
             self.services,
         ]
+        self._dispatch = Dispatch(self._managers, self.observer)
         self._configure_managers()
-        self._routes: dict[type, tuple[Manager, ...]] = {}
-        self._said_ignored: set[str] = set()
-        # Fields of Felix's messages the driver does not act on, each said once.
-        self._refused_fields = RefusedFields()
-        self._said_refused: set[str] = set()
         self._input = QueueSource()
         self._input_seq = 0
-        self._out_send, self._out_recv = trio.open_memory_channel[pb.FromDataplane](math.inf)
-        self._out_seq = 0
+        self._outbox = Outbox(wall_clock)
         self._status = StatusReporter()
         self._in_sync = False
         self._sent_in_sync = False
@@ -170,7 +165,6 @@ class Dataplane:
         self._said_waiting = False
         self._retries = ApplyRetries(self.backoff)
         self._started_at = 0.0
-        self._heartbeat_scope: trio.CancelScope | None = None
         self._wait_scope: trio.CancelScope | None = None
         # For stop(): the scope around the message loop, whether a stop was
         # asked for, and whether platform.apply() is running (left True if a
@@ -191,8 +185,7 @@ class Dataplane:
         is then only called for those (an optimisation: every manager that
         does not declare it sees every message, as in Felix).
         """
-        self._managers.append(manager)
-        self._routes.clear()
+        self._dispatch.add(manager)
         self._configure_managers([manager])
 
     def _configure_managers(self, managers: list[Manager] | None = None) -> None:
@@ -203,11 +196,7 @@ class Dataplane:
 
     def managers_for(self, payload_type: type) -> tuple[Manager, ...]:
         """The registered managers a payload of ``payload_type`` reaches, in order."""
-        routed = tuple(
-            m for m in self._managers if payload_type in getattr(m, "handles", (payload_type,))
-        )
-        self._routes[payload_type] = routed
-        return routed
+        return self._dispatch.managers_for(payload_type)
 
     def send_message(self, msg: Message) -> None:
         """Queue a payload (or a whole ``ToDataplane``) for the loop.
@@ -246,16 +235,11 @@ class Dataplane:
 
     async def recv_message(self) -> pb.FromDataplane:
         """Next outgoing envelope; raises ``trio.EndOfChannel`` once stopped."""
-        return await self._out_recv.receive()
+        return await self._outbox.receive()
 
     def drain_output(self) -> list[pb.FromDataplane]:
         """Every outgoing envelope waiting now (for callers without a sink)."""
-        out = []
-        while True:
-            try:
-                out.append(self._out_recv.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return out
+        return self._outbox.drain()
 
     @property
     def in_sync(self) -> bool:
@@ -312,9 +296,11 @@ class Dataplane:
         failure: ProtocolError | None = None
         async with trio.open_nursery() as outer:
             if sink is not None:
-                outer.start_soon(self._write_out, sink, outer.cancel_scope)
+                outer.start_soon(self._outbox.write_out, sink, outer.cancel_scope)
             async with trio.open_nursery() as inner:
-                inner.start_soon(self._heartbeat)
+                inner.start_soon(
+                    self._outbox.heartbeat, lambda: self.config.reporting_interval, self._started_at
+                )
                 if self._heap is not None:
                     inner.start_soon(self._heap.hold)
                 inner.start_soon(self.platform.serve)
@@ -327,7 +313,7 @@ class Dataplane:
                     failure = exc
                 inner.cancel_scope.cancel()
             # Let the writer drain what is queued (final status, InSync).
-            self._out_send.close()
+            self._outbox.close()
         if failure is not None:
             raise failure
 
@@ -360,8 +346,6 @@ class Dataplane:
     def _phase1(self, batch: list[pb.ToDataplane]) -> None:
         self.stats.batches += 1
         self.stats.messages += len(batch)
-        routes = self._routes
-        refused_kinds = self._refused_fields.kinds
         debug = log.isEnabledFor(logging.DEBUG)
         if self._observed:
             self.observer.received(
@@ -377,25 +361,7 @@ class Dataplane:
                     self._on_config(payload, envelope.sequence_number)  # type: ignore[arg-type]
                 elif kind == "in_sync":
                     self._on_in_sync(envelope.sequence_number)
-                managers = routes.get(type(payload))
-                if managers is None:
-                    managers = self.managers_for(type(payload))
-                if not managers and kind not in self._said_ignored:
-                    self._said_ignored.add(str(kind))
-                    if kind not in ("config_update", "in_sync"):
-                        # Once per kind: Felix sends some (routes, host
-                        # metadata, ...) by the thousand, and what this
-                        # driver does not act on is worth knowing once.
-                        log.info(
-                            "seq=%d %s ignored: no manager handles it (logged once per kind)",
-                            envelope.sequence_number,
-                            kind,
-                        )
-                for manager in managers:
-                    manager.on_update(payload)
-                if kind in refused_kinds:
-                    for path, why in self._refused_fields.carried(kind, payload):
-                        self._refuse_field(envelope.sequence_number, path, why)
+                self._dispatch.deliver(envelope.sequence_number, str(kind), payload)
                 if kind in _WORKLOAD_KINDS:  # accepted: its status will carry it
                     self._status.record(payload)  # type: ignore[arg-type]
             except InputError as exc:
@@ -409,18 +375,6 @@ class Dataplane:
                 )
                 continue
             self._dirty = self._unpreviewed = True
-
-    def _refuse_field(self, seq: int, path: str, why: str) -> None:
-        if path in self._said_refused:
-            return
-        self._said_refused.add(path)  # once: thousands of endpoints may carry it
-        log.warning(
-            "seq=%d %s refused: %s (logged once; messages carrying it are programmed without it)",
-            seq,
-            path,
-            why,
-        )
-        self.observer.refused_field(path, why)
 
     def _on_in_sync(self, seq: int) -> None:
         if not self._in_sync:
@@ -441,8 +395,8 @@ class Dataplane:
         log.info("config updated (%d keys received)", len(update.config))
         if self._follow_log_severity:
             logging.getLogger("dataplane").setLevel(LOG_LEVELS[config.log_severity])
-        if config.reporting_interval != old.reporting_interval and self._heartbeat_scope:
-            self._heartbeat_scope.cancel()  # restart the heartbeat on the new interval
+        if config.reporting_interval != old.reporting_interval:
+            self._outbox.interval_changed()
 
     # --- phase 2 ---------------------------------------------------------------
 
@@ -543,10 +497,10 @@ class Dataplane:
             log.info("apply succeeded after %d failed attempt(s)", ended)
         self.stats.applies += 1
         for payload in self._status.changes(self.platform.endpoint_statuses()):
-            self._send(payload)
+            self._outbox.send(payload)
         if not self._sent_in_sync:
             self._sent_in_sync = True
-            self._send(pb.DataplaneInSync())
+            self._outbox.send(pb.DataplaneInSync())
             log.info("dataplane programmed from a complete snapshot")
         # After the news has gone out (the writer runs at this checkpoint):
         # the kernel holds it whether or not the heap is tidy yet.
@@ -562,32 +516,3 @@ class Dataplane:
             await self._apply()
         elif not self._may_program():
             self._maybe_preview(final=True)  # a log cut before InSync: show what it held
-
-    # --- output ------------------------------------------------------------------
-
-    def _send(self, payload: Message) -> None:
-        self._out_seq += 1
-        self._out_send.send_nowait(from_dataplane(payload, self._out_seq))
-
-    async def _heartbeat(self) -> None:
-        while True:
-            interval = self.config.reporting_interval
-            with trio.CancelScope() as scope:
-                self._heartbeat_scope = scope
-                if interval <= 0:  # Felix: 0 disables status reports
-                    await trio.sleep_forever()
-                self._send(
-                    pb.ProcessStatusUpdate(
-                        iso_timestamp=self._wall_clock().isoformat(),
-                        uptime=trio.current_time() - self._started_at,
-                    )
-                )
-                await trio.sleep(interval)
-
-    async def _write_out(self, sink: MessageSink, scope: trio.CancelScope) -> None:
-        try:
-            async for envelope in self._out_recv:
-                await sink.send(envelope)
-        except (BrokenPipeError, ConnectionResetError):
-            log.info("output closed by the peer; stopping")
-            scope.cancel()
