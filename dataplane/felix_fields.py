@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dataplane.felix_settings import Disposition, Honoured, NotForPlatform, NotNeeded, Refused
+from dataplane.felix_dispositions import (
+    Disposition,
+    Honoured,
+    NotForPlatform,
+    NotNeeded,
+    Refused,
+)
 
 __all__ = ["FIELDS"]
 

@@ -29,8 +29,16 @@ Keys the driver reads are listed in :mod:`dataplane.config_values`; they are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+
+from dataplane.felix_dispositions import (
+    Disposition,
+    Honoured,
+    NotForPlatform,
+    NotNeeded,
+    Refused,
+    RefusedSetting,
+)
 
 __all__ = [
     "BPF",
@@ -46,64 +54,6 @@ __all__ = [
     "disposition",
     "refused_settings",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Honoured:
-    """The driver acts on it as Felix does; ``proof`` names the test."""
-
-    proof: str
-    note: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class NotForPlatform:
-    """It belongs to a part of Felix this driver is not."""
-
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class NotNeeded:
-    """The driver has nothing to set: what the key tunes it does another way (``why``)."""
-
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """Felix's Linux dataplane acts on it; this driver does not (``why``).
-
-    ``default`` is Felix's (held to ``config_params.go`` by a test). A value
-    is harmless when ``harmless`` says so, or, without it, when it equals
-    the default (compared without case and surrounding space).
-    """
-
-    why: str
-    default: str
-    harmless: Callable[[str], bool] | None = None
-    behaves_as: str | None = None  # the driver does what Felix does with this value
-
-    def refuses(self, value: str) -> bool:
-        if self.harmless is not None:
-            return not self.harmless(value)
-        same = self.default if self.behaves_as is None else self.behaves_as
-        return value.strip().lower() != same.strip().lower()
-
-
-Disposition = Honoured | NotForPlatform | NotNeeded | Refused
-
-
-@dataclass(frozen=True, slots=True)
-class RefusedSetting:
-    """One key Felix sent with a value the driver refuses."""
-
-    key: str
-    value: str
-    why: str
-
-    def line(self) -> str:
-        return f"config[{self.key}]={self.value!r} refused: {self.why}"
 
 
 def _empty(value: str) -> bool:

@@ -20,8 +20,8 @@ from typing import cast
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
+from dataplane.felix_dispositions import Refused
 from dataplane.felix_fields import FIELDS
-from dataplane.felix_settings import Refused
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
 __all__ = ["RefusedFields"]
