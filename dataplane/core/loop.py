@@ -19,6 +19,10 @@ Invariants:
 * An invalid message is rejected whole with one log line naming its
   sequence number, the field and the value; a malformed *stream* stops the
   driver (:class:`~dataplane.errors.ProtocolError`).
+
+Beside it: :mod:`~dataplane.core.dispatch` routes phase 1's payloads,
+:mod:`~dataplane.core.gate` says when the node may be programmed (and
+previews before), :mod:`~dataplane.core.outbox` numbers what goes back.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from dataplane.config import Config, parse_config
 from dataplane.config_values import LOG_LEVELS
 from dataplane.core.backoff import ApplyRetries, Backoff
 from dataplane.core.dispatch import Dispatch
+from dataplane.core.gate import Gate
 from dataplane.core.heap import HeapFreezer
 from dataplane.core.observer import LoopObserver, NullObserver
 from dataplane.core.outbox import Outbox
@@ -60,15 +65,6 @@ from dataplane.wire.transport import MessageSink, MessageSource, QueueSource
 __all__ = ["Dataplane", "LoopStats"]
 
 log = logging.getLogger(__name__)
-
-# Before the node may be programmed (no InSync yet), what was received is
-# handed down for `show` at most this often: a start's burst of messages
-# is not resolved once per batch.
-PREVIEW_INTERVAL = 1.0
-# ... and never more than this share of the loop's time: at 10,000 services
-# from the API a preview takes a few hundred milliseconds, every one of
-# them taken from the lists the first apply is waiting for.
-PREVIEW_SHARE = 0.1
 
 # Workload endpoints as accepted go to the status reporter: Felix's
 # endpoint-status files are written from what its status updates carry.
@@ -155,14 +151,9 @@ class Dataplane:
         self._input_seq = 0
         self._outbox = Outbox(wall_clock)
         self._status = StatusReporter()
-        self._in_sync = False
+        self._gate = Gate(self.observer)
         self._sent_in_sync = False
         self._dirty = False
-        # Changes not handed down since the last preview (see _maybe_preview).
-        self._unpreviewed = False
-        self._preview_due = -math.inf
-        self._sources: list[tuple[str, Callable[[], Awaitable[None]], Callable[[], bool]]] = []
-        self._said_waiting = False
         self._retries = ApplyRetries(self.backoff)
         self._started_at = 0.0
         self._wait_scope: trio.CancelScope | None = None
@@ -222,11 +213,11 @@ class Dataplane:
         apply writes a whole, consistent node (and a restart adopts the
         dataplane as it is until then).
         """
-        self._sources.append((name, run, synced))
+        self._gate.sources.append((name, run, synced))
 
     def changed(self) -> None:
         """A source's managers have work: apply at the next chance."""
-        self._dirty = self._unpreviewed = True
+        self._dirty = self._gate.unpreviewed = True
         self._wake()
 
     def close_input(self) -> None:
@@ -304,7 +295,7 @@ class Dataplane:
                 if self._heap is not None:
                     inner.start_soon(self._heap.hold)
                 inner.start_soon(self.platform.serve)
-                for _name, run_source, _synced in self._sources:
+                for _name, run_source, _synced in self._gate.sources:
                     inner.start_soon(run_source)
                 try:
                     with trio.CancelScope() as self._main_scope:  # stop() cancels it
@@ -374,13 +365,13 @@ class Dataplane:
                     exc,
                 )
                 continue
-            self._dirty = self._unpreviewed = True
+            self._dirty = self._gate.unpreviewed = True
 
     def _on_in_sync(self, seq: int) -> None:
-        if not self._in_sync:
+        if not self._gate.in_sync:
             log.info("seq=%d InSync received; programming the dataplane", seq)
             self.observer.in_sync_received()
-        self._in_sync = True
+        self._gate.in_sync = True
 
     def _on_config(self, update: pb.ConfigUpdate, seq: int) -> None:
         config = parse_config(update.config, self.config)
@@ -405,22 +396,10 @@ class Dataplane:
         if self._wait_scope is not None:
             self._wait_scope.cancel()
 
-    def _may_program(self) -> bool:
-        """Felix's InSync has come, and every other source has synced."""
-        if not self._in_sync:
-            return False
-        waiting = [name for name, _run, synced in self._sources if not synced()]
-        if waiting and not self._said_waiting:
-            self._said_waiting = True
-            log.info("InSync received; programming once %s ha(s) synced", ", ".join(waiting))
-        return not waiting
-
     def _wake_at(self) -> float:
         """When the loop must run phase 2 even if no input arrives."""
-        if not self._may_program():
-            if self._unpreviewed and self.observer.wants_preview:
-                return self._preview_due
-            return math.inf
+        if not self._gate.may_program():
+            return self._gate.preview_at()
         if self._retries.retry_at is not None:
             return self._retries.retry_at
         if self._dirty:
@@ -431,8 +410,8 @@ class Dataplane:
         return self.platform.wants_apply_at()
 
     async def _maybe_apply(self) -> None:
-        if not self._may_program():
-            self._maybe_preview()
+        if not self._gate.may_program():
+            self._gate.maybe_preview(self._managers)
             return
         now = trio.current_time()
         if self._retries.retry_at is not None:
@@ -441,30 +420,6 @@ class Dataplane:
         elif not self._dirty and self.platform.wants_apply_at() > now:
             return
         await self._apply()
-
-    def _maybe_preview(self, *, final: bool = False) -> None:
-        """Before the node may be programmed, hand the managers' changes down
-        to the platform (no apply: the kernel is not touched) so that what was
-        received is shown as pending rather than nothing — at most once per
-        PREVIEW_INTERVAL, and only when someone reads the state."""
-        if not self._unpreviewed or not self.observer.wants_preview:
-            return
-        now = trio.current_time()
-        if not final and now < self._preview_due:
-            return
-        for manager in self._managers:
-            manager.complete_deferred_work()
-        self._unpreviewed = False  # _dirty stays: the first apply is still owed
-        cost = trio.current_time() - now
-        self._preview_due = now + max(PREVIEW_INTERVAL, cost / PREVIEW_SHARE)
-        self.observer.previewed(self._waiting_for())
-
-    def _waiting_for(self) -> str:
-        """Why the node is not programmed yet, in one line."""
-        if not self._in_sync:
-            return "Felix's InSync has not arrived"
-        waiting = [name for name, _run, synced in self._sources if not synced()]
-        return f"waiting for {', '.join(waiting)} to sync"
 
     async def _apply(self) -> None:
         self.observer.busy("apply")
@@ -510,9 +465,11 @@ class Dataplane:
 
     async def _finish(self) -> None:
         log.info("end of input after %d messages; stopping", self.stats.messages)
-        if self._may_program() and (self._dirty or self._retries.retry_at is not None):
+        if self._gate.may_program() and (self._dirty or self._retries.retry_at is not None):
             # One last attempt so that a replayed log ends fully applied; a
             # failure here is logged and the dataplane left as it is.
             await self._apply()
-        elif not self._may_program():
-            self._maybe_preview(final=True)  # a log cut before InSync: show what it held
+        elif not self._gate.may_program():
+            self._gate.maybe_preview(
+                self._managers, final=True
+            )  # a log cut before InSync: show what it held
