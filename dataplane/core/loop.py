@@ -342,6 +342,9 @@ class Dataplane:
             self.observer.received(
                 [str(e.WhichOneof("payload")) for e in batch], trio.current_time()
             )
+        dispatch = self._dispatch
+        routes, refused_kinds = dispatch.routes, dispatch.refused_kinds
+        accepted = False
         for envelope in batch:
             kind = envelope.WhichOneof("payload")
             payload: Message = getattr(envelope, str(kind))
@@ -352,7 +355,13 @@ class Dataplane:
                     self._on_config(payload, envelope.sequence_number)  # type: ignore[arg-type]
                 elif kind == "in_sync":
                     self._on_in_sync(envelope.sequence_number)
-                self._dispatch.deliver(envelope.sequence_number, str(kind), payload)
+                managers = routes.get(type(payload))
+                if managers is None:
+                    managers = dispatch.route(envelope.sequence_number, str(kind), type(payload))
+                for manager in managers:
+                    manager.on_update(payload)
+                if kind in refused_kinds:
+                    dispatch.refuse_fields(envelope.sequence_number, kind, payload)
                 if kind in _WORKLOAD_KINDS:  # accepted: its status will carry it
                     self._status.record(payload)  # type: ignore[arg-type]
             except InputError as exc:
@@ -365,6 +374,8 @@ class Dataplane:
                     exc,
                 )
                 continue
+            accepted = True
+        if accepted:
             self._dirty = self._gate.unpreviewed = True
 
     def _on_in_sync(self, seq: int) -> None:
