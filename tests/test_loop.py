@@ -300,6 +300,46 @@ def test_registered_manager_sees_messages_and_applies() -> None:
     run_trio(main)
 
 
+def test_a_kind_no_manager_handles_is_said_once_until_one_is_registered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Felix sends some kinds by the thousand: what nobody acts on is one
+    line, not one per message; a manager registered later is routed to."""
+
+    class Counter:
+        handles = (pb.NamespaceUpdate,)
+
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def on_update(self, msg: object) -> None:
+            self.seen += 1
+
+        def complete_deferred_work(self) -> None:
+            pass
+
+    counter = Counter()
+
+    async def main() -> None:
+        dp = Dataplane(SimPlatform())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dp.run)
+            for name in ("a", "b", "c"):
+                dp.send_message(pb.NamespaceUpdate(id=pb.NamespaceID(name=name)))
+            dp.send_message(pb.InSync())
+            await _settle()
+            dp.register_manager(counter)
+            dp.send_message(pb.NamespaceUpdate(id=pb.NamespaceID(name="d")))
+            await _settle()
+            dp.close_input()
+
+    with caplog.at_level(logging.INFO, logger="dataplane"):
+        run_trio(main)
+    said = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert said == ["seq=1 namespace_update ignored: no manager handles it (logged once per kind)"]
+    assert counter.seen == 1
+
+
 def test_end_of_input_flushes_pending_work() -> None:
     async def main() -> None:
         platform = SimPlatform()
