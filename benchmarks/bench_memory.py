@@ -6,9 +6,10 @@ builds it from the API, without the API server or the kernel: each
 Service and EndpointSlice, shaped as the API server returns them, is handed
 to :class:`~dataplane.kube.source.KubeServices` as its reflectors hand
 them over (and dropped after, as a list page's objects are), the model
-values taken, and each given to an nftables
+values taken (and kept, as the services writer keeps them), and each
+given to an nftables
 :class:`~dataplane.linux.nftables.service_table.ServiceTable`
-(``set_service``: its desired elements and their counts; nothing
+(``set_service``: what it keeps to make the elements from; nothing
 written). Each size runs in a process of its own.
 
 Measured two ways. By object kind: every object reachable from the
@@ -113,17 +114,20 @@ class _NoRunner:
         return CommandResult(0, b"", b"")
 
 
-def build(services: int, endpoints: int) -> tuple[KubeServices, ServiceTable]:
-    """The driver's state for the node, as the first lists leave it."""
+def build(services: int, endpoints: int) -> tuple[KubeServices, dict[Any, Any], ServiceTable]:
+    """The driver's state for the node, as the first lists leave it: the
+    source, the model values (the services writer keeps them, to write a
+    family's table again) and the table."""
     source = KubeServices(api=None, node_name="node-1", node_port_ranges=lambda: [(30000, 32767)])  # type: ignore[arg-type]
     for i in range(services):
         source._services.upsert((NS, f"s{i}"), service_object(i))  # as a reflector does
         source._slices.upsert((NS, f"s{i}-1"), slice_object(i, endpoints))
     table = ServiceTable(ServiceLayout(4, "cali-svc", 0x4000000), _NoRunner(), lambda c: None, None)  # type: ignore[arg-type]
-    for value in source.take_dirty().values():
+    kept = source.take_dirty()
+    for value in kept.values():
         assert value is not None
         table.set_service(value)
-    return source, table
+    return source, kept, table
 
 
 def by_kind(root: object, top: int) -> list[tuple[str, int, float]]:

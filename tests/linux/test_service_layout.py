@@ -249,6 +249,8 @@ class FakeSets:
             key = key_of(element)
             if element == interval_end(key):
                 out.append(ReadElement(key, interval_end=True))
+            elif element == ranged(key, data_of(element)):  # (data_of finds its end)
+                out.append(ReadElement(key, key_end=data_of(element)))
             else:
                 out.append(ReadElement(key, data_of(element)))
         return out

@@ -50,7 +50,7 @@ A backend change goes in force without deleting anything: the new slots
 are added to a second bank (count set ``fe1_S``, gate ``fe1``, slots
 :data:`BANK` + *i*, rules reached first) in a transaction of their own;
 the first bank is rewritten and the second emptied afterwards
-(:func:`second_bank`, ``service_table.py``).
+(:mod:`~dataplane.linux.nftables.service_banks`).
 
 A load-balancer IP with ``loadBalancerSourceRanges`` is in set ``fw``,
 its allowed sources (the frontend and a source range) in interval set
@@ -69,11 +69,11 @@ Health-check node ports are the platform's HTTP server.
 from __future__ import annotations
 
 import functools
-import re
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, collapse_addresses, ip_network
+from socket import AF_INET, AF_INET6, inet_pton
 
 from dataplane.linux.nftables.elements import (
     NFPROTO_IPV4,
@@ -82,11 +82,9 @@ from dataplane.linux.nftables.elements import (
     concat,
     encoded,
     encoder,
-    key_of,
     port,
     proto,
     ranged,
-    with_key,
 )
 from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.service_rules import (
@@ -110,18 +108,13 @@ __all__ = [
     "Contribution",
     "Elements",
     "FrontendElements",
+    "Outline",
     "ServiceLayout",
-    "second_bank",
     "slot_count",
     "slot_counts",
-    "split",
 ]
 
 _PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
-# The two parts of a frontend that a backend change rewrites: its slot
-# count set and its slots, for everyone and for outside traffic.
-_PARTS = {"fe": "all", "lfe": "local"}  # of the count sets fe_S, lfe_S (not the gates)
-_MAP_PARTS = {"addr": "all", "port": "all", "local_addr": "local", "local_port": "local"}
 _SLOT_AT = struct.Struct("=I")
 
 
@@ -181,39 +174,13 @@ class Contribution:
 NOTHING = Contribution({}, {})
 
 
-def split(elements: Mapping[str, Elements]) -> dict[str, dict[str, Elements]]:
-    """A frontend's elements by part: "all" and "local" (what a backend
-    change rewrites), "frame" (everything else: where the frontend's
-    traffic goes at all, masquerade, refusals)."""
-    out: dict[str, dict[str, Elements]] = {"frame": {}, "all": {}, "local": {}}
-    for name, members in elements.items():
-        base = name.removeprefix("np_")
-        count = re.fullmatch(r"(l?fe)_\d+", base)
-        part = _PARTS[count.group(1)] if count else _MAP_PARTS.get(base, "frame")
-        out[part][name] = members
-    return out
+@dataclass(frozen=True, slots=True)
+class Outline:
+    """What one service claims, its elements aside (:meth:`ServiceLayout.outline`)."""
 
-
-def second_bank(part: Mapping[str, Elements]) -> dict[str, frozenset[bytes]]:
-    """The same part in the second bank: count set ``fe_S`` becomes
-    ``fe1_S`` (and the frontend joins gate ``fe1``), slot *i* becomes
-    ``BANK + i``. Adding it puts new slots in force without deleting
-    anything; the kernel commits a deletion only after a grace period."""
-    out: dict[str, set[bytes]] = {}
-    for name, members in part.items():
-        count = re.fullmatch(r"(np_)?(l?fe)_(\d+)", name)
-        if count:
-            prefix, kind, n = count.groups()
-            prefix = prefix or ""
-            out.setdefault(f"{prefix}{kind}1_{n}", set()).update(members)
-            out.setdefault(f"{prefix}{kind}1", set()).update(members)
-            continue
-        moved = out.setdefault(name, set())
-        for element in members:
-            key = key_of(element)
-            (slot,) = _SLOT_AT.unpack_from(key, len(key) - 4)  # the key's last field
-            moved.add(with_key(element, key[:-4] + _SLOT_AT.pack(slot + BANK)))
-    return {name: frozenset(members) for name, members in out.items()}
+    frontends: tuple[bytes, ...]  # their identities, as Contribution.frontends
+    timeouts: frozenset[int]  # of its frontends' ClientIP affinity
+    shared: Mapping[str, Elements]
 
 
 # A service's backends are encoded a few times over (slots, local slots,
@@ -221,7 +188,7 @@ def second_bank(part: Mapping[str, Elements]) -> dict[str, frozenset[bytes]]:
 # as large as a node's endpoints (it was 65,536: 10 MB) only holds memory.
 @functools.lru_cache(maxsize=1 << 10)
 def _addr(text: str) -> bytes:
-    return addr(text).value
+    return inet_pton(AF_INET6 if ":" in text else AF_INET, text)  # addr(), without its Field
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -256,6 +223,11 @@ class _Frontend:
 
 def _encoded(targets: Sequence[tuple[str, int]]) -> frozenset[Target]:
     return frozenset((_addr(a), _port(n)) for a, n in targets)
+
+
+def _ident(f: _Frontend) -> bytes:
+    """A frontend's identity: two services claiming one conflict."""
+    return (b"n" if f.node_port else b"r") + f.key
 
 
 def _affinity(f: _Frontend) -> Affinity | None:
@@ -297,10 +269,9 @@ class ServiceLayout:
                 out.append((backend.address, number))
         return tuple(out)
 
-    def _frontends(self, service: Service) -> Iterator[_Frontend]:
+    def _frontends(self, service: Service, everyone: tuple[Backend, ...]) -> Iterator[_Frontend]:
         if service.type == "ExternalName":
             return
-        everyone = service.usable(local_only=False)
         local = service.usable(local_only=True)
         sticky = service.affinity_timeout if service.session_affinity else None
         for sp in service.ports:
@@ -369,14 +340,41 @@ class ServiceLayout:
     def contribution(self, service: Service) -> Contribution:
         """What ``service`` adds: per frontend, and shared (a backend's
         hairpin pair or remote address appears in every service that has it)."""
+        everyone = service.usable(local_only=False)
+        return Contribution(self._own(service, everyone), self._shared(service, everyone))
+
+    def frontends(self, service: Service) -> dict[bytes, FrontendElements]:
+        """:meth:`contribution`'s frontends alone."""
+        return self._own(service, service.usable(local_only=False))
+
+    def outline(self, service: Service) -> Outline:
+        """What :meth:`contribution` claims, without the frontends' elements
+        (a third of its cost): enough where every element is written whole."""
+        everyone = service.usable(local_only=False)
+        idents: dict[bytes, None] = {}
+        timeouts = set()
+        for f in self._frontends(service, everyone):
+            ident = _ident(f)
+            if ident not in idents:
+                idents[ident] = None
+                if f.affinity is not None and f.everyone:  # as _affinity() has one
+                    timeouts.add(f.affinity)
+        return Outline(tuple(idents), frozenset(timeouts), self._shared(service, everyone))
+
+    def _own(
+        self, service: Service, everyone: tuple[Backend, ...]
+    ) -> dict[bytes, FrontendElements]:
         frontends: dict[bytes, FrontendElements] = {}
-        for f in self._frontends(service):
-            ident = (b"n" if f.node_port else b"r") + f.key
+        for f in self._frontends(service, everyone):
+            ident = _ident(f)
             if ident not in frontends:  # a port listed twice: the first one
                 frontends[ident] = FrontendElements(f.label, self._elements(f), _affinity(f))
+        return frontends
+
+    def _shared(self, service: Service, everyone: tuple[Backend, ...]) -> dict[str, Elements]:
         shared: dict[str, set[bytes]] = {}
         if service.type != "ExternalName":
-            for b in service.usable(local_only=False):
+            for b in everyone:
                 # Only a pod of this node can reach itself through us; others
                 # are hairpinned by their own node.
                 if _family(b.address) == self.version:
@@ -384,7 +382,7 @@ class ServiceLayout:
                         shared.setdefault("hairpin", set()).add(encoded(_addr(b.address) * 2))
                     else:
                         shared.setdefault("remote", set()).add(encoded(_addr(b.address)))
-        return Contribution(frontends, {n: tuple(sorted(e)) for n, e in shared.items()})
+        return {n: tuple(sorted(e)) for n, e in shared.items()}
 
     def _elements(self, f: _Frontend) -> dict[str, Elements]:
         out: dict[str, set[bytes]] = {}

@@ -29,7 +29,7 @@ from dataplane.linux.nftables.service_layout import (
     FrontendElements,
     ServiceLayout,
 )
-from dataplane.model.services import ServiceKey
+from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["AffinitySweeps", "Sticky"]
 
@@ -46,7 +46,7 @@ class AffinitySweeps:
     layout: ServiceLayout
     swept: int
     _reader: TableSource
-    _services: dict[ServiceKey, Contribution]
+    _services: dict[ServiceKey, Service]
     _claims: dict[bytes, set[ServiceKey]]
     _pools: tuple[str, ...]
     _sweeps: set[Sticky]
@@ -55,6 +55,8 @@ class AffinitySweeps:
     if TYPE_CHECKING:  # the table's own
 
         async def _write(self, changes: list[ElementChange]) -> None: ...
+
+        def _contribution(self, key: ServiceKey) -> Contribution: ...
 
     def _affinity_of(self, sticky: Sticky) -> Affinity | None:
         """The affinity of a frontend as in force now (None: none)."""
@@ -67,16 +69,19 @@ class AffinitySweeps:
     def _sticky(self) -> dict[Sticky, Affinity]:
         """Every affinity frontend in force."""
         out = {}
-        for ident in self._claims:
-            frontend = self._in_force(ident)
-            if frontend is not None and frontend.affinity is not None:
-                out[(frontend.affinity.node_port, frontend.affinity.key)] = frontend.affinity
+        for ident, claims in self._claims.items():
+            owner = min(claims)
+            if not self._services[owner].session_affinity:
+                continue  # (its elements are made only for services with affinity)
+            affinity = self._contribution(owner).frontends[ident].affinity
+            if affinity is not None:
+                out[(affinity.node_port, affinity.key)] = affinity
         return out
 
     def _in_force(self, ident: bytes) -> FrontendElements | None:
         """Frontend ``ident`` as its owner (the lowest-named claim) has it."""
         claims = self._claims.get(ident)
-        return self._services[min(claims)].frontends[ident] if claims else None
+        return self._contribution(min(claims)).frontends[ident] if claims else None
 
     async def _sweep(self) -> int:
         """Delete the affinity entries that point where their frontend's

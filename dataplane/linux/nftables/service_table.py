@@ -1,11 +1,13 @@
 """The services table programmer: structure once with ``nft -f``, then only elements.
 
-The desired state lives in memory: each service's elements
-(:class:`~dataplane.linux.nftables.service_layout.ServiceLayout`), and
-per set a count of the services that want each element (a backend's
-hairpin pair is shared by every service that has it). A change of a
-service is the difference of its elements, kept as pending adds and
-deletes; an apply writes them through our own netlink writer
+The desired state lives in memory: each service's model value, whose
+elements (:class:`~dataplane.linux.nftables.service_layout.ServiceLayout`)
+are made again where a change, a whole write or a read-back needs them
+(:mod:`~dataplane.linux.nftables.service_wanted`), and per shared set a
+count of the services that want each element (a backend's hairpin pair
+is shared by every service that has it). A change of a service is the
+difference of its elements, kept as pending adds and deletes; an apply
+writes them through our own netlink writer
 (:mod:`dataplane.linux.nftables.elements`) -- no ``nft`` process, no
 re-read, nothing re-validated -- in one transaction, or two when
 backends changed: first the new slots, add-only, in the table's second
@@ -34,7 +36,6 @@ affinity's remembered entries are swept when a frontend's backends narrow
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from dataplane.core.quarantine import Unsaid
@@ -47,25 +48,25 @@ from dataplane.linux.nftables.elements import (
     send,
 )
 from dataplane.linux.nftables.reader import TableSource
-from dataplane.linux.nftables.rule_messages import rule_message
+from dataplane.linux.nftables.service_banks import second_bank, split
 from dataplane.linux.nftables.service_layout import (
     NOTHING,
     Contribution,
     Elements,
     FrontendElements,
     ServiceLayout,
-    second_bank,
-    split,
 )
 from dataplane.linux.nftables.service_readback import ServiceReadBack
-from dataplane.linux.nftables.service_rules import RECORD_CHAIN
+from dataplane.linux.nftables.service_rules import live_set
+from dataplane.linux.nftables.service_structure import ServiceStructure
 from dataplane.linux.nftables.service_sweeps import AffinitySweeps, Sticky
+from dataplane.linux.nftables.service_wanted import collect, owned_elements
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
 
 
-class ServiceTable(ServiceReadBack, AffinitySweeps):
+class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
     def __init__(
         self,
         layout: ServiceLayout,
@@ -81,7 +82,9 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
         # Who writes the rules nft cannot (IPv6 affinity records): the
         # element writer's rule batches, or a fake.
         self._rules = rules
-        self._services: dict[ServiceKey, Contribution] = {}
+        # Each service's model value: its elements are made from it where a
+        # change or a write needs them, never kept (see _contribution).
+        self._services: dict[ServiceKey, Service] = {}
         self._claims: dict[bytes, set[ServiceKey]] = {}  # frontend -> services claiming it
         # The frontends more than one service claims: held_back() runs after
         # every apply, and walking every claim there cost a change time in
@@ -92,11 +95,15 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
         # where more changed, since the last apply.
         self._flips: dict[bytes, set[str]] = {}
         self._framed: set[bytes] = set()
-        self._wanted: dict[str, dict[bytes, int]] = {n: {} for n in layout.element_sets()}
+        # Per shared set, how many services want each element (a frontend's
+        # own elements are wanted by its owner alone: no count).
+        self._shared: dict[str, dict[bytes, int]] = {}
         # Elements whose wanted count crossed zero since the last write.
         self._adds: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
         self._deletes: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
         self._pools: tuple[str, ...] = ()
+        # Per read-back under way, the elements noted since its snapshot.
+        self._watches: list[dict[str, set[bytes]]] = []
         self._timeouts: set[int] = set()  # of affinity in use: a record rule each
         # Affinity frontends narrowed since the last sweep, and whether to
         # check every entry.
@@ -113,36 +120,45 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
     # --- desired state ---------------------------------------------------------------
 
     def set_service(self, service: Service) -> None:
-        contribution = self.layout.contribution(service)
-        for f in contribution.frontends.values():
-            if f.affinity is not None and f.affinity.timeout not in self._timeouts:
-                # A timeout not in use yet: its record rules are structure.
-                self._timeouts.add(f.affinity.timeout)
-                self._structure_written = False
-        self._replace(service.key, contribution)
+        self._replace(service.key, service)
 
     def remove_service(self, key: ServiceKey) -> None:
-        self._replace(key, NOTHING)
+        self._replace(key, None)
 
-    def set_pools(self, prefixes: Iterable[str]) -> None:
-        """The IP pools' prefixes of this family (traffic from them is from pods).
+    def _contribution(self, key: ServiceKey) -> Contribution:
+        """What service ``key`` adds now, made again from its model value:
+        the elements are not kept (they were two thirds of the table's
+        memory), only ever made where a change or a write needs them."""
+        service = self._services.get(key)
+        return NOTHING if service is None else self.layout.contribution(service)
 
-        Raises:
-            ValueError: not a prefix of this family (they are written into
-                the nft script, so nothing else may pass).
-        """
-        nets = {ipaddress.ip_network(p, strict=False) for p in prefixes}
-        if any(n.version != self.layout.version for n in nets):
-            raise ValueError(f"IPv{self.layout.version} pools only: {sorted(map(str, nets))}")
-        pools = tuple(str(n) for n in sorted(nets))
-        if pools != self._pools:
-            self._pools = pools
-            self._structure_written = False
+    def _timeouts_of(self, timeouts: Iterable[int]) -> None:
+        for timeout in timeouts:
+            if timeout not in self._timeouts:
+                # A timeout not in use yet: its record rules are structure.
+                self._timeouts.add(timeout)
+                self._structure_written = False
 
-    def _replace(self, key: ServiceKey, new: Contribution) -> None:
-        old = self._services.pop(key, NOTHING)
-        if new.frontends or new.shared:
-            self._services[key] = new
+    def _replace(self, key: ServiceKey, service: Service | None) -> None:
+        if self._whole and key not in self._services and service is not None:
+            outline = self.layout.outline(service)
+            if not any(ident in self._claims for ident in outline.frontends):
+                if not (outline.frontends or outline.shared):
+                    return
+                # A start's every service: the next apply writes every
+                # element, and no frontend of another changes hands.
+                self._services[key] = service
+                self._timeouts_of(outline.timeouts)
+                self._count({}, outline.shared)
+                for ident in outline.frontends:
+                    self._claims[ident] = {key}
+                return
+        old = self._contribution(key)
+        new = NOTHING if service is None else self.layout.contribution(service)
+        self._timeouts_of(f.affinity.timeout for f in new.frontends.values() if f.affinity)
+        self._services.pop(key, None)
+        if service is not None and (new.frontends or new.shared):
+            self._services[key] = service
         self._count(old.shared, new.shared)
         # A frontend two services claim (the same external IP and port,
         # say) is the lowest-named one's, as long as it claims it; the
@@ -162,7 +178,7 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
             else:
                 self._contested.discard(ident)
             after = self._owned(ident, key, new)
-            self._count(_elements(before), _elements(after))
+            self._differ(_elements(before), _elements(after))
             self._note_flip(ident, _elements(before), _elements(after))
             self._note_sweep(before, after)
 
@@ -198,11 +214,24 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
         if not claims:
             return None
         owner = min(claims)
-        source = contribution if owner == key else self._services[owner]
+        source = contribution if owner == key else self._contribution(owner)
         return source.frontends[ident]
 
+    def _differ(self, old: Mapping[str, Elements], new: Mapping[str, Elements]) -> None:
+        """A frontend's elements as in force changed: no other frontend has
+        any of them (each names its frontend), so no count is needed."""
+        if self._whole or old == new:
+            return
+        for name in old.keys() | new.keys():
+            before, after = set(old.get(name, ())), set(new.get(name, ()))
+            for element in before - after:
+                self._note(name, element, present=False)
+            for element in after - before:
+                self._note(name, element, present=True)
+
     def _count(self, old: Mapping[str, Elements], new: Mapping[str, Elements]) -> None:
-        if not old:  # a start's every service: no differences to take
+        """The shared elements: a count of the services wanting each."""
+        if not old:
             for name, elements in new.items():
                 self._add(name, elements)
             return
@@ -213,7 +242,7 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
 
     def _add(self, name: str, elements: Iterable[bytes]) -> None:
         """One more user of each element; the first one's element is written."""
-        wanted = self._wanted.setdefault(name, {})  # affinity's live sets come and go
+        wanted = self._shared.setdefault(name, {})
         note = not self._whole  # a whole write takes every element anyway
         for element in elements:
             count = wanted.get(element, 0)
@@ -223,7 +252,7 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
 
     def _remove(self, name: str, elements: Iterable[bytes]) -> None:
         """One user fewer of each element; the last one's element is deleted."""
-        wanted = self._wanted.setdefault(name, {})
+        wanted = self._shared.setdefault(name, {})
         for element in elements:
             count = wanted.pop(element) - 1
             if count:
@@ -238,7 +267,7 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
             claims = self._claims[ident]
             owner = min(claims)
             for loser in claims - {owner}:
-                label = self._services[loser].frontends[ident].label
+                label = self._contribution(loser).frontends[ident].label
                 out.setdefault(f"service {loser}", []).append(f"{label} is service {owner}'s")
         return {what: "; ".join(sorted(why)) for what, why in out.items()}
 
@@ -249,6 +278,8 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
     def _note(self, name: str, element: bytes, *, present: bool) -> None:
         if self._whole:
             return  # the next write is every element anyway
+        for watch in self._watches:  # read-backs under way: this one changed
+            watch.setdefault(name, set()).add(element)
         adds = self._adds.setdefault(name, set())
         deletes = self._deletes.setdefault(name, set())
         if present:
@@ -286,15 +317,32 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
                         out.setdefault(name, set()).update(members)
         return {name: frozenset(members) for name, members in out.items()}
 
+    def _owners(self) -> dict[bytes, ServiceKey]:
+        """The owner of each frontend more than one service claims."""
+        return {ident: min(self._claims[ident]) for ident in self._contested}
+
+    def set_names(self) -> list[str]:
+        """Every set and map the elements go to: the table's, and the live
+        sets of the affinity timeouts in use."""
+        names = list(self.layout.element_sets())
+        for timeout in sorted(self._timeouts):
+            names += [live_set(timeout, node_port=False), live_set(timeout, node_port=True)]
+        return names
+
     def _changes(self) -> list[ElementChange]:
         layout = self.layout
         family, table = layout.nfproto, layout.table
         if self._whole:
-            changes = [ElementChange("flush", family, table, n, ()) for n in self._wanted]
+            names = self.set_names()
+            changes = [ElementChange("flush", family, table, n, ()) for n in names]
+            pieces = owned_elements(self._services.items(), layout, self._owners())
+            everything = collect(pieces)
+            for name, counted in self._shared.items():
+                everything.setdefault(name, []).extend(counted)
             changes += [
-                ElementChange("add", family, table, n, tuple(wanted))
-                for n, wanted in self._wanted.items()
-                if wanted
+                ElementChange("add", family, table, n, tuple(everything[n]))
+                for n in names
+                if everything.get(n)
             ]
             return changes
         # Deletes first: a map slot whose backend changed is its key
@@ -361,69 +409,11 @@ class ServiceTable(ServiceReadBack, AffinitySweeps):
         swept = await self._sweep()
         return wrote or bool(first or changes or swept)
 
-    async def _write_structure(self) -> None:
-        """The table's sets and rules, re-asserted in one transaction.
-
-        A table of ours whose sets nft will not re-declare (another
-        layout's, after an upgrade: a set of another type) is replaced in
-        the same transaction and every element written again after it:
-        services pause for that one element transaction rather than stay
-        on a layout this version cannot program.
-        """
-        layout = self.layout
-        script = layout.structure(self._pools, sorted(self._timeouts))
-        result = await self._runner.run(["nft", "-f", "-"], stdin=script.encode(), check=False)
-        if result.returncode == 0:
-            await self._write_netlink_rules()
-            return
-        where = f"{layout.family} {layout.table}"
-        replace = f"add table {where}\ndelete table {where}\n{script}"
-        again = await self._runner.run(["nft", "-f", "-"], stdin=replace.encode(), check=False)
-        if again.returncode != 0:
-            lines = again.stderr.decode(errors="replace").strip().splitlines()
-            raise ProgrammingError(
-                f"nft refused the {where} table: "
-                + (lines[0] if lines else f"exit {again.returncode}")
-            )
-        self._whole = True
-        await self._write_netlink_rules()
-
-    async def _write_netlink_rules(self) -> None:
-        """Fill the chain the script made and flushed for the rules nft
-        cannot write (IPv6 affinity records). Between the two transactions
-        new clients of an affinity service are balanced without being
-        remembered: only when the structure is written (start, resync, a
-        new timeout).
-
-        Raises:
-            ProgrammingError: the kernel refused them.
-        """
-        wanted = self._netlink_rules()
-        if not wanted or self._rules is None:  # (the second: for the type checker)
-            return
-        layout = self.layout
-        messages = [
-            rule_message(layout.nfproto, layout.table, RECORD_CHAIN, r.exprs(), r.comment)
-            for r in wanted
-        ]
-        try:
-            self._rules(messages)
-        except OSError as exc:
-            raise ProgrammingError(
-                f"the kernel refused the {layout.family} {layout.table} affinity records: {exc}"
-            ) from exc
-
     async def _write(self, changes: list[ElementChange]) -> None:
         await send(self._writer, changes)
         self.element_writes += 1
         for change in changes:
             self._last_write[change.set] = self.element_writes
-
-    async def cleanup(self) -> None:
-        """Delete the table (ours alone)."""
-        layout = self.layout
-        await self._runner.run(["nft", "delete", "table", layout.family, layout.table], check=False)
-        self.mark_for_resync()
 
 
 def _elements(frontend: FrontendElements | None) -> Mapping[str, Elements]:
