@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 __all__ = ["ApplyRetries", "Backoff"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +33,8 @@ class Backoff:
 class ApplyRetries:
     """Consecutive failed applies: how many, the last error, when to try again.
 
-    The loop records each apply's outcome here; ``retry_at`` is None while
-    the last apply succeeded.
+    The loop records each apply's outcome here, and the operator reads it
+    in the log; ``retry_at`` is None while the last apply succeeded.
     """
 
     __slots__ = ("backoff", "failures", "last_error", "retry_at")
@@ -48,6 +51,12 @@ class ApplyRetries:
         self.last_error = error
         delay = self.backoff.delay(self.failures)
         self.retry_at = now + delay
+        log.warning(
+            "apply failed (attempt %d), pending state kept, retry in %.3fs: %s",
+            self.failures,
+            delay,
+            error,
+        )
         return delay
 
     def succeeded(self) -> int:
@@ -55,4 +64,6 @@ class ApplyRetries:
         ended, self.failures = self.failures, 0
         self.last_error = None
         self.retry_at = None
+        if ended:
+            log.info("apply succeeded after %d failed attempt(s)", ended)
         return ended

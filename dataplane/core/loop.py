@@ -47,17 +47,8 @@ from dataplane.core.outbox import Outbox
 from dataplane.core.platform import Platform
 from dataplane.core.status import StatusReporter
 from dataplane.errors import InputError, ProgrammingError, ProtocolError
-from dataplane.managers import (
-    EndpointManager,
-    HostsManager,
-    IPSetsManager,
-    Manager,
-    PolicyManager,
-    PoolsManager,
-    RoutesManager,
-    ServicesManager,
-)
-from dataplane.managers.index import PolicyIndex
+from dataplane.managers import Manager
+from dataplane.managers.roster import configure, standard
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from dataplane.wire.msgs import to_dataplane
 from dataplane.wire.transport import MessageSink, MessageSource, QueueSource
@@ -129,24 +120,12 @@ class Dataplane:
         self.stats = LoopStats()
         self._follow_log_severity = follow_log_severity
         self._heap = heap
-        self.services = ServicesManager(platform)
-        # Shared by the policy-side managers; the platform looks users up in
-        # it. Order matters: IP sets complete first (a set's change of shape
-        # rewrites the rules on it), then rules, then the endpoints that
-        # jump to them.
-        self.policy_index = PolicyIndex()
-        platform.bind_policy_users(self.policy_index)
-        self._managers: list[Manager] = [
-            IPSetsManager(platform, self.policy_index),
-            PolicyManager(platform, self.policy_index),
-            EndpointManager(platform, self.policy_index),
-            PoolsManager(platform),
-            RoutesManager(platform),
-            HostsManager(platform),
-            self.services,
-        ]
+        roster = standard(platform)
+        self.services = roster.services
+        self.policy_index = roster.index
+        self._managers = roster.managers
         self._dispatch = Dispatch(self._managers, self.observer)
-        self._configure_managers()
+        configure(self._managers, self.config)
         self._input = QueueSource()
         self._input_seq = 0
         self._outbox = Outbox(wall_clock)
@@ -177,13 +156,7 @@ class Dataplane:
         does not declare it sees every message, as in Felix).
         """
         self._dispatch.add(manager)
-        self._configure_managers([manager])
-
-    def _configure_managers(self, managers: list[Manager] | None = None) -> None:
-        for manager in self._managers if managers is None else managers:
-            configure = getattr(manager, "configure", None)
-            if configure is not None:
-                configure(self.config)
+        configure([manager], self.config)
 
     def managers_for(self, payload_type: type) -> tuple[Manager, ...]:
         """The registered managers a payload of ``payload_type`` reaches, in order."""
@@ -367,12 +340,8 @@ class Dataplane:
             except InputError as exc:
                 self.stats.rejected += 1
                 self.observer.rejected(str(kind))
-                log.error(
-                    "seq=%d %s rejected: %s",
-                    envelope.sequence_number,
-                    type(payload).__name__,
-                    exc,
-                )
+                seq, name = envelope.sequence_number, type(payload).__name__
+                log.error("seq=%d %s rejected: %s", seq, name, exc)
                 continue
             accepted = True
         if accepted:
@@ -393,7 +362,7 @@ class Dataplane:
             if refused not in old.refused:  # once, when it arrives
                 log.warning("seq=%d %s", seq, refused.line())
         self.platform.configure(config)
-        self._configure_managers()
+        configure(self._managers, config)
         log.info("config updated (%d keys received)", len(update.config))
         if self._follow_log_severity:
             logging.getLogger("dataplane").setLevel(LOG_LEVELS[config.log_severity])
@@ -447,20 +416,13 @@ class Dataplane:
             now = trio.current_time()
             self.observer.applied(str(exc), completed - started, now - completed, now)
             self.stats.apply_failures += 1
-            delay = self._retries.failed(str(exc), trio.current_time())
-            log.warning(
-                "apply failed (attempt %d), pending state kept, retry in %.3fs: %s",
-                self._retries.failures,
-                delay,
-                exc,
-            )
+            self._retries.failed(str(exc), trio.current_time())  # (logs the retry)
             return
         # Not in a finally: if stop() cancels the apply, it stays True.
         self._applying = False
         now = trio.current_time()
         self.observer.applied(None, completed - started, now - completed, now)
-        if ended := self._retries.succeeded():
-            log.info("apply succeeded after %d failed attempt(s)", ended)
+        self._retries.succeeded()
         self.stats.applies += 1
         for payload in self._status.changes(self.platform.endpoint_statuses()):
             self._outbox.send(payload)
@@ -481,6 +443,5 @@ class Dataplane:
             # failure here is logged and the dataplane left as it is.
             await self._apply()
         elif not self._gate.may_program():
-            self._gate.maybe_preview(
-                self._managers, final=True
-            )  # a log cut before InSync: show what it held
+            # A log cut before InSync: show what it held.
+            self._gate.maybe_preview(self._managers, final=True)
