@@ -55,7 +55,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import trio
@@ -279,7 +279,7 @@ async def measure(
     writer = ElementWriter()
     commits: list[float] = []
 
-    def timed(changes: Sequence[ElementChange]) -> None:
+    def timed(changes: Iterable[ElementChange]) -> None:
         writer(changes)
         commits.append(time.perf_counter())
 

@@ -109,16 +109,18 @@ steps = {
         ElementChange("delete", NFPROTO_IPV4, "dp-test", "addrs", (Element((addr("10.0.0.7"),)),)),
     ],
 }
+changes = steps[sys.argv[1]]
 try:
-    ElementWriter()(steps[sys.argv[1]])
+    # An iterator, read once, as a whole write hands them over; or the list.
+    ElementWriter()(iter(changes) if sys.argv[2:] == ["iterator"] else changes)
     print(json.dumps(None))
 except OSError as exc:
     print(json.dumps([exc.errno, str(exc)]))
 """
 
 
-def _write(netns: str, step: str) -> Any:
-    argv = ["ip", "netns", "exec", netns, sys.executable, "-c", _WRITE, step]
+def _write(netns: str, step: str, *how: str) -> Any:
+    argv = ["ip", "netns", "exec", netns, sys.executable, "-c", _WRITE, step, *how]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=REPO)
     return json.loads(done.stdout)
 
@@ -174,6 +176,9 @@ def test_elements_land_as_nft_reads_them_and_a_refusal_lands_nothing() -> None:
         code, message = _write(netns, "refused")
         assert code == 2  # ENOENT: the element to delete is not there
         assert "change 1 (delete of 1 elements in dp-test addrs)" in message
+        assert _elements(topology, netns, "ip", "dp-test", "addrs") == ["10.0.0.1", "10.0.0.3"]
+        # The same changes as an iterator: the refusal names the change all the same.
+        assert _write(netns, "refused", "iterator") == [code, message]
         assert _elements(topology, netns, "ip", "dp-test", "addrs") == ["10.0.0.1", "10.0.0.3"]
 
 

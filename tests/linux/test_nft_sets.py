@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 import pytest
 import trio
@@ -103,7 +103,8 @@ class Recording:
         self.fake = fake
         self.transactions: list[list[tuple[str, str, int]]] = []
 
-    def __call__(self, changes: Sequence[ElementChange]) -> None:
+    def __call__(self, changes: Iterable[ElementChange]) -> None:
+        changes = list(changes)  # (read twice)
         self.transactions.append(sorted((c.op, c.set, len(c.elements)) for c in changes))
         self.fake(changes)
 
@@ -127,7 +128,8 @@ def test_changes_are_deltas_and_a_refused_set_waits_while_the_others_land() -> N
     assert writer.transactions == [[("add", a, 1), ("delete", a, 1)]]
 
     # The kernel refuses b's change alone: b waits, a lands.
-    def refuse_b(changes: Sequence[ElementChange]) -> None:
+    def refuse_b(changes: Iterable[ElementChange]) -> None:
+        changes = list(changes)  # (read twice)
         if any(c.set == b for c in changes):
             raise OSError(2, "no such set")
         fake(changes)

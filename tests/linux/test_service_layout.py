@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from ipaddress import ip_network
 
@@ -212,7 +212,7 @@ class FakeSets:
         self.refuse_next = False
         self.nft = nft  # whose scripts made the rules
 
-    def __call__(self, changes: Sequence[ElementChange]) -> None:
+    def __call__(self, changes: Iterable[ElementChange]) -> None:
         if self.refuse_next:
             self.refuse_next = False
             raise OSError(errno.ENOBUFS, "refused once")
@@ -410,7 +410,8 @@ def test_changes_after_the_first_load_are_deltas_and_pools_rewrite_the_structure
     table.set_service(svc(b("10.65.1.1"), b("10.65.1.3")))
     sent: list[list[tuple[str, str, int]]] = []
 
-    def record(changes: Sequence[ElementChange]) -> None:
+    def record(changes: Iterable[ElementChange]) -> None:
+        changes = list(changes)  # (read twice)
         sent.append(sorted((c.op, c.set, len(c.elements)) for c in changes))
         kernel(changes)
 

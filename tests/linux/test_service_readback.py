@@ -18,7 +18,7 @@ from dataplane.linux.nftables.elements import encoded, key_of
 from dataplane.linux.nftables.reader import ReadElement
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
-from dataplane.linux.nftables.service_wanted import digest, digests
+from dataplane.linux.nftables.service_wanted import digest, digests, owned_elements, whole_write
 from dataplane.model.services import Service, ServiceKey, ServicePort
 from tests.linux.test_service_layout import (
     LAYOUT,
@@ -145,3 +145,28 @@ def test_a_digest_is_the_set_s_whatever_the_order_or_the_pieces() -> None:
     assert digests(pieces)["masq"] == digest([]) == (0, 0)
     assert digest(elements[1:]) != digest(elements)
     assert digest([*elements[1:], encoded(key("10.96.1.1"))]) != digest(elements)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(services_drawn, max_size=6), st.integers(1, 3))
+def test_a_whole_write_flushes_every_set_then_adds_each_wanted_element_once_in_chunks(
+    drawn: list[Service], chunk: int
+) -> None:
+    """What the first apply hands the writer, made as it is read."""
+    table = ServiceTable(LAYOUT, Nft(), FakeSets(), FakeSets())
+    services = {s.key.name: s for s in drawn}
+    for service in services.values():
+        table.set_service(service)
+    names = table.set_names()
+    snapshot = list(table._services.items())
+    shared = {n: list(c) for n, c in table._shared.items()}
+    pieces = owned_elements(snapshot, LAYOUT, table._owners())
+    changes = list(whole_write(LAYOUT.nfproto, LAYOUT.table, names, pieces, shared, chunk=chunk))
+    flushes = [c for c in changes if c.op == "flush"]
+    assert [c.set for c in flushes] == names and changes[: len(names)] == flushes
+    added: dict[str, list[bytes]] = {}
+    for change in changes[len(names) :]:
+        assert change.op == "add" and 0 < len(change.elements) <= chunk
+        added.setdefault(change.set, []).extend(change.elements)  # type: ignore[arg-type]
+    assert {n: set(e) for n, e in added.items()} == expected(services, LAYOUT)
+    assert all(len(e) == len(set(e)) for e in added.values())  # each once

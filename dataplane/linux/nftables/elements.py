@@ -29,7 +29,7 @@ import functools
 import os
 import socket
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -326,7 +326,7 @@ def _chunks(change: ElementChange) -> list[bytes]:
 
 
 def encode_batch(
-    changes: Sequence[ElementChange], first_seq: int = 1
+    changes: Iterable[ElementChange], first_seq: int = 1
 ) -> tuple[bytearray, list[int]]:
     """The whole transaction: batch begin, the changes' messages (each asking
     for an acknowledgement, sequence numbers from ``first_seq``), batch end;
@@ -356,17 +356,22 @@ def encode_batch(
     return out, owners
 
 
-# Who writes element changes: an ElementWriter, or a fake in tests.
-ElementSink = Callable[[Sequence[ElementChange]], None]
+# Who writes element changes, as one transaction: an ElementWriter, or a
+# fake in tests. The changes may be an iterator, read once (a whole write
+# made as it is encoded).
+ElementSink = Callable[[Iterable[ElementChange]], None]
 
 # A write this small runs on the loop: a thread hop costs more than it.
 _INLINE_ELEMENTS = 2_000
 
 
-async def send(writer: ElementSink, changes: Sequence[ElementChange]) -> None:
+async def send(writer: ElementSink, changes: Iterable[ElementChange]) -> None:
     """``writer(changes)`` for the trio loop: a large transaction (a full
-    load encodes ~100,000 elements) is encoded and sent from a worker."""
-    if sum(len(c.elements) for c in changes) > _INLINE_ELEMENTS:
+    load encodes ~100,000 elements; an iterator, a whole write made as it
+    goes) is encoded and sent from a worker."""
+    if not isinstance(changes, Sequence) or (
+        sum(len(c.elements) for c in changes) > _INLINE_ELEMENTS
+    ):
         await trio.to_thread.run_sync(writer, changes)
     else:
         writer(changes)
@@ -383,18 +388,20 @@ class ElementWriter:
     def __init__(self, sock: Callable[[], socket.socket] = netfilter_socket) -> None:
         self._socket = sock
 
-    def __call__(self, changes: Sequence[ElementChange]) -> None:
-        if not changes:
+    def __call__(self, changes: Iterable[ElementChange]) -> None:
+        said: list[str] = []  # each change, for the error naming it (not the change itself)
+
+        def told() -> Iterator[ElementChange]:
+            for change in changes:
+                said.append(
+                    f"{change.op} of {len(change.elements)} elements in {change.table} {change.set}"
+                )
+                yield change
+
+        batch, owners = encode_batch(told())
+        if not said:
             return
-        batch, owners = encode_batch(changes)
-
-        def describe(index: int) -> str:
-            change = changes[index]
-            size = len(change.elements)
-            where = f"{change.table} {change.set}"
-            return f"change {index} ({change.op} of {size} elements in {where})"
-
-        self._transact(batch, owners, describe)
+        self._transact(batch, owners, lambda index: f"change {index} ({said[index]})")
 
     def send_rules(self, rules: Sequence[bytes]) -> None:
         """Other messages (rules, :mod:`~dataplane.linux.nftables.rule_messages`)

@@ -36,7 +36,7 @@ affinity's remembered entries are swept when a frontend's backends narrow
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
@@ -60,7 +60,7 @@ from dataplane.linux.nftables.service_readback import ServiceReadBack
 from dataplane.linux.nftables.service_rules import live_set
 from dataplane.linux.nftables.service_structure import ServiceStructure
 from dataplane.linux.nftables.service_sweeps import AffinitySweeps, Sticky
-from dataplane.linux.nftables.service_wanted import collect, owned_elements
+from dataplane.linux.nftables.service_wanted import owned_elements, whole_write
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
@@ -329,22 +329,19 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
             names += [live_set(timeout, node_port=False), live_set(timeout, node_port=True)]
         return names
 
+    def _whole_write(self) -> Iterator[ElementChange]:
+        """Every set flushed and filled again: the changes are made as the
+        writer takes them (in a worker thread), from a snapshot taken now,
+        so the elements of 10,000 services are never all alive at once."""
+        layout = self.layout
+        snapshot = list(self._services.items())
+        pieces = owned_elements(snapshot, layout, self._owners())
+        shared = {name: list(counted) for name, counted in self._shared.items()}
+        return whole_write(layout.nfproto, layout.table, self.set_names(), pieces, shared)
+
     def _changes(self) -> list[ElementChange]:
         layout = self.layout
         family, table = layout.nfproto, layout.table
-        if self._whole:
-            names = self.set_names()
-            changes = [ElementChange("flush", family, table, n, ()) for n in names]
-            pieces = owned_elements(self._services.items(), layout, self._owners())
-            everything = collect(pieces)
-            for name, counted in self._shared.items():
-                everything.setdefault(name, []).extend(counted)
-            changes += [
-                ElementChange("add", family, table, n, tuple(everything[n]))
-                for n in names
-                if everything.get(n)
-            ]
-            return changes
         # Deletes first: a map slot whose backend changed is its key
         # deleted and added again, in the same transaction.
         changes = [
@@ -383,17 +380,22 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         # second transaction then rewrites the first bank and empties the
         # second, traffic going to the same backends throughout.
         first = {} if self._whole else self._in_force_first()
+        changes: list[ElementChange] = []
         try:
-            if first:
-                await self._write(
-                    [ElementChange("add", family, table, n, tuple(e)) for n, e in first.items()]
-                )
-            changes = self._changes()
-            changes += [
-                ElementChange("delete", family, table, n, tuple(e)) for n, e in first.items()
-            ]
-            if changes:
-                await self._write(changes)
+            if self._whole:
+                await self._write(self._whole_write(), self.set_names())
+                wrote = True
+            else:
+                if first:
+                    await self._write(
+                        [ElementChange("add", family, table, n, tuple(e)) for n, e in first.items()]
+                    )
+                changes = self._changes()
+                changes += [
+                    ElementChange("delete", family, table, n, tuple(e)) for n, e in first.items()
+                ]
+                if changes:
+                    await self._write(changes)
         except KERNEL_ERRORS as exc:
             self._whole = True  # what the kernel holds is unknown to us now
             raise ProgrammingError(
@@ -409,11 +411,15 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         swept = await self._sweep()
         return wrote or bool(first or changes or swept)
 
-    async def _write(self, changes: list[ElementChange]) -> None:
+    async def _write(
+        self, changes: Iterable[ElementChange], sets: Iterable[str] | None = None
+    ) -> None:
+        """One transaction; ``sets``: those it touches, if ``changes`` can be
+        read only once (a whole write)."""
         await send(self._writer, changes)
         self.element_writes += 1
-        for change in changes:
-            self._last_write[change.set] = self.element_writes
+        for name in (c.set for c in changes) if sets is None else sets:
+            self._last_write[name] = self.element_writes
 
 
 def _elements(frontend: FrontendElements | None) -> Mapping[str, Elements]:

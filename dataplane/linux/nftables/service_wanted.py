@@ -15,18 +15,21 @@ differ are made whole and compared element by element.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
+from dataplane.linux.nftables.elements import ElementChange
 from dataplane.linux.nftables.service_layout import Elements, ServiceLayout
 from dataplane.model.services import Service, ServiceKey
 
-__all__ = ["Digest", "collect", "digest", "digests", "owned_elements"]
+__all__ = ["Digest", "collect", "digest", "digests", "owned_elements", "whole_write"]
 
 # How many elements, and the sum of their hashes (mod 2**64): equal for
 # equal sets whatever the order; unequal sets collide with odds of 2**-64
 # (Python's hash of bytes is keyed per process: no input can aim at it).
 Digest = tuple[int, int]
 _MASK = (1 << 64) - 1
+# Elements per change of a whole write: about one netlink message's worth.
+_CHUNK = 1_000
 
 
 def owned_elements(
@@ -70,3 +73,36 @@ def collect(
         if only is None or name in only:
             out.setdefault(name, []).extend(elements)
     return out
+
+
+def whole_write(
+    family: int,
+    table: str,
+    names: Sequence[str],
+    pieces: Iterable[tuple[str, Elements]],
+    shared: Mapping[str, Sequence[bytes]],
+    *,
+    chunk: int = _CHUNK,
+) -> Iterator[ElementChange]:
+    """Sets ``names`` flushed, then filled with ``pieces`` and ``shared``,
+    a set's elements handed on as each ``chunk`` fills (the writer
+    encodes each into the batch as it comes: the batch, not the elements,
+    is what is held)."""
+    for name in names:
+        yield ElementChange("flush", family, table, name, ())
+    known = set(names)
+    pending: dict[str, list[bytes]] = {}
+    for name, elements in pieces:
+        if name not in known:
+            continue
+        held = pending.setdefault(name, [])
+        held.extend(elements)
+        while len(held) >= chunk:
+            yield ElementChange("add", family, table, name, tuple(held[:chunk]))
+            del held[:chunk]
+    for name, counted in shared.items():
+        if name in known:
+            pending.setdefault(name, []).extend(counted)
+    for name, held in pending.items():
+        for at in range(0, len(held), chunk):
+            yield ElementChange("add", family, table, name, tuple(held[at : at + chunk]))
