@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from ipaddress import ip_network
 
@@ -648,46 +648,62 @@ def test_a_refresh_of_what_was_written_marks_nothing_and_tampering_is_repaired()
     assert kernel.transactions == writes + 1 and len(nft.scripts) == 1
 
 
-def test_a_set_written_while_the_refresh_reads_is_left_to_the_next_one() -> None:
-    """The read of a set that an apply then changes is stale: were it
-    compared, the apply's deletions would look like elements to delete
-    again, which the kernel refuses."""
-    nft = Nft()
-    reading, written = threading.Event(), threading.Event()
-    armed = False  # (the first apply reads too)
+class HeldRead(FakeSets):
+    """Holds the read of one set, once armed, until the loop has done
+    something meanwhile (see :func:`refresh_racing`)."""
 
-    class Slow(FakeSets):
-        def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
-            found = super().elements(family, table, set_name)
-            if (
-                set_name == "addr" and armed
-            ):  # read; the apply below changes it before it is compared
-                reading.set()
-                written.wait(10)
-            return found
+    def __init__(self, nft: Nft, set_name: str) -> None:
+        super().__init__(nft)
+        self.held_set = set_name
+        self.armed = False  # (the first apply reads too)
+        self.reading, self.done = threading.Event(), threading.Event()
 
-    kernel = Slow(nft)
-    table = ServiceTable(LAYOUT, nft, kernel, kernel)
-    table.set_service(svc(b("10.65.1.1"), b("10.65.1.2")))
-    trio.run(table.apply)
+    def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
+        found = super().elements(family, table, set_name)
+        if set_name == self.held_set and self.armed:
+            self.reading.set()
+            self.done.wait(10)
+        return found
 
-    armed = True
+
+def refresh_racing(
+    table: ServiceTable, kernel: HeldRead, meanwhile: Callable[[], Awaitable[object]]
+) -> bool:
+    """A refresh whose read of the held set is compared only after
+    ``meanwhile`` has run on the loop; what the refresh returned."""
+    kernel.armed = True
 
     async def race() -> bool:
+        result: list[bool] = []
         async with trio.open_nursery() as nursery:
-            result: list[bool] = []
 
             async def refresh() -> None:
                 result.append(await table.refresh())
 
             nursery.start_soon(refresh)
-            await trio.to_thread.run_sync(reading.wait)
-            table.set_service(svc(b("10.65.1.1")))  # 10.65.1.2's slot goes
-            await table.apply()
-            written.set()
+            await trio.to_thread.run_sync(kernel.reading.wait)
+            await meanwhile()
+            kernel.done.set()
         return result[0]
 
-    assert not trio.run(race)
+    return trio.run(race)
+
+
+def test_a_set_written_while_the_refresh_reads_is_left_to_the_next_one() -> None:
+    """The read of a set that an apply then changes is stale: were it
+    compared, the apply's deletions would look like elements to delete
+    again, which the kernel refuses."""
+    nft = Nft()
+    kernel = HeldRead(nft, "addr")
+    table = ServiceTable(LAYOUT, nft, kernel, kernel)
+    table.set_service(svc(b("10.65.1.1"), b("10.65.1.2")))
+    trio.run(table.apply)
+
+    async def change() -> None:  # read; this changes it before it is compared
+        table.set_service(svc(b("10.65.1.1")))  # 10.65.1.2's slot goes
+        await table.apply()
+
+    assert not refresh_racing(table, kernel, change)
     trio.run(table.apply)  # nothing stale to delete: nothing refused
     assert kernel.contents() == {n: e for n, e in wanted({"web": svc(b("10.65.1.1"))}).items() if e}
 

@@ -8,14 +8,11 @@ Against the kernel-like fake of ``test_service_layout``.
 
 from __future__ import annotations
 
-import threading
-
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataplane.linux.nftables.elements import encoded, key_of
-from dataplane.linux.nftables.reader import ReadElement
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.nftables.service_wanted import digest, digests, owned_elements, whole_write
@@ -23,9 +20,11 @@ from dataplane.model.services import Service, ServiceKey, ServicePort
 from tests.linux.test_service_layout import (
     LAYOUT,
     FakeSets,
+    HeldRead,
     Nft,
     b,
     key,
+    refresh_racing,
     services_drawn,
     svc,
     wanted,
@@ -94,18 +93,7 @@ def test_an_element_noted_while_the_refresh_reads_is_not_marked_from_the_snapsho
     has not been written; the service goes before the read is compared.
     Marking it from the snapshot would write an element nothing wants."""
     nft = Nft()
-    reading, changed = threading.Event(), threading.Event()
-    armed = False
-
-    class Slow(FakeSets):
-        def elements(self, family: int, table: str, set_name: str) -> list[ReadElement]:
-            found = super().elements(family, table, set_name)
-            if set_name == "fe" and armed:
-                reading.set()
-                changed.wait(10)
-            return found
-
-    kernel = Slow(nft)
+    kernel = HeldRead(nft, "fe")
     table = ServiceTable(LAYOUT, nft, kernel, kernel)
     web = svc(b("10.65.1.1"))
     table.set_service(web)
@@ -117,22 +105,11 @@ def test_an_element_noted_while_the_refresh_reads_is_not_marked_from_the_snapsho
         backends=(b("10.65.1.9"),),
     )
     table.set_service(other)  # noted, not written: the kernel lacks it
-    armed = True
 
-    async def race() -> bool:
-        async with trio.open_nursery() as nursery:
-            result: list[bool] = []
+    async def remove() -> None:
+        table.remove_service(other.key)  # before any write
 
-            async def refresh() -> None:
-                result.append(await table.refresh())
-
-            nursery.start_soon(refresh)
-            await trio.to_thread.run_sync(reading.wait)
-            table.remove_service(other.key)  # before any write
-            changed.set()
-        return result[0]
-
-    trio.run(race)
+    refresh_racing(table, kernel, remove)
     trio.run(table.apply)
     assert held(kernel) == expected({"web": web}, LAYOUT)
 
