@@ -48,7 +48,7 @@ _GROUPS = (
     ("<string>", "dataclass instances (their generated __init__)"),
     ("dataplane/kube/", "the API's objects, parsed (kube/)"),
     ("dataplane/model/", "model values (model/)"),
-    ("dataplane/linux/nftables/", "the services table's elements and counts (nftables/)"),
+    ("dataplane/linux/nftables/", "the services table: claims, shared counts (nftables/)"),
 )
 
 
