@@ -98,7 +98,7 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         # Per shared set, how many services want each element (a frontend's
         # own elements are wanted by its owner alone: no count).
         self._shared: dict[str, dict[bytes, int]] = {}
-        # Elements whose wanted count crossed zero since the last write.
+        # Elements newly wanted or no longer wanted since the last write.
         self._adds: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
         self._deletes: dict[str, set[bytes]] = {n: set() for n in layout.element_sets()}
         self._pools: tuple[str, ...] = ()
