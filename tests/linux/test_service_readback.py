@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dataplane.linux.nftables.elements import encoded, key_of
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
-from dataplane.linux.nftables.service_wanted import digest, digests, owned_elements, whole_write
+from dataplane.linux.nftables.service_wanted import digest, digests, whole_write
 from dataplane.model.services import Service, ServiceKey, ServicePort
 from tests.linux.test_service_layout import (
     LAYOUT,
@@ -135,10 +135,7 @@ def test_a_whole_write_flushes_every_set_then_adds_each_wanted_element_once_in_c
     for service in services.values():
         table.set_service(service)
     names = table.set_names()
-    snapshot = list(table._services.items())
-    shared = {n: list(c) for n, c in table._shared.items()}
-    pieces = owned_elements(snapshot, LAYOUT, table._owners())
-    changes = list(whole_write(LAYOUT.nfproto, LAYOUT.table, names, pieces, shared, chunk=chunk))
+    changes = list(whole_write(LAYOUT, names, table._wanted(), chunk=chunk))
     flushes = [c for c in changes if c.op == "flush"]
     assert [c.set for c in flushes] == names and changes[: len(names)] == flushes
     added: dict[str, list[bytes]] = {}

@@ -21,17 +21,15 @@ A mixin over :class:`~dataplane.linux.nftables.service_table.ServiceTable`'s sta
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import trio
 
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
 from dataplane.linux.nftables.reader import ReadRule, TableSource
-from dataplane.linux.nftables.service_layout import Elements, ServiceLayout
-from dataplane.linux.nftables.service_wanted import collect, digest, digests, owned_elements
-from dataplane.model.services import Service, ServiceKey
+from dataplane.linux.nftables.service_layout import ServiceLayout
+from dataplane.linux.nftables.service_wanted import Wanted, collect, digest, digests
 
 __all__ = ["ServiceReadBack"]
 
@@ -43,8 +41,6 @@ class ServiceReadBack:
     element_writes: int
     structure_writes: int
     _reader: TableSource
-    _services: dict[ServiceKey, Service]
-    _shared: dict[str, dict[bytes, int]]
     _watches: list[dict[str, set[bytes]]]
     _adds: dict[str, set[bytes]]
     _deletes: dict[str, set[bytes]]
@@ -58,7 +54,7 @@ class ServiceReadBack:
 
         def set_names(self) -> list[str]: ...
 
-        def _owners(self) -> dict[bytes, ServiceKey]: ...
+        def _wanted(self) -> Wanted: ...
 
         def _structure_held(self, rules: Sequence[ReadRule], pools: set[bytes]) -> bool: ...
 
@@ -107,11 +103,7 @@ class ServiceReadBack:
     async def _read_back(self, began: int | None, *, always: bool) -> tuple[bool, bool] | None:
         """:meth:`_read` in a worker thread, on a snapshot of what is wanted
         taken now; the elements noted as changing meanwhile are watched."""
-        snapshot = _Snapshot(
-            list(self._services.items()),
-            self._owners(),
-            {name: list(counted) for name, counted in self._shared.items()},
-        )
+        snapshot = self._wanted()
         watch: dict[str, set[bytes]] = {}
         self._watches.append(watch)
         try:
@@ -124,7 +116,7 @@ class ServiceReadBack:
     def _read(
         self,
         names: Sequence[str],
-        snapshot: _Snapshot,
+        snapshot: Wanted,
         watch: dict[str, set[bytes]],
         began: int | None,
         always: bool,
@@ -197,16 +189,3 @@ class ServiceReadBack:
         self._adds.setdefault(name, set()).update(lacking)
         self._deletes.setdefault(name, set()).update(stray)
         return bool(lacking or stray)
-
-
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    """What the table wanted when a read-back began (its services and
-    shared elements; the owner of each frontend more than one claims)."""
-
-    services: list[tuple[ServiceKey, Service]]
-    owners: dict[bytes, ServiceKey]
-    shared: dict[str, list[bytes]]
-
-    def pieces(self, layout: ServiceLayout) -> Iterator[tuple[str, Elements]]:
-        return owned_elements(self.services, layout, self.owners)

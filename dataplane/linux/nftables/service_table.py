@@ -60,7 +60,7 @@ from dataplane.linux.nftables.service_readback import ServiceReadBack
 from dataplane.linux.nftables.service_rules import live_set
 from dataplane.linux.nftables.service_structure import ServiceStructure
 from dataplane.linux.nftables.service_sweeps import AffinitySweeps, Sticky
-from dataplane.linux.nftables.service_wanted import owned_elements, whole_write
+from dataplane.linux.nftables.service_wanted import Wanted, whole_write
 from dataplane.model.services import Service, ServiceKey
 
 __all__ = ["ServiceTable"]
@@ -317,10 +317,6 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
                         out.setdefault(name, set()).update(members)
         return {name: frozenset(members) for name, members in out.items()}
 
-    def _owners(self) -> dict[bytes, ServiceKey]:
-        """The owner of each frontend more than one service claims."""
-        return {ident: min(self._claims[ident]) for ident in self._contested}
-
     def set_names(self) -> list[str]:
         """Every set and map the elements go to: the table's, and the live
         sets of the affinity timeouts in use."""
@@ -329,15 +325,21 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
             names += [live_set(timeout, node_port=False), live_set(timeout, node_port=True)]
         return names
 
+    def _wanted(self) -> Wanted:
+        """What the table wants now, as a snapshot a worker can make the
+        elements from while the loop goes on changing the table (a frontend
+        more than one service claims is owned by the lowest-named)."""
+        return Wanted(
+            list(self._services.items()),
+            {ident: min(self._claims[ident]) for ident in self._contested},
+            {name: list(counted) for name, counted in self._shared.items()},
+        )
+
     def _whole_write(self) -> Iterator[ElementChange]:
         """Every set flushed and filled again: the changes are made as the
         writer takes them (in a worker thread), from a snapshot taken now,
         so the elements of 10,000 services are never all alive at once."""
-        layout = self.layout
-        snapshot = list(self._services.items())
-        pieces = owned_elements(snapshot, layout, self._owners())
-        shared = {name: list(counted) for name, counted in self._shared.items()}
-        return whole_write(layout.nfproto, layout.table, self.set_names(), pieces, shared)
+        return whole_write(self.layout, self.set_names(), self._wanted())
 
     def _changes(self) -> list[ElementChange]:
         layout = self.layout

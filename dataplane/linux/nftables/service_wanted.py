@@ -16,12 +16,13 @@ differ are made whole and compared element by element.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from dataplane.linux.nftables.elements import ElementChange
 from dataplane.linux.nftables.service_layout import Elements, ServiceLayout
 from dataplane.model.services import Service, ServiceKey
 
-__all__ = ["Digest", "collect", "digest", "digests", "owned_elements", "whole_write"]
+__all__ = ["Digest", "Wanted", "collect", "digest", "digests", "owned_elements", "whole_write"]
 
 # How many elements, and the sum of their hashes (mod 2**64): equal for
 # equal sets whatever the order; unequal sets collide with odds of 2**-64
@@ -44,6 +45,20 @@ def owned_elements(
             owner = contested.get(ident)
             if owner is None or owner == key:
                 yield from frontend.elements.items()
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What a table wanted at one moment: its services, the owner of each
+    frontend more than one claims, and the shared sets' elements. Taken on
+    the loop; its elements are made from it in a worker thread."""
+
+    services: list[tuple[ServiceKey, Service]]
+    owners: dict[bytes, ServiceKey]
+    shared: dict[str, list[bytes]]
+
+    def pieces(self, layout: ServiceLayout) -> Iterator[tuple[str, Elements]]:
+        return owned_elements(self.services, layout, self.owners)
 
 
 def digest(elements: Iterable[bytes]) -> Digest:
@@ -76,23 +91,18 @@ def collect(
 
 
 def whole_write(
-    family: int,
-    table: str,
-    names: Sequence[str],
-    pieces: Iterable[tuple[str, Elements]],
-    shared: Mapping[str, Sequence[bytes]],
-    *,
-    chunk: int = _CHUNK,
+    layout: ServiceLayout, names: Sequence[str], wanted: Wanted, *, chunk: int = _CHUNK
 ) -> Iterator[ElementChange]:
-    """Sets ``names`` flushed, then filled with ``pieces`` and ``shared``,
-    a set's elements handed on as each ``chunk`` fills (the writer
-    encodes each into the batch as it comes: the batch, not the elements,
-    is what is held)."""
+    """Sets ``names`` flushed, then filled with what is ``wanted``, a set's
+    elements handed on as each ``chunk`` fills (the writer encodes each
+    into the batch as it comes: the batch, not the elements, is what is
+    held)."""
+    family, table = layout.nfproto, layout.table
     for name in names:
         yield ElementChange("flush", family, table, name, ())
     known = set(names)
     pending: dict[str, list[bytes]] = {}
-    for name, elements in pieces:
+    for name, elements in wanted.pieces(layout):
         if name not in known:
             continue
         held = pending.setdefault(name, [])
@@ -100,7 +110,7 @@ def whole_write(
         while len(held) >= chunk:
             yield ElementChange("add", family, table, name, tuple(held[:chunk]))
             del held[:chunk]
-    for name, counted in shared.items():
+    for name, counted in wanted.shared.items():
         if name in known:
             pending.setdefault(name, []).extend(counted)
     for name, held in pending.items():
