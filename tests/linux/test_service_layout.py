@@ -211,8 +211,15 @@ class FakeSets:
         self.transactions = 0
         self.refuse_next = False
         self.nft = nft  # whose scripts made the rules
+        # The kernel commits one transaction at a time (its commit mutex),
+        # whichever threads send them.
+        self._commit = threading.Lock()
 
     def __call__(self, changes: Iterable[ElementChange]) -> None:
+        with self._commit:
+            self._transaction(changes)
+
+    def _transaction(self, changes: Iterable[ElementChange]) -> None:
         if self.refuse_next:
             self.refuse_next = False
             raise OSError(errno.ENOBUFS, "refused once")
@@ -359,15 +366,19 @@ steps = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.sampled_from([LAYOUT, ServiceLayout(6, "cali-svc", 0x4000000)]), steps)
+@given(
+    st.sampled_from([LAYOUT, ServiceLayout(6, "cali-svc", 0x4000000)]), steps, st.integers(1, 40)
+)
 def test_after_any_changes_the_kernel_holds_what_the_services_add_up_to(
-    layout: ServiceLayout, script: list[Service | str]
+    layout: ServiceLayout, script: list[Service | str], piece: int
 ) -> None:
     """Shared elements (a backend in two services, two services on one
     frontend) stay while anyone wants them; a refused transaction is
-    repaired whole by the next apply."""
+    repaired whole by the next apply. The first write into no table lands
+    in pieces of ``piece`` elements."""
     kernel, nft = FakeSets(), Nft()
     table = ServiceTable(layout, nft, kernel, kernel)
+    table.piece = piece
     services: dict[str, Service] = {}
 
     async def apply() -> None:

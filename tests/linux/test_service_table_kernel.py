@@ -85,15 +85,18 @@ def _counts(netns: str, family: str, table: str) -> dict[str, int]:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.sampled_from([4, 6]), steps)
+@given(st.sampled_from([4, 6]), steps, st.integers(1, 40))
 def test_the_kernel_holds_what_the_fake_holds_after_any_changes(
-    module_netns: str, version: int, script: list[Service | str]
+    module_netns: str, version: int, script: list[Service | str], piece: int
 ) -> None:
+    """The first write into no table lands in pieces of ``piece``
+    elements, several in flight at once."""
     table = f"svc-{next(_NAMES)}"
     layout = ServiceLayout(version, table, LAYOUT.masq_mark)
     writer = ElementWriter(lambda: socket_in(module_netns, netfilter_socket))
     reader = TableReader(lambda: socket_in(module_netns, netfilter_socket))
     real = ServiceTable(layout, ProcessRunner(module_netns), writer, reader)
+    real.piece = piece
     fake_sets = FakeSets()
     fake = ServiceTable(layout, Nft(), fake_sets, fake_sets)
     services: dict[str, Service] = {}

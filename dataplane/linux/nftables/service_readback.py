@@ -46,6 +46,7 @@ class ServiceReadBack:
     _deletes: dict[str, set[bytes]]
     _structure_written: bool
     _whole: bool
+    _fresh: bool
     _last_write: dict[str, int]
 
     if TYPE_CHECKING:  # the table's own
@@ -94,11 +95,25 @@ class ServiceReadBack:
             self._deletes.setdefault(name, set()).clear()
         try:
             read = await self._read_back(None, always=False)
+            # No table at all: no packet relies on its sets yet, so the
+            # elements may land in pieces (linux/nftables/pieces.py).
+            self._fresh = await self._absent()
         except KERNEL_ERRORS:
             return  # not known: written whole, as without a table
         if read is not None and read[0]:
             self._structure_written = True
             self._whole = False
+
+    async def _absent(self) -> bool:
+        """Whether the kernel holds no set of our table (none, or the table
+        itself missing): no rule can send a packet to what is not there."""
+        family, table = self.layout.nfproto, self.layout.table
+        try:
+            return not await trio.to_thread.run_sync(self._reader.set_names, family, table)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return True  # the table itself is not there
+            raise
 
     async def _read_back(self, began: int | None, *, always: bool) -> tuple[bool, bool] | None:
         """:meth:`_read` in a worker thread, on a snapshot of what is wanted

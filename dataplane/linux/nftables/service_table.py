@@ -47,6 +47,7 @@ from dataplane.linux.nftables.elements import (
     ElementSink,
     send,
 )
+from dataplane.linux.nftables.pieces import PIECE, send_in_pieces
 from dataplane.linux.nftables.reader import TableSource
 from dataplane.linux.nftables.service_banks import second_bank, split
 from dataplane.linux.nftables.service_layout import (
@@ -111,6 +112,10 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         self._sweep_all = True
         self._structure_written = False
         self._whole = True  # write every element: first apply, or a resync
+        # The first apply found no table: its whole write may land in
+        # pieces of about this many elements (pieces.py).
+        self._fresh = False
+        self.piece = PIECE
         self.structure_writes = 0
         self.element_writes = 0
         self.swept = 0  # affinity entries deleted
@@ -385,7 +390,7 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         changes: list[ElementChange] = []
         try:
             if self._whole:
-                await self._write(self._whole_write(), self.set_names())
+                await self._write_whole()
                 wrote = True
             else:
                 if first:
@@ -413,14 +418,27 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         swept = await self._sweep()
         return wrote or bool(first or changes or swept)
 
+    async def _write_whole(self) -> None:
+        """Every element: in one transaction into a table in use (never
+        seen half full), in pieces into one the first apply made."""
+        fresh, self._fresh = self._fresh, False  # a retry is one transaction
+        if fresh:
+            await send_in_pieces(self._writer, self._whole_write(), elements=self.piece)
+            self._written(self.set_names())
+        else:
+            await self._write(self._whole_write(), self.set_names())
+
     async def _write(
         self, changes: Iterable[ElementChange], sets: Iterable[str] | None = None
     ) -> None:
         """One transaction; ``sets``: those it touches, if ``changes`` can be
         read only once (a whole write)."""
         await send(self._writer, changes)
+        self._written((c.set for c in changes) if sets is None else sets)
+
+    def _written(self, sets: Iterable[str]) -> None:
         self.element_writes += 1
-        for name in (c.set for c in changes) if sets is None else sets:
+        for name in sets:
             self._last_write[name] = self.element_writes
 
 

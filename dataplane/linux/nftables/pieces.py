@@ -1,0 +1,97 @@
+"""A large element write into a table nothing relies on yet, as several transactions.
+
+One transaction is all or nothing, and that is what a table in use needs:
+a resync's sets flushed and filled again must never be seen half full.
+But its price is that nothing overlaps: the writer makes and encodes
+every element (Python, holding the interpreter), and only then does the
+kernel commit them all (in the ``send``, the interpreter free): at 10,000
+services of 10 endpoints, 330,000 elements, about 0.4 s of each.
+
+A table just made holds nothing any packet was using. Its elements may
+land in pieces: the first piece (with the flushes a whole write opens
+with) alone, then the rest from two worker threads, so the kernel commits
+one piece while the next is made and encoded. Every piece is adds of
+elements no other piece holds, so their order does not matter; the
+kernel takes one transaction at a time. A reader between two commits sees
+some services and not others yet, as it would have seen none before.
+Measured at 10,000 x 10 on a fresh table, the first apply (structure
+and elements): 0.56-0.61 s against 0.92-0.93 s in one transaction, with
+pieces of about 20,000 elements (80,000: 0.66 s; 160,000: 0.81 s).
+
+A piece refused leaves the ones before it in place; the caller writes
+every element again, in one transaction, into the table that now exists.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import trio
+
+from dataplane.linux.nftables.elements import ElementChange, ElementSink
+
+__all__ = ["PIECE", "send_in_pieces"]
+
+# Elements per transaction: the kernel's commit of one piece and the
+# making of the next then take about as long as each other.
+PIECE = 20_000
+
+
+async def send_in_pieces(
+    writer: ElementSink, changes: Iterator[ElementChange], *, elements: int = PIECE
+) -> int:
+    """``changes`` as transactions of about ``elements`` elements each (a
+    change is never split), the first alone, then two at a time; returns
+    how many were sent.
+
+    Raises:
+        OSError: the first piece the kernel refused (no later piece is
+            begun; those sent before it stay).
+    """
+    lock = threading.Lock()
+    failed: list[OSError] = []
+    sent = 0
+
+    def take() -> list[ElementChange]:
+        """The next piece (the iterator makes elements as it is read:
+        one thread at a time)."""
+        with lock:
+            if failed:
+                return []
+            piece: list[ElementChange] = []
+            count = 0
+            for change in changes:
+                piece.append(change)
+                count += len(change.elements)
+                if count >= elements:
+                    break
+            return piece
+
+    def one() -> bool:
+        nonlocal sent
+        piece = take()
+        if not piece:
+            return False
+        try:
+            writer(piece)
+        except OSError as exc:
+            with lock:
+                failed.append(exc)
+            return False
+        with lock:
+            sent += 1
+        return True
+
+    async def worker() -> None:
+        while await trio.to_thread.run_sync(one):
+            pass
+
+    # The first piece holds the flushes: committed before any other piece.
+    if await trio.to_thread.run_sync(one):
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                nursery.start_soon(worker)
+    if failed:
+        raise failed[0]
+    return sent

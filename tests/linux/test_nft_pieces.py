@@ -1,0 +1,177 @@
+"""A whole write into a table nothing uses yet, in pieces: every change once, the
+flushes first, two pieces in flight, a refusal stopping the rest; and the
+services table using pieces only where it found no table (``pieces.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import threading
+from collections.abc import Iterable
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataplane.errors import ProgrammingError
+from dataplane.linux.nftables.elements import NFPROTO_IPV4, ElementChange
+from dataplane.linux.nftables.pieces import send_in_pieces
+from dataplane.linux.nftables.service_table import ServiceTable
+from dataplane.model.services import Service, ServiceKey
+from tests.linux.test_service_layout import LAYOUT, FakeSets, Nft, b, svc, wanted
+
+
+def _changes(sizes: list[int], flushes: int) -> list[ElementChange]:
+    """``flushes`` flushes, then one add of each size (elements numbered apart)."""
+    out = [ElementChange("flush", NFPROTO_IPV4, "t", f"s{i}", ()) for i in range(flushes)]
+    at = 0
+    for i, size in enumerate(sizes):
+        elements = tuple(n.to_bytes(4, "big") for n in range(at, at + size))
+        out.append(ElementChange("add", NFPROTO_IPV4, "t", f"s{i % 3}", elements))
+        at += size
+    return out
+
+
+class _Recorder:
+    """A sink noting each transaction, and what else was in flight as it began."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pieces: list[list[ElementChange]] = []
+        self.in_flight = 0
+        self.alongside: list[int] = []  # per transaction, how many ran beside it as it began
+
+    def __call__(self, changes: Iterable[ElementChange]) -> None:
+        with self.lock:
+            self.alongside.append(self.in_flight)
+            self.in_flight += 1
+            self.pieces.append(list(changes))
+        with self.lock:
+            self.in_flight -= 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=30), st.integers(0, 4), st.integers(1, 50))
+def test_every_change_goes_once_in_pieces_the_first_alone(
+    sizes: list[int], flushes: int, elements: int
+) -> None:
+    changes = _changes(sizes, flushes)
+    sink = _Recorder()
+    sent = trio.run(lambda: send_in_pieces(sink, iter(changes), elements=elements))
+    assert sent == len(sink.pieces) and all(sink.pieces)
+    # Each piece is cut at the first change that takes it to the size.
+    for piece in sink.pieces:
+        counts = [len(c.elements) for c in piece]
+        assert sum(counts[:-1]) < elements
+    # Every change exactly once; the flushes in the first piece, which
+    # nothing ran beside.
+    assert sorted(map(repr, (c for p in sink.pieces for c in p))) == sorted(map(repr, changes))
+    if changes:
+        assert sink.pieces[0][:flushes] == changes[:flushes]
+        assert sink.alongside[0] == 0
+
+
+def test_the_kernel_commits_one_piece_while_the_next_is_made() -> None:
+    """The second piece held in the kernel: a third begins meanwhile."""
+    third_began = threading.Event()
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def sink(changes: Iterable[ElementChange]) -> None:
+        with lock:
+            calls.append(len(calls))
+            n = calls[-1]
+        if n == 1:
+            assert third_began.wait(timeout=10), "no piece began while one was committing"
+        if n == 2:
+            third_began.set()
+
+    sent = trio.run(lambda: send_in_pieces(sink, iter(_changes([5] * 6, 1)), elements=5))
+    assert sent == 6 and third_began.is_set()
+
+
+def test_a_refused_piece_is_raised_and_no_later_piece_begins() -> None:
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def sink(changes: Iterable[ElementChange]) -> None:
+        with lock:
+            calls.append(len(calls))
+            if calls[-1] == 2:
+                raise OSError(errno.ENOSPC, "set full")
+
+    with pytest.raises(OSError, match="set full"):
+        trio.run(lambda: send_in_pieces(sink, iter(_changes([5] * 40, 1)), elements=5))
+    # The other worker may finish the piece it had; none is begun after.
+    assert len(calls) <= 4
+
+
+def _services(n: int) -> list[Service]:
+    return [
+        dataclasses.replace(
+            svc(*(b(f"10.65.{i}.{j}") for j in range(1, 4)), cluster_ips=(f"10.96.1.{i}",)),
+            key=ServiceKey("prod", f"s{i}"),
+        )
+        for i in range(n)
+    ]
+
+
+def _table(piece: int) -> tuple[ServiceTable, FakeSets]:
+    kernel = FakeSets()
+    table = ServiceTable(LAYOUT, Nft(), kernel, kernel)
+    table.piece = piece
+    return table, kernel
+
+
+def test_into_no_table_the_first_write_lands_in_pieces_into_sets_in_use_in_one() -> None:
+    table, kernel = _table(piece=4)
+    services = _services(8)
+    for service in services:
+        table.set_service(service)
+    trio.run(table.apply)
+    want = {n: e for n, e in wanted({s.key.name: s for s in services}, LAYOUT).items() if e}
+    assert kernel.contents() == want
+    assert kernel.transactions > 1  # pieces of about 4 elements (a change is never split)
+    # A restart onto those sets, its rules not as this one writes them (a
+    # fresh Nft holds no script): every element again, at once.
+    again = ServiceTable(LAYOUT, Nft(), kernel, kernel)
+    again.piece = 4
+    for service in services:
+        again.set_service(service)
+    before = kernel.transactions
+    trio.run(again.apply)
+    assert kernel.transactions == before + 1 and kernel.contents() == want
+
+
+def test_a_piece_refused_is_repaired_by_one_whole_transaction() -> None:
+    table, kernel = _table(piece=4)
+    services = _services(8)
+    for service in services:
+        table.set_service(service)
+    refusing = _RefuseThird(kernel)
+    table._writer = refusing
+    with pytest.raises(ProgrammingError, match="refused"):
+        trio.run(table.apply)
+    assert len(kernel.contents()) > 0 and refusing.calls >= 3  # some pieces stayed
+    before = kernel.transactions
+    trio.run(table.apply)
+    want = {n: e for n, e in wanted({s.key.name: s for s in services}, LAYOUT).items() if e}
+    assert kernel.contents() == want and kernel.transactions == before + 1
+
+
+class _RefuseThird:
+    """The kernel-like fake, refusing its third transaction."""
+
+    def __init__(self, kernel: FakeSets) -> None:
+        self.kernel = kernel
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, changes: Iterable[ElementChange]) -> None:
+        with self.lock:
+            self.calls += 1
+            third = self.calls == 3
+        if third:
+            raise OSError(errno.ENOMEM, "refused")
+        self.kernel(changes)
