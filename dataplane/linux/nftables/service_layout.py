@@ -269,18 +269,24 @@ class ServiceLayout:
                 out.append((backend.address, number))
         return tuple(out)
 
-    def _frontends(self, service: Service, everyone: tuple[Backend, ...]) -> Iterator[_Frontend]:
+    def _frontends(
+        self, service: Service, everyone: tuple[Backend, ...], *, targets: bool = True
+    ) -> Iterator[_Frontend]:
+        """Each frontend; without ``targets`` (an outline), their backends
+        only where an affinity needs to know whether there are any (the
+        rest get none: their slots are not made)."""
         if service.type == "ExternalName":
             return
-        local = service.usable(local_only=True)
         sticky = service.affinity_timeout if service.session_affinity else None
+        targets = targets or sticky is not None
+        local = service.usable(local_only=True) if targets else ()
         for sp in service.ports:
             number = _PROTOCOLS.get(sp.protocol)
             if number is None:
                 continue
             p = proto(number)
-            every = self._targets(everyone, sp)
-            mine = self._targets(local, sp)
+            every = self._targets(everyone, sp) if targets else ()
+            mine = self._targets(local, sp) if targets else ()
             refuse = "dropped" if every else "refused"
             for vip in service.cluster_ips:
                 if _family(vip) == self.version:
@@ -353,7 +359,7 @@ class ServiceLayout:
         everyone = service.usable(local_only=False)
         idents: dict[bytes, None] = {}
         timeouts = set()
-        for f in self._frontends(service, everyone):
+        for f in self._frontends(service, everyone, targets=False):
             ident = _ident(f)
             if ident not in idents:
                 idents[ident] = None
