@@ -30,7 +30,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -242,6 +242,43 @@ _STATES = {state.value: state for state in BackendState}
 def backends(slices: Iterable[Slice], node: NodeInfo) -> tuple[Backend, ...]:
     """The service's backends for this node, from all of its slices."""
     slices = sorted(slices, key=lambda s: s.name)  # deterministic dedup order
+    if len(slices) == 1:
+        alone = _one_slice(slices[0], node)
+        if alone is not None:
+            return alone
+    return _merged(slices, node)
+
+
+def _one_slice(s: Slice, node: NodeInfo) -> tuple[Backend, ...] | None:
+    """:func:`_merged` of one slice whose addresses and ports (by name and
+    protocol) are all distinct, the common case: nothing to merge, so
+    each endpoint is one backend with every port (about half the time at
+    10,000 services of 10). None: not that case."""
+    if not s.ports:
+        return ()
+    columns = sorted((p.name, p.protocol, p.port) for p in s.ports)
+    if len({(name, protocol) for name, protocol, _ in columns}) != len(columns):
+        return None
+    endpoints = s.endpoints
+    if len({e.address for e in endpoints}) != len(endpoints):
+        return None
+    ports = tuple(BackendPort(*column) for column in columns)
+    mode = _mode(endpoints, node)
+    out = []
+    for e in sorted(endpoints, key=lambda e: e.address):
+        state = _state(e)
+        if state is None:
+            continue
+        topology = state is not BackendState.ACTIVE or _in_topology(e, mode, node)
+        local = e.node_name == node.name
+        out.append(Backend(e.address, ports, local, state, e.node_name, topology))
+    return tuple(out)
+
+
+def _merged(slices: Sequence[Slice], node: NodeInfo) -> tuple[Backend, ...]:
+    """Every slice's endpoints, an address in two slices (or twice in one)
+    once, a local one first; an address with two numbers for one port two
+    backends, as kube-proxy has them."""
     by_port: dict[tuple[str, str], dict[tuple[str, int], SliceEndpoint]] = {}
     for s in slices:
         for port in s.ports:
