@@ -39,6 +39,21 @@ def svc(name: str = "web", **kwargs: object) -> pb.ServiceUpdate:
     return pb.ServiceUpdate(**base)  # type: ignore[arg-type]
 
 
+def _ports_of(*ports: tuple[str, int]) -> pb.ServiceBackendsUpdate:
+    """One backend per (protocol, port), each of one address."""
+    return pb.ServiceBackendsUpdate(
+        name="web",
+        namespace="prod",
+        backends=[
+            pb.ServiceBackend(
+                addresses=[f"10.65.0.{i + 1}"],
+                ports=[pb.ServiceBackendPort(name="http", protocol=protocol, port=number)],
+            )
+            for i, (protocol, number) in enumerate(ports)
+        ],
+    )
+
+
 def backends(
     name: str = "web", *addresses: str, local: bool = True, **kw: object
 ) -> pb.ServiceBackendsUpdate:
@@ -141,6 +156,14 @@ def test_terminating_backends_only_when_no_active_one() -> None:
         (svc(load_balancer_source_ranges=["nope"]), "load_balancer_source_ranges[0]", "nope"),
         (backends("ghost", "10.65.0.20"), "name", "prod/ghost"),
         (backends("web", "10.65.0.999"), "backends[0].addresses[0]", "10.65.0.999"),
+        (backends("web", "10.65.0.1", "fd00::x"), "backends[1].addresses[0]", "fd00::x"),
+        # Backends listing the same ports share them: the first with a bad one is named.
+        (_ports_of(("TCP", 8080), ("TCP", 0)), "backends[1].ports[0].port", 0),
+        (
+            _ports_of(("TCP", 8080), ("TCP", 8080), ("ICMP", 1)),
+            "backends[2].ports[0].protocol",
+            "ICMP",
+        ),
     ],
 )
 def test_bad_input_is_rejected_and_state_kept(
