@@ -32,8 +32,6 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-import trio
-
 from dataplane.linux.nftables.nfnetlink import (
     ATTR,
     BATCH_BEGIN,
@@ -81,7 +79,6 @@ __all__ = [
     "port",
     "proto",
     "ranged",
-    "send",
     "verdict_element",
     "with_key",
 ]
@@ -360,21 +357,6 @@ def encode_batch(
 # fake in tests. The changes may be an iterator, read once (a whole write
 # made as it is encoded).
 ElementSink = Callable[[Iterable[ElementChange]], None]
-
-# A write this small runs on the loop: a thread hop costs more than it.
-_INLINE_ELEMENTS = 2_000
-
-
-async def send(writer: ElementSink, changes: Iterable[ElementChange]) -> None:
-    """``writer(changes)`` for the trio loop: a large transaction (a full
-    load encodes ~100,000 elements; an iterator, a whole write made as it
-    goes) is encoded and sent from a worker."""
-    if not isinstance(changes, Sequence) or (
-        sum(len(c.elements) for c in changes) > _INLINE_ELEMENTS
-    ):
-        await trio.to_thread.run_sync(writer, changes)
-    else:
-        writer(changes)
 
 
 class ElementWriter:

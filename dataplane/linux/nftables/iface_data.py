@@ -30,8 +30,9 @@ from dataclasses import dataclass
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.nftables.elements import ElementChange, ElementSink, send
+from dataplane.linux.nftables.elements import ElementChange, ElementSink
 from dataplane.linux.nftables.reader import TableSource
+from dataplane.linux.nftables.sending import send
 from dataplane.linux.nftables.serialise import nft_name
 
 __all__ = ["DataSet", "Held", "InterfaceData"]

@@ -96,7 +96,7 @@ class ServiceReadBack:
         try:
             read = await self._read_back(None, always=False)
             # No table at all: no packet relies on its sets yet, so the
-            # elements may land in pieces (linux/nftables/pieces.py).
+            # elements may land in pieces (linux/nftables/sending.py).
             self._fresh = await self._absent()
         except KERNEL_ERRORS:
             return  # not known: written whole, as without a table

@@ -42,13 +42,9 @@ from dataplane.core.quarantine import Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.errors import KERNEL_ERRORS
-from dataplane.linux.nftables.elements import (
-    ElementChange,
-    ElementSink,
-    send,
-)
-from dataplane.linux.nftables.pieces import PIECE, send_in_pieces
+from dataplane.linux.nftables.elements import ElementChange, ElementSink
 from dataplane.linux.nftables.reader import TableSource
+from dataplane.linux.nftables.sending import PIECE, send, send_in_pieces
 from dataplane.linux.nftables.service_banks import second_bank, split
 from dataplane.linux.nftables.service_layout import (
     NOTHING,
@@ -113,7 +109,7 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         self._structure_written = False
         self._whole = True  # write every element: first apply, or a resync
         # The first apply found no table: its whole write may land in
-        # pieces of about this many elements (pieces.py).
+        # pieces of about this many elements (sending.py).
         self._fresh = False
         self.piece = PIECE
         self.structure_writes = 0

@@ -1,6 +1,6 @@
 """A whole write into a table nothing uses yet, in pieces: every change once, the
 flushes first, two pieces in flight, a refusal stopping the rest; and the
-services table using pieces only where it found no table (``pieces.py``)."""
+services table using pieces only where it found no table (``sending.py``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.nftables.elements import NFPROTO_IPV4, ElementChange
-from dataplane.linux.nftables.pieces import send_in_pieces
+from dataplane.linux.nftables.sending import send_in_pieces
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.model.services import Service, ServiceKey
 from tests.linux.test_service_layout import LAYOUT, FakeSets, Nft, b, svc, wanted

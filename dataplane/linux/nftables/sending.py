@@ -1,8 +1,14 @@
-"""A large element write into a table nothing relies on yet, as several transactions.
+"""Element changes handed from the trio loop to the writer: on the loop, in a
+worker thread, or -- a whole write into a table nothing relies on yet --
+as several transactions, two in flight.
 
-One transaction is all or nothing, and that is what a table in use needs:
-a resync's sets flushed and filled again must never be seen half full.
-But its price is that nothing overlaps: the writer makes and encodes
+:func:`send`: a small change is written on the loop (a thread hop costs
+more than it); a large one, or an iterator (a whole write made as it is
+encoded), in a worker.
+
+:func:`send_in_pieces`: one transaction is all or nothing, and that is
+what a table in use needs: a resync's sets flushed and filled again must
+never be seen half full. But its price is that nothing overlaps: the writer makes and encodes
 every element (Python, holding the interpreter), and only then does the
 kernel commit them all (in the ``send``, the interpreter free): at 10,000
 services of 10 endpoints, 330,000 elements, about 0.4 s of each.
@@ -25,17 +31,31 @@ every element again, in one transaction, into the table that now exists.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import trio
 
 from dataplane.linux.nftables.elements import ElementChange, ElementSink
 
-__all__ = ["PIECE", "send_in_pieces"]
+__all__ = ["PIECE", "send", "send_in_pieces"]
 
+# A write this small runs on the loop: a thread hop costs more than it.
+_INLINE_ELEMENTS = 2_000
 # Elements per transaction: the kernel's commit of one piece and the
 # making of the next then take about as long as each other.
 PIECE = 20_000
+
+
+async def send(writer: ElementSink, changes: Iterable[ElementChange]) -> None:
+    """``writer(changes)`` for the trio loop: a large transaction (a full
+    load encodes ~100,000 elements; an iterator, a whole write made as it
+    goes) is encoded and sent from a worker."""
+    if not isinstance(changes, Sequence) or (
+        sum(len(c.elements) for c in changes) > _INLINE_ELEMENTS
+    ):
+        await trio.to_thread.run_sync(writer, changes)
+    else:
+        writer(changes)
 
 
 async def send_in_pieces(
