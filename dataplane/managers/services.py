@@ -143,11 +143,14 @@ class ServicesManager:
         else:
             value = self._services[key]
             chosen = self._backends.get(key, ())
-        backends = tuple(
-            replace(b, state=BackendState.QUARANTINED) if b.address in self._unhealthy else b
-            for b in chosen
-        )
-        return replace(value, backends=backends)
+        if self._unhealthy:
+            chosen = tuple(
+                replace(b, state=BackendState.QUARANTINED) if b.address in self._unhealthy else b
+                for b in chosen
+            )
+        # From the source with nothing quarantined (the common case): the
+        # source's own value, not a copy of it (one Service fewer per key).
+        return value if chosen is value.backends else replace(value, backends=chosen)
 
     def complete_deferred_work(self) -> None:
         if self._source is not None:
