@@ -13,6 +13,7 @@ through it.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from tests.felix.cluster import (
     verdicts,
     without_counters,
 )
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -152,6 +154,17 @@ def test_a_policy_on_one_node_judges_traffic_from_the_other(two_nodes: TwoNodes)
     finally:
         calico.cp.delete(f"{path}/web-from-clients")
     two_nodes.expect(CROSS)
+    # Felix removes a policy after the endpoints stop using it: its chains
+    # go in a later apply than the rules that reached them, so node-b is
+    # settled (for the next test's before-and-after) only once they are.
+    node_b = two_nodes.nodes["node-b"]
+    eventually(lambda: not _policy_chains(node_b), 30, "node-b without the policy's chains")
+
+
+def _policy_chains(node: Node) -> list[str]:
+    """The policy chains (inbound and outbound) node ``node`` holds, on either backend."""
+    dumps = node.run("nft", "list", "ruleset").stdout + node.run("iptables-save").stdout
+    return re.findall(r"cali-p[io]-[^\s\"]+", dumps)
 
 
 def test_one_node_s_felix_restart_is_nothing_to_the_other(two_nodes: TwoNodes) -> None:

@@ -8,10 +8,11 @@ encoded), in a worker.
 
 :func:`send_in_pieces`: one transaction is all or nothing, and that is
 what a table in use needs: a resync's sets flushed and filled again must
-never be seen half full. But its price is that nothing overlaps: the writer makes and encodes
-every element (Python, holding the interpreter), and only then does the
-kernel commit them all (in the ``send``, the interpreter free): at 10,000
-services of 10 endpoints, 330,000 elements, about 0.4 s of each.
+never be seen half full. But its price is that nothing overlaps: the
+writer makes and encodes every element (Python, holding the
+interpreter), and only then does the kernel commit them all (in the
+``send``, the interpreter free): at 10,000 services of 10 endpoints,
+330,000 elements, about 0.4 s of each.
 
 A table just made holds nothing any packet was using. Its elements may
 land in pieces: the first piece (with the flushes a whole write opens
