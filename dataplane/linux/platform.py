@@ -190,13 +190,18 @@ class LinuxPlatform(Sinks, Observed):
         """
         self.applying = True  # read by the policy counters' thread
         try:
+            first = self._kernel is None
             kernel = self._kernel or await self._start()
             fired = self._timers.due()
-            if fired and self._refresher_running:
-                # Read beside the applies by the refresher (serve): never here.
+            # Read beside the applies by the refresher (serve), never here;
+            # but the first apply reads every table it writes anyway (it
+            # knows nothing of the kernel yet), and a refresh beside it
+            # would read each a second time, with the first apply waiting.
+            beside = self._refresher_running and not first
+            if fired and beside:
                 self._refresh_due.update(fired)
                 self._refresh_wanted.set()
-            kernel.mark_for_resync(fired, read_beside=self._refresher_running)
+            kernel.mark_for_resync(fired, read_beside=beside)
             try:
                 await self._program(kernel)
             finally:

@@ -11,12 +11,11 @@ VXLAN devices.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
-
-import trio
 
 from dataplane.config import Config
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
@@ -26,6 +25,7 @@ from dataplane.linux.iptables.serialise import action_text
 from dataplane.linux.iptables.table import FAIL_CLOSED, PRELOAD_THRESHOLD, Table
 from dataplane.linux.kernel.cmd import CommandRunner
 from dataplane.linux.kernel.netns import socket_in
+from dataplane.linux.kernel.side_by_side import side_by_side
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals, namespace_identity
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.leftovers import remove_ipsets, remove_iptables, remove_nftables
@@ -253,24 +253,17 @@ class Programmers:
         """
         if self.nftables:
             await apply_together([self.nft[v] for v in versions])
-            for version in versions:
-                await self.services[version].apply()
+            # Each family's services table is its own transaction (and
+            # nft's own run for the structure: 35 ms each into no table):
+            # side by side, as the iptables families.
+            await side_by_side(*(self.services[v].apply for v in versions))
             return
-        failed: dict[int, Exception] = {}
 
         async def family(version: int) -> None:
-            try:
-                for table in TABLES:
-                    await self.iptables[(table, version)].apply()
-            except Exception as exc:  # raised below, once the other family is done
-                failed[version] = exc
+            for table in TABLES:
+                await self.iptables[(table, version)].apply()
 
-        async with trio.open_nursery() as nursery:
-            for version in versions:
-                nursery.start_soon(family, version)
-        for version in versions:
-            if version in failed:
-                raise failed[version]
+        await side_by_side(*(functools.partial(family, v) for v in versions))
 
     async def retire_other(self, runner: CommandRunner) -> None:
         """Remove the other backend's objects of ours, once this one's are in force.

@@ -10,12 +10,14 @@ prefer nft, the modern default. The decision is made once, at start;
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from dataclasses import dataclass
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner, run_sync
+from dataplane.linux.kernel.side_by_side import side_by_side
 
 __all__ = ["IptablesCommands", "detect_backend", "read_counters"]
 
@@ -43,8 +45,15 @@ async def detect_backend(runner: CommandRunner, configured: str = "auto") -> str
     """Return "legacy" or "nft"; ProgrammingError if neither can be read."""
     if configured in ("legacy", "nft"):
         return configured
-    legacy, why_legacy = await _rule_count(runner, "legacy")
-    nft, why_nft = await _rule_count(runner, "nft")
+    counts: dict[str, tuple[int | None, str]] = {}
+
+    async def count(mode: str) -> None:
+        counts[mode] = await _rule_count(runner, mode)
+
+    # The two backends' saves read different kernels' tables: side by side.
+    await side_by_side(*(functools.partial(count, mode) for mode in ("legacy", "nft")))
+    legacy, why_legacy = counts["legacy"]
+    nft, why_nft = counts["nft"]
     if legacy is None and nft is None:
         raise ProgrammingError(f"cannot read iptables with either backend: {why_legacy}; {why_nft}")
     choice = "legacy" if nft is None or (legacy is not None and legacy > nft) else "nft"

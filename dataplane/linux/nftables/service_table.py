@@ -336,11 +336,12 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
             {name: list(counted) for name, counted in self._shared.items()},
         )
 
-    def _whole_write(self) -> Iterator[ElementChange]:
-        """Every set flushed and filled again: the changes are made as the
-        writer takes them (in a worker thread), from a snapshot taken now,
-        so the elements of 10,000 services are never all alive at once."""
-        return whole_write(self.layout, self.set_names(), self._wanted())
+    def _whole_write(self, *, flush: bool = True) -> Iterator[ElementChange]:
+        """Every set flushed (unless just made) and filled again: the
+        changes are made as the writer takes them (in a worker thread), from
+        a snapshot taken now, so the elements of 10,000 services are never
+        all alive at once."""
+        return whole_write(self.layout, self.set_names(), self._wanted(), flush=flush)
 
     def _changes(self) -> list[ElementChange]:
         layout = self.layout
@@ -419,7 +420,9 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         seen half full), in pieces into one the first apply made."""
         fresh, self._fresh = self._fresh, False  # a retry is one transaction
         if fresh:
-            await send_in_pieces(self._writer, self._whole_write(), elements=self.piece)
+            # The structure's nft run just made every set: nothing to flush.
+            changes = self._whole_write(flush=False)
+            await send_in_pieces(self._writer, changes, elements=self.piece)
             self._written(self.set_names())
         else:
             await self._write(self._whole_write(), self.set_names())
