@@ -17,12 +17,20 @@ imports), and *first apply*, InSync received until DataplaneInSync is
 back. The *floor* is the interpreter starting and exiting (``python -c
 pass``), the least any Python driver pays.
 
+The driver's modules are compiled to bytecode first, as every deployed
+driver has them: the image compiles them at build (``UV_COMPILE_BYTECODE=1``
+in ``deploy/Dockerfile``) and pip does so installing a wheel. Without
+that, a checkout whose environment sets ``PYTHONDONTWRITEBYTECODE`` (as
+this machine's does) compiles about 270 modules from source at every
+start, 0.1-0.2 s that no node pays; figures before 2026-11-29 held it.
+
 Run as root: ``python benchmarks/bench_start.py [--runs 10]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime
 import statistics
 import subprocess
@@ -65,6 +73,14 @@ def one_start(argv: list[str]) -> tuple[float, float, float]:
     return done - spawned, first - spawned, done - in_sync
 
 
+def compile_bytecode() -> None:
+    """The driver's modules as bytecode in their ``__pycache__`` (ignored
+    by git), as the image holds them."""
+    package = Path(__file__).resolve().parent.parent / "dataplane"
+    if not compileall.compile_dir(package, quiet=1):
+        raise RuntimeError(f"compileall failed on {package}")
+
+
 def interpreter_floor(runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -102,7 +118,9 @@ def main() -> None:
         inside(args.case, args.runs)
         return
     require_root()
+    compile_bytecode()
     print(machine())
+    print("the driver's modules compiled to bytecode, as in the image")
     header = ["platform", "start to first apply, median", "slowest", "to the loop", "first apply"]
     print(markdown_table([*header, "floor: the interpreter", "ratio"], []), flush=True)
     for case in [args.case] if args.case else list(_CASES):
