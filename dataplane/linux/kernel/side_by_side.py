@@ -8,6 +8,10 @@ failure in the order given is raised once all are done -- a plain error,
 as the same calls in sequence would raise, and not the ExceptionGroup a
 nursery raises, which the callers' ``except ProgrammingError`` would not
 catch.
+
+Not for two ``nft`` writes into one namespace: the second finds the
+ruleset changed under it at its commit and starts over (slower than in
+turn, measured: ``programmers.py``). Reads, and iptables' tools, are fine.
 """
 
 from __future__ import annotations
