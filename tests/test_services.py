@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from dataplane.core.diffstore import DiffStore
 from dataplane.errors import InputError
 from dataplane.managers import ServicesManager
-from dataplane.model.services import Backend, BackendState, Service, ServiceKey
+from dataplane.model.services import Backend, BackendState, Service, ServiceKey, sorted_keys
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
 
@@ -213,3 +213,8 @@ def test_diffstore_replays_to_the_desired_state(ops: list[tuple[str, int | None,
         del mirror[k]
     mirror.update(changes.upserts)
     assert mirror == desired
+
+
+@given(st.lists(st.builds(ServiceKey, st.text(max_size=4), st.text(max_size=4)), max_size=40))
+def test_sorted_keys_is_the_keys_own_order(keys: list[ServiceKey]) -> None:
+    assert sorted_keys(keys) == sorted(keys)

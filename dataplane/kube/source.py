@@ -28,7 +28,7 @@ from dataplane.kube import endpoints as eps
 from dataplane.kube import services as svcs
 from dataplane.kube.api import ApiClient
 from dataplane.kube.reflector import ObjectKey, Reflector, Resource
-from dataplane.model.services import Service, ServiceKey
+from dataplane.model.services import Service, ServiceKey, sorted_keys
 
 __all__ = ["PROXY_SELECTOR", "KubeServices", "ServiceState"]
 
@@ -223,7 +223,7 @@ class KubeServices:
 
     def take_dirty(self) -> dict[ServiceKey, Service | None]:
         """What changed since the last call: each service's value, or None (gone)."""
-        out = {skey: self.value(skey) for skey in sorted(self.dirty)}
+        out = {skey: self.value(skey) for skey in sorted_keys(self.dirty)}
         self.dirty.clear()
         return out
 

@@ -34,7 +34,7 @@ from dataplane.core.diffstore import DiffStore
 from dataplane.core.platform import ServicesSink
 from dataplane.errors import InputError
 from dataplane.managers import convert_services as convert
-from dataplane.model.services import Backend, BackendState, Service, ServiceKey
+from dataplane.model.services import Backend, BackendState, Service, ServiceKey, sorted_keys
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class ServicesManager:
                     )
         self._dirty.clear()
         changes = self._store.commit()
-        for key in sorted(changes.deletes):
+        for key in sorted_keys(changes.deletes):
             self._sink.remove_service(key)
-        for key in sorted(changes.upserts):
+        for key in sorted_keys(changes.upserts):
             self._sink.set_service(changes.upserts[key])
