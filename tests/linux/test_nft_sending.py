@@ -117,31 +117,33 @@ def _services(n: int) -> list[Service]:
     ]
 
 
-def _table(piece: int) -> tuple[ServiceTable, FakeSets]:
-    kernel = FakeSets()
+SERVICES = _services(8)
+WANT = {n: e for n, e in wanted({s.key.name: s for s in SERVICES}, LAYOUT).items() if e}
+
+
+def _table(kernel: FakeSets | None = None) -> tuple[ServiceTable, FakeSets]:
+    """A table given :data:`SERVICES`, nothing applied yet, in pieces of
+    about 4 elements (a change is never split), and its kernel (a fresh
+    one unless given: a restart onto it)."""
+    kernel = kernel or FakeSets()
     table = ServiceTable(LAYOUT, Nft(), kernel, kernel)
-    table.piece = piece
+    table.piece = 4
+    for service in SERVICES:
+        table.set_service(service)
     return table, kernel
 
 
 def test_into_no_table_the_first_write_lands_in_pieces_into_sets_in_use_in_one() -> None:
-    table, kernel = _table(piece=4)
-    services = _services(8)
-    for service in services:
-        table.set_service(service)
+    table, kernel = _table()
     trio.run(table.apply)
-    want = {n: e for n, e in wanted({s.key.name: s for s in services}, LAYOUT).items() if e}
-    assert kernel.contents() == want
-    assert kernel.transactions > 1  # pieces of about 4 elements (a change is never split)
+    assert kernel.contents() == WANT
+    assert kernel.transactions > 1
     # A restart onto those sets, its rules not as this one writes them (a
     # fresh Nft holds no script): every element again, at once.
-    again = ServiceTable(LAYOUT, Nft(), kernel, kernel)
-    again.piece = 4
-    for service in services:
-        again.set_service(service)
+    again, _ = _table(kernel)
     before = kernel.transactions
     trio.run(again.apply)
-    assert kernel.transactions == before + 1 and kernel.contents() == want
+    assert kernel.transactions == before + 1 and kernel.contents() == WANT
 
 
 class _Flushes:
@@ -162,43 +164,30 @@ class _Flushes:
 def test_into_no_table_nothing_is_flushed_into_sets_in_use_every_set_is() -> None:
     # The structure's nft run has just made every set, empty: flushing
     # them all was the kernel's 11-15 ms of every start.
-    table, kernel = _table(piece=4)
-    services = _services(8)
-    for service in services:
-        table.set_service(service)
-    first = _Flushes(kernel)
-    table._writer = first
+    table, kernel = _table()
+    table._writer = first = _Flushes(kernel)
     trio.run(table.apply)
-    want = {n: e for n, e in wanted({s.key.name: s for s in services}, LAYOUT).items() if e}
-    assert kernel.contents() == want
+    assert kernel.contents() == WANT
     assert first.flushed == []
     # A restart onto those sets: each flushed (with what it held) and
     # filled again, in the one transaction.
-    again = ServiceTable(LAYOUT, Nft(), kernel, kernel)
-    for service in services:
-        again.set_service(service)
+    again, _ = _table(kernel)
     kernel.sets["fe"][b"stale"] = b"stale"  # (kept by nothing else)
-    restart = _Flushes(kernel)
-    again._writer = restart
+    again._writer = restart = _Flushes(kernel)
     trio.run(again.apply)
     assert sorted(restart.flushed) == sorted(again.set_names())
-    assert kernel.contents() == want
+    assert kernel.contents() == WANT
 
 
 def test_a_piece_refused_is_repaired_by_one_whole_transaction() -> None:
-    table, kernel = _table(piece=4)
-    services = _services(8)
-    for service in services:
-        table.set_service(service)
-    refusing = _RefuseThird(kernel)
-    table._writer = refusing
+    table, kernel = _table()
+    table._writer = refusing = _RefuseThird(kernel)
     with pytest.raises(ProgrammingError, match="refused"):
         trio.run(table.apply)
     assert len(kernel.contents()) > 0 and refusing.calls >= 3  # some pieces stayed
     before = kernel.transactions
     trio.run(table.apply)
-    want = {n: e for n, e in wanted({s.key.name: s for s in services}, LAYOUT).items() if e}
-    assert kernel.contents() == want and kernel.transactions == before + 1
+    assert kernel.contents() == WANT and kernel.transactions == before + 1
 
 
 class _RefuseThird:
