@@ -69,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import _floor
 from benchmarks._common import (
+    compile_bytecode,
     machine,
     markdown_table,
     metrics_text,
@@ -608,6 +609,7 @@ def main() -> None:
     unknown = set(backends) - set(BACKENDS)
     if unknown:
         sys.exit(f"unknown backends {sorted(unknown)}: choose from {sorted(BACKENDS)}")
+    print(compile_bytecode())  # Felix starts the driver: its start is in the figures
     results = []
     with sigterm_unwinds():
         for backend, workdir in _workdirs(backends, args.keep):

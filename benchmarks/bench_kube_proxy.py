@@ -76,6 +76,7 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402
 
 from benchmarks._common import (  # noqa: E402
+    compile_bytecode,
     machine,
     markdown_table,
     metric_sum,
@@ -362,6 +363,7 @@ def main() -> None:
     if why:
         sys.exit(f"bench_kube_proxy: {why}")
     print(machine())
+    print(compile_bytecode())  # programmed counts the driver's start
     with sigterm_unwinds(), tempfile.TemporaryDirectory() as tmp, Topology() as topo:
         work = Path(tmp)
         cp = ControlPlane(topo, work)

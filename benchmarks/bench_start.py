@@ -18,11 +18,8 @@ back. The *floor* is the interpreter starting and exiting (``python -c
 pass``), the least any Python driver pays.
 
 The driver's modules are compiled to bytecode first, as every deployed
-driver has them: the image compiles them at build (``UV_COMPILE_BYTECODE=1``
-in ``deploy/Dockerfile``) and pip does so installing a wheel. Without
-that, a checkout whose environment sets ``PYTHONDONTWRITEBYTECODE`` (as
-this machine's does) compiles about 270 modules from source at every
-start, 0.1-0.2 s that no node pays; figures before 2026-11-29 held it.
+driver has them (``benchmarks/_common.py``: ``compile_bytecode``); the
+figures before 2026-11-29 held their compiling from source at each start.
 
 Run as root: ``python benchmarks/bench_start.py [--runs 10]``.
 """
@@ -30,7 +27,6 @@ Run as root: ``python benchmarks/bench_start.py [--runs 10]``.
 from __future__ import annotations
 
 import argparse
-import compileall
 import datetime
 import statistics
 import subprocess
@@ -40,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine, markdown_table, run_inside_netns
+from benchmarks._common import compile_bytecode, machine, markdown_table, run_inside_netns
 from benchmarks._runs import require_root
 from dataplane.wire._pb import felixbackend_pb2 as pb
 from tests.felix_harness import FelixHarness
@@ -71,14 +67,6 @@ def one_start(argv: list[str]) -> tuple[float, float, float]:
     first = _log_time(lines[0])
     in_sync = next(_log_time(line) for line in lines if "InSync received" in line)
     return done - spawned, first - spawned, done - in_sync
-
-
-def compile_bytecode() -> None:
-    """The driver's modules as bytecode in their ``__pycache__`` (ignored
-    by git), as the image holds them."""
-    package = Path(__file__).resolve().parent.parent / "dataplane"
-    if not compileall.compile_dir(package, quiet=1):
-        raise RuntimeError(f"compileall failed on {package}")
 
 
 def interpreter_floor(runs: int) -> float:
@@ -118,9 +106,9 @@ def main() -> None:
         inside(args.case, args.runs)
         return
     require_root()
-    compile_bytecode()
+    compiled = compile_bytecode()
     print(machine())
-    print("the driver's modules compiled to bytecode, as in the image")
+    print(compiled)
     header = ["platform", "start to first apply, median", "slowest", "to the loop", "first apply"]
     print(markdown_table([*header, "floor: the interpreter", "ratio"], []), flush=True)
     for case in [args.case] if args.case else list(_CASES):
