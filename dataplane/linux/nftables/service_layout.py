@@ -97,6 +97,7 @@ from dataplane.linux.nftables.service_rules import (
     slot_counts,
     structure,
 )
+from dataplane.linux.nftables.service_shared import shared
 from dataplane.model.services import Backend, Service, ServicePort
 
 __all__ = [
@@ -378,17 +379,7 @@ class ServiceLayout:
         return frontends
 
     def _shared(self, service: Service, everyone: tuple[Backend, ...]) -> dict[str, Elements]:
-        shared: dict[str, set[bytes]] = {}
-        if service.type != "ExternalName":
-            for b in everyone:
-                # Only a pod of this node can reach itself through us; others
-                # are hairpinned by their own node.
-                if _family(b.address) == self.version:
-                    if b.local:
-                        shared.setdefault("hairpin", set()).add(encoded(_addr(b.address) * 2))
-                    else:
-                        shared.setdefault("remote", set()).add(encoded(_addr(b.address)))
-        return {n: tuple(sorted(e)) for n, e in shared.items()}
+        return {} if service.type == "ExternalName" else shared(self.version, everyone)
 
     def _elements(self, f: _Frontend) -> dict[str, Elements]:
         out: dict[str, set[bytes]] = {}
