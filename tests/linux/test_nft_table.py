@@ -373,3 +373,42 @@ def test_both_families_go_in_one_nft_run_and_a_refusal_is_blamed_per_table(netns
         assert set(v6.held_back()) == {"cali-bad"} and v4.held_back() == {}
 
     trio.run(main)
+
+
+class MeetingReads(ProcessRunner):
+    """The real tools, each ``nft list`` held until every family's has begun."""
+
+    def __init__(self, netns: str, families: int) -> None:
+        super().__init__(netns)
+        self.begun = 0
+        self._families = families
+        self._all_begun = trio.Event()
+
+    async def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
+    ) -> CommandResult:
+        if "list" in argv:
+            self.begun += 1
+            if self.begun == self._families:
+                self._all_begun.set()
+            # In turn, the first read would wait here for the second forever.
+            with trio.fail_after(10):
+                await self._all_begun.wait()
+        return await super().run(argv, stdin=stdin, check=check)
+
+
+def test_both_families_tables_are_read_side_by_side(netns: str) -> None:
+    """A restart reads both tables back before writing; on a loaded node
+    each read is a ``nft -a list table`` of tens of thousands of rules
+    (in turn about twice as long), so they run at once."""
+
+    async def main() -> None:
+        runner = MeetingReads(netns, 2)
+        v4, v6 = NftTable("ip", TABLE, runner), NftTable("ip6", TABLE, runner)
+        _desired(v4)
+        v6.set_chains([Chain("cali-six", NftSerialiser(6).rules((TableRule((), Drop()),)))])
+        assert await apply_together([v4, v6])
+        assert runner.begun == 2 and v4.reads == v6.reads == 1
+        assert "cali-six" in held(netns, "ip6") and "cali-root" in held(netns)
+
+    trio.run(main)

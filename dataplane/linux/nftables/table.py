@@ -8,9 +8,8 @@ reading our table back (``nft -a list table``: our table only, never the
 ruleset, parsed in a worker thread) at the first apply and at each
 resync: every rule carries its identity in its comment (``cali:<hash>``,
 the hash covering the chain, the rule's text and every rule before it, as
-in iptables), so a chain is
-compared by its list of hashes, never by text nft prints back in its own
-canonical form. A flushed chain, a deleted rule or a deleted table is
+in iptables), so a chain is compared by its list of hashes, never by text
+nft prints back in its own canonical form. A flushed chain, a deleted rule or a deleted table is
 therefore found and rewritten by the next resync; a restart onto a table
 that is already right writes nothing. :meth:`NftTable.refresh` does the
 same reading beside the applies, so a periodic check never delays one.
@@ -26,10 +25,9 @@ deleted (one transaction, one validation of the table by the kernel); the
 other elements, and all of them when no script is needed, go through the
 element writer after it.
 
-A chain nft refuses is quarantined (``docs/quarantine.md``): nft names
-the script line it refused, the chain that line writes is set aside --
-the kernel keeps its last good version, or a fail-closed ``drop`` if it
-never had one -- and the rest is written in the same apply.
+A chain nft refuses is quarantined (``docs/quarantine.md``): nft names the
+script line it refused, the chain that line writes is set aside (the kernel
+keeps its last good version, or a fail-closed ``drop``), the rest is written.
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ import trio
 from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
+from dataplane.linux.kernel.side_by_side import side_by_side
 from dataplane.linux.kernel.written import ReadsBesideApplies, Writes
 from dataplane.linux.nftables.iface_data import InterfaceData
 from dataplane.linux.nftables.listing import blame, listed_chains
@@ -157,13 +156,10 @@ class NftTable:
             self.data.forget()
 
     async def refresh(self) -> bool:
-        """Read the table back beside the applies; True if something differs.
-
-        What differs is repaired by the next apply; applies may run while
-        this reads (it holds no lock and never writes). A chain written
-        after the read began keeps what that write left: the read may
-        predate it.
-        """
+        """Read the table back beside the applies; True if something differs
+        (the next apply repairs it). Applies may run while this reads (it
+        holds no lock, never writes); a chain written after the read began
+        keeps what that write left: the read may predate it."""
         began = self.writes
         differs = self._reads.offer((began, await self._read()))
         if self.data is not None:
@@ -403,13 +399,11 @@ class NftTable:
 
 async def apply_together(tables: Sequence[NftTable]) -> bool:
     """Apply several tables (one per family) with one ``nft -f``; True if
-    anything was written.
-
-    Each ``nft`` run fetches the whole ruleset of the namespace before it
-    writes, whichever table it writes (tens of ms on a loaded node), so one
-    run for both families costs one fetch where one run each costs two.
-    The tables' changes go in as one transaction; if nft refuses it,
-    each table is applied on its own, which finds the chain to blame.
+    anything was written. Each ``nft`` run fetches the whole ruleset of the
+    namespace before it writes, whichever table it writes (tens of ms on a
+    loaded node): one run for both families costs one fetch, not two. The
+    tables' changes go in as one transaction; if nft refuses it, each table
+    is applied on its own, which finds the chain to blame.
 
     Raises:
         ProgrammingError: as :meth:`NftTable.apply`.
@@ -418,11 +412,17 @@ async def apply_together(tables: Sequence[NftTable]) -> bool:
         return await tables[0].apply()
 
     async def joint() -> bool:
+        # Read (where they must be) side by side: reads, no run starts over.
+        begun: dict[NftTable, tuple[dict[str, list[str | None]], set[str]]] = {}
+
+        async def begin(table: NftTable) -> None:
+            begun[table] = await table._begin()
+
+        await side_by_side(*(functools.partial(begin, t) for t in tables))
         plans = []
         for table in tables:
-            actual, trial = await table._begin()
-            script, written = table._script(actual, trial)
-            plans.append((table, script, written, trial))
+            script, written = table._script(*begun[table])
+            plans.append((table, script, written, begun[table][1]))
         text = "".join(line + "\n" for _, script, _, _ in plans for line, _ in script)
         if not text:
             wrote = False
