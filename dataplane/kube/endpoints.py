@@ -128,9 +128,51 @@ def _canonical(text: Any, family: int, field: str) -> str:
     return str(ip)
 
 
+_NODE_NAMES: dict[str, str] = {}  # a few nodes, 100,000 endpoints: one string each
+
+
 def _endpoint(raw: Any, family: int, index: int) -> SliceEndpoint | None:
-    # The field paths are made only for an error: this runs for every
-    # endpoint of every slice.
+    """One endpoint: the common one (an IPv4 address, conditions given as
+    booleans or left out, no hints) without a call per field; any other
+    through :func:`_endpoint_checked`, which says what is wrong. This
+    runs for every endpoint of every slice (100,000 at 10,000 services)."""
+    if type(raw) is dict and family == 4 and not raw.get("hints"):
+        addresses, conditions = raw.get("addresses"), raw.get("conditions") or _NO_CONDITIONS
+        if type(addresses) is list and addresses and type(conditions) is dict:
+            text = addresses[0]
+            ready = conditions.get("ready", True)
+            serving = conditions.get("serving", True)
+            terminating = conditions.get("terminating", False)
+            node = raw.get("nodeName") or ""
+            if (
+                type(text) is str
+                and type(node) is str
+                and ready.__class__ is bool
+                and serving.__class__ is bool
+                and terminating.__class__ is bool
+                and _dotted_quad(text)
+            ):
+                name = _NODE_NAMES.get(node) or _NODE_NAMES.setdefault(node, sys.intern(node))
+                return SliceEndpoint(text, ready, serving, terminating, name, _NO_NAMES, _NO_NAMES)
+    return _endpoint_checked(raw, family, index)
+
+
+_NO_CONDITIONS: dict[str, Any] = {}
+
+
+def _dotted_quad(text: str) -> bool:
+    """Whether ``text`` is an IPv4 address as the model writes it: glibc's
+    ``inet_pton`` takes exactly four decimal octets without leading zeros,
+    which ``inet_ntop`` and ``ipaddress`` print back unchanged."""
+    try:
+        socket.inet_pton(socket.AF_INET, text)
+    except OSError:
+        return False
+    return True
+
+
+def _endpoint_checked(raw: Any, family: int, index: int) -> SliceEndpoint | None:
+    # The field paths are made only for an error.
     if not isinstance(raw, dict):
         raise InputError(f"endpoints[{index}]", raw, "expected an object")
     addresses = raw.get("addresses") or []
