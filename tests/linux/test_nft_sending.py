@@ -58,7 +58,7 @@ def test_every_change_goes_once_in_pieces_the_first_alone(
 ) -> None:
     changes = _changes(sizes, flushes)
     sink = _Recorder()
-    sent = trio.run(lambda: send_in_pieces(sink, iter(changes), elements=elements))
+    sent = trio.run(lambda: send_in_pieces(sink, iter(changes), elements=elements, flushes=True))
     assert sent == len(sink.pieces) and all(sink.pieces)
     # Each piece is cut at the first change that takes it to the size.
     for piece in sink.pieces:
@@ -89,6 +89,28 @@ def test_the_kernel_commits_one_piece_while_the_next_is_made() -> None:
 
     sent = trio.run(lambda: send_in_pieces(sink, iter(_changes([5] * 6, 1)), elements=5))
     assert sent == 6 and third_began.is_set()
+
+
+def test_without_flushes_the_first_piece_is_not_alone() -> None:
+    """The first piece held in the kernel: with no flush to come first, a
+    second piece begins meanwhile (with flushes it would wait its turn)."""
+    second_began = threading.Event()
+    overlapped: list[bool] = []
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def sink(changes: Iterable[ElementChange]) -> None:
+        with lock:
+            calls.append(len(calls))
+            n = calls[-1]
+        if n == 0:
+            overlapped.append(second_began.wait(timeout=10))
+        else:
+            second_began.set()
+
+    pieces = iter(_changes([5] * 4, 0))
+    sent = trio.run(lambda: send_in_pieces(sink, pieces, elements=5, flushes=False))
+    assert sent == 4 and overlapped == [True]
 
 
 def test_a_refused_piece_is_raised_and_no_later_piece_begins() -> None:

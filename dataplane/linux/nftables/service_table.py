@@ -422,7 +422,7 @@ class ServiceTable(ServiceReadBack, ServiceStructure, AffinitySweeps):
         if fresh:
             # The structure's nft run just made every set: nothing to flush.
             changes = self._whole_write(flush=False)
-            await send_in_pieces(self._writer, changes, elements=self.piece)
+            await send_in_pieces(self._writer, changes, elements=self.piece, flushes=False)
             self._written(self.set_names())
         else:
             await self._write(self._whole_write(), self.set_names())
