@@ -72,45 +72,40 @@ def test_every_change_goes_once_in_pieces_the_first_alone(
         assert sink.alongside[0] == 0
 
 
+class _HeldInKernel:
+    """A sink holding piece ``held`` in the kernel until the next piece
+    begins (at most 10 s), noting whether it did."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+        self.next_began = threading.Event()
+        self.overlapped: list[bool] = []
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    def __call__(self, changes: Iterable[ElementChange]) -> None:
+        with self._lock:
+            n, self._calls = self._calls, self._calls + 1
+        if n == self.held:
+            self.overlapped.append(self.next_began.wait(timeout=10))
+        elif n == self.held + 1:
+            self.next_began.set()
+
+
 def test_the_kernel_commits_one_piece_while_the_next_is_made() -> None:
     """The second piece held in the kernel: a third begins meanwhile."""
-    third_began = threading.Event()
-    calls: list[int] = []
-    lock = threading.Lock()
-
-    def sink(changes: Iterable[ElementChange]) -> None:
-        with lock:
-            calls.append(len(calls))
-            n = calls[-1]
-        if n == 1:
-            assert third_began.wait(timeout=10), "no piece began while one was committing"
-        if n == 2:
-            third_began.set()
-
+    sink = _HeldInKernel(1)
     sent = trio.run(lambda: send_in_pieces(sink, iter(_changes([5] * 6, 1)), elements=5))
-    assert sent == 6 and third_began.is_set()
+    assert sent == 6 and sink.overlapped == [True]
 
 
 def test_without_flushes_the_first_piece_is_not_alone() -> None:
     """The first piece held in the kernel: with no flush to come first, a
     second piece begins meanwhile (with flushes it would wait its turn)."""
-    second_began = threading.Event()
-    overlapped: list[bool] = []
-    calls: list[int] = []
-    lock = threading.Lock()
-
-    def sink(changes: Iterable[ElementChange]) -> None:
-        with lock:
-            calls.append(len(calls))
-            n = calls[-1]
-        if n == 0:
-            overlapped.append(second_began.wait(timeout=10))
-        else:
-            second_began.set()
-
+    sink = _HeldInKernel(0)
     pieces = iter(_changes([5] * 4, 0))
     sent = trio.run(lambda: send_in_pieces(sink, pieces, elements=5, flushes=False))
-    assert sent == 4 and overlapped == [True]
+    assert sent == 4 and sink.overlapped == [True]
 
 
 def test_a_refused_piece_is_raised_and_no_later_piece_begins() -> None:
