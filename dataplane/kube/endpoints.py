@@ -117,7 +117,7 @@ def _canonical(text: Any, family: int, field: str) -> str:
     if family == 4:
         try:
             return socket.inet_ntop(socket.AF_INET, socket.inet_pton(socket.AF_INET, text))
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in the text
             pass  # not IPv4: ipaddress says what it is
     try:
         ip = ipaddress.ip_address(text)
@@ -166,7 +166,7 @@ def _dotted_quad(text: str) -> bool:
     which ``inet_ntop`` and ``ipaddress`` print back unchanged."""
     try:
         socket.inet_pton(socket.AF_INET, text)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the text
         return False
     return True
 

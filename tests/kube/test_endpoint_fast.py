@@ -17,7 +17,7 @@ from dataplane.kube.endpoints import SliceEndpoint, _endpoint, _endpoint_checked
 # spaces, not a string at all.
 ADDRESSES = [
     "10.65.1.2", "0.0.0.0", "255.255.255.255", "010.65.1.2", "10.65.1", "10.65.1.256",
-    "10.65.1.2 ", "fd00::1", "FD00:0::1", "::ffff:10.1.2.3", "", "pod", 7, None,
+    "10.65.1.2 ", "10.65.1.2\x00", "fd00::1", "FD00:0::1", "::ffff:10.1.2.3", "", "pod", 7, None,
 ]  # fmt: skip
 FLAGS = [True, False, None, "true", 1, 0]
 missing = object()  # a key left out
