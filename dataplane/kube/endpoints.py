@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from dataplane.errors import InputError
+from dataplane.managers.scalars import dotted_quad
 from dataplane.model.services import Backend, BackendPort, BackendState, ServiceKey
 
 __all__ = [
@@ -128,7 +129,7 @@ def _canonical(text: Any, family: int, field: str) -> str:
     return str(ip)
 
 
-_NODE_NAMES: dict[str, str] = {}  # a few nodes, 100,000 endpoints: one string each
+_NO_CONDITIONS: dict[str, Any] = {}
 
 
 def _endpoint(raw: Any, family: int, index: int) -> SliceEndpoint | None:
@@ -150,25 +151,11 @@ def _endpoint(raw: Any, family: int, index: int) -> SliceEndpoint | None:
                 and ready.__class__ is bool
                 and serving.__class__ is bool
                 and terminating.__class__ is bool
-                and _dotted_quad(text)
+                and dotted_quad(text)
             ):
-                name = _NODE_NAMES.get(node) or _NODE_NAMES.setdefault(node, sys.intern(node))
+                name = sys.intern(node)  # a few nodes, 100,000 endpoints: one string each
                 return SliceEndpoint(text, ready, serving, terminating, name, _NO_NAMES, _NO_NAMES)
     return _endpoint_checked(raw, family, index)
-
-
-_NO_CONDITIONS: dict[str, Any] = {}
-
-
-def _dotted_quad(text: str) -> bool:
-    """Whether ``text`` is an IPv4 address as the model writes it: glibc's
-    ``inet_pton`` takes exactly four decimal octets without leading zeros,
-    which ``inet_ntop`` and ``ipaddress`` print back unchanged."""
-    try:
-        socket.inet_pton(socket.AF_INET, text)
-    except (OSError, ValueError):  # ValueError: a NUL in the text
-        return False
-    return True
 
 
 def _endpoint_checked(raw: Any, family: int, index: int) -> SliceEndpoint | None:

@@ -17,7 +17,7 @@ from dataplane.errors import InputError
 from dataplane.model import IPSetType
 from dataplane.wire._pb import felixbackend_pb2 as pb
 
-__all__ = ["address", "at", "cidr", "ipset_members", "ipset_type", "non_empty"]
+__all__ = ["address", "at", "cidr", "dotted_quad", "ipset_members", "ipset_type", "non_empty"]
 
 _IPSET_TYPES: dict[int, IPSetType] = {
     pb.IPSetUpdate.IP: IPSetType.IP,
@@ -36,6 +36,17 @@ def _parse_address(text: str) -> tuple[int, bytes] | None:
         return version, socket.inet_pton(family, text)
     except (OSError, ValueError):
         return None
+
+
+def dotted_quad(text: str) -> bool:
+    """Whether ``text`` is an IPv4 address as :func:`address` returns it:
+    the dotted quads ``inet_pton`` takes are canonical as written. For the
+    callers that run per backend and name a field only to refuse one."""
+    try:
+        socket.inet_pton(socket.AF_INET, text)
+    except (OSError, ValueError):  # ValueError: a NUL in the text
+        return False
+    return True
 
 
 def address(text: str, field: str, version: int | None = None) -> str:
