@@ -101,6 +101,7 @@ ESTABLISHED = TableRule((ConnState(("RELATED", "ESTABLISHED")),), Accept())
 _INVALID = TableRule((ConnState(("INVALID",)),), Drop())
 # Neighbour discovery and router solicitation from pods must reach the host.
 _ICMPV6_TO_HOST = (130, 131, 132, 133, 135, 136)
+_STEPS_KEPT = 16384  # policy steps kept (two per policy and direction)
 
 
 R = TypeVar("R")
@@ -123,6 +124,12 @@ class FilterRenderer(Generic[R]):
     # The dispatch trees over interface names (iptables; nftables dispatches
     # by verdict maps), with the subtrees they rendered before.
     dispatch: DispatchTrees[R] = field(init=False, compare=False, repr=False)
+    # The two rules that run one policy in an endpoint's tier, per policy
+    # and direction: every endpoint chain holds them, and making them again
+    # for each was a third of rendering a node's workload chains.
+    _steps: dict[tuple[PolicyKey, bool], tuple[TableRule, TableRule]] = field(
+        init=False, compare=False, repr=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dispatch", DispatchTrees(self.names, self.out))
@@ -189,8 +196,7 @@ class FilterRenderer(Generic[R]):
         for tier in policy.tiers:
             out.append(TableRule((), SetMark.off(m.pass_), comment=f"tier {tier.name}"))
             for key in tier.policies:
-                out.append(TableRule((passed,), Jump(self.names.policy(key, inbound))))
-                out.append(TableRule((MarkMatch.has(m.accept),), Return()))
+                out.extend(self._policy_step(key, inbound))
             if end_of_tier_drop and tier.default_action is Action.DENY:
                 out.append(
                     TableRule(
@@ -202,6 +208,20 @@ class FilterRenderer(Generic[R]):
                     )
                 )
         return out
+
+    def _policy_step(self, key: PolicyKey, inbound: bool) -> tuple[TableRule, TableRule]:
+        """Jump to the policy's chain unless a tier's policy passed; back if it allowed."""
+        step = self._steps.get((key, inbound))
+        if step is None:
+            if len(self._steps) >= _STEPS_KEPT:
+                self._steps.clear()  # bounded: policies come and go
+            m = self.marks
+            step = (
+                TableRule((MarkMatch.lacks(m.pass_),), Jump(self.names.policy(key, inbound))),
+                TableRule((MarkMatch.has(m.accept),), Return()),
+            )
+            self._steps[(key, inbound)] = step
+        return step
 
     def allowed_sources(self, endpoint: WorkloadEndpoint) -> tuple[str, ...]:
         """The source networks ``endpoint`` may send from, of this version."""

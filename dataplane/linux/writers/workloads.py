@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from typing import cast
+from typing import Any, cast
 
 from dataplane.linux.nftables.iface_data import DataSet
 from dataplane.linux.nftables.serialise import NftRule
@@ -24,6 +24,7 @@ from dataplane.linux.render.shared_workloads import (
     FROM_MAP,
     SOURCES,
     TO_MAP,
+    SerialisedRules,
     map_dispatch,
     shared_workload_chains,
 )
@@ -62,6 +63,9 @@ class WorkloadWriter:
         # over every interface at each write).
         self._reached: dict[int, Counter[str]] = {}
         self._ifaces: Counter[str] = Counter()  # interface -> its endpoints (one, normally)
+        # nftables: the shared chains' rules serialised so far, per version
+        # (made again when the renderer is: a new config, a new serialiser).
+        self._serialised: dict[int, SerialisedRules[Any]] = {}
 
     def __iter__(self) -> Iterator[tuple[WorkloadEndpointKey, WorkloadEndpoint]]:
         for key, (endpoint, _) in self._endpoints.items():
@@ -166,6 +170,9 @@ class WorkloadWriter:
         table.declare(DataSet(FROM_MAP, "type ifname : verdict"))
         table.declare(DataSet(TO_MAP, "type ifname : verdict"))
         table.declare(DataSet(SOURCES, f"type ifname . {address}; flags interval"))
+        serialised = self._serialised.get(version)
+        if serialised is None or serialised.out is not render.out:
+            serialised = self._serialised[version] = SerialisedRules(render.out)
         reaches = self._reaches.setdefault(version, {})
         reached = self._reached.setdefault(version, Counter())
         unreached: set[str] = set()
@@ -189,7 +196,7 @@ class WorkloadWriter:
             if entry is None:
                 continue
             endpoint = entry[0]
-            to_chain, from_chain = shared_workload_chains(render, *entry)
+            to_chain, from_chain = shared_workload_chains(render, *entry, serialised)
             table.update_chain(cast("Chain[NftRule]", to_chain))
             table.update_chain(cast("Chain[NftRule]", from_chain))
             reach(endpoint.name, (to_chain.name, from_chain.name))
