@@ -2,7 +2,9 @@
 
 What :mod:`dataplane.ops.policy_counters` calls, off the main loop: the
 filter table's counters saved (``iptables-save -c``, or our nftables table
-listed) and parsed into (chain, rule hash, packets, bytes).
+listed) and parsed into (chain, rule hash, packets, bytes). nftables'
+reader and parser are imported where they are used: a node on iptables
+never loads nftables' modules.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ from collections.abc import Callable, Iterable
 
 from dataplane.linux.iptables.backend import IptablesCommands, read_counters
 from dataplane.linux.iptables.chains import parse_counters
-from dataplane.linux.nftables.counters import parse_counters as parse_nft_counters
-from dataplane.linux.nftables.counters import read_table
 from dataplane.linux.programmers import Programmers
 
 __all__ = ["counter_reads"]
@@ -36,6 +36,8 @@ def counter_reads(
             return ""
         nft = programmers.nft.get(version)
         if nft is not None:
+            from dataplane.linux.nftables.counters import read_table  # noqa: PLC0415
+
             return read_table(nft.family, nft.name, netns, timeout=timeout)
         commands = IptablesCommands.for_backend(programmers.backend, version)
         return read_counters(commands, netns, timeout=timeout)
@@ -43,7 +45,9 @@ def counter_reads(
     def parse(text: str) -> Iterable[tuple[str, str, int, int]]:
         programmers = kernel()
         if programmers is not None and programmers.nftables:
-            return parse_nft_counters(text, "filter")
+            from dataplane.linux.nftables.counters import parse_counters as nft  # noqa: PLC0415
+
+            return nft(text, "filter")
         return parse_counters(text)
 
     return save, parse

@@ -15,15 +15,13 @@ platform's.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dataplane.config import Config
 from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.linux.iptables.serialise import IptablesSerialiser
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
 from dataplane.linux.netlink.overlay_plan import OverlayPlan, resolve_encapsulation
-from dataplane.linux.nftables.serialise import NftSerialiser
-from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.render.rule import RuleRenderer
@@ -42,6 +40,9 @@ from dataplane.linux.writers.shapes import TABLES, RuleTable, SetProgrammer
 from dataplane.linux.writers.target import Target
 from dataplane.linux.writers.workloads import WorkloadWriter
 from dataplane.model.hosts import Encapsulation
+
+if TYPE_CHECKING:
+    from dataplane.linux.nftables.service_table import ServiceTable
 
 __all__ = ["Desired"]
 
@@ -123,6 +124,9 @@ class Desired:
                 return FilterRenderer(v, self.effective, marks, self.names, rules, serialiser)
 
             if nftables:
+                # Imported here: a node on iptables never loads nftables' modules.
+                from dataplane.linux.nftables.serialise import NftSerialiser  # noqa: PLC0415
+
                 for table in TABLES:
                     scratch = None if table == "nat" else marks
                     prefix = f"{table}-"

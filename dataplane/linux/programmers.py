@@ -15,7 +15,7 @@ import functools
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dataplane.config import Config
 from dataplane.linux.ipsets.programmer import IPSetsProgrammer
@@ -24,7 +24,6 @@ from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.serialise import action_text
 from dataplane.linux.iptables.table import FAIL_CLOSED, PRELOAD_THRESHOLD, Table
 from dataplane.linux.kernel.cmd import CommandRunner
-from dataplane.linux.kernel.netns import socket_in
 from dataplane.linux.kernel.side_by_side import side_by_side
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals, namespace_identity
 from dataplane.linux.kernel.sysctls import SysctlWriter
@@ -34,31 +33,20 @@ from dataplane.linux.netlink.batch import NetlinkBatch, NetlinkWriter
 from dataplane.linux.netlink.links import LinkMonitor
 from dataplane.linux.netlink.routes import NetlinkHandle, RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
-from dataplane.linux.nftables.elements import (
-    NFPROTO_IPV4,
-    NFPROTO_IPV6,
-    ElementWriter,
-    netfilter_socket,
-)
-from dataplane.linux.nftables.iface_data import InterfaceData
 from dataplane.linux.nftables.mode import nftables_chosen
-from dataplane.linux.nftables.names import nft_tables
-from dataplane.linux.nftables.reader import TableReader
-from dataplane.linux.nftables.service_layout import ServiceLayout
-from dataplane.linux.nftables.service_table import ServiceTable
-from dataplane.linux.nftables.sets import NftSets
-from dataplane.linux.nftables.table import NftTable, apply_together
-from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.rules.action import SetMark
 from dataplane.linux.rules.marks import Marks
 from dataplane.linux.shaping.programmer import ShapingProgrammer
 from dataplane.linux.writers.shapes import TABLES, RuleTable, SetProgrammer
 
+if TYPE_CHECKING:
+    from dataplane.linux.nftables.service_table import ServiceTable
+    from dataplane.linux.nftables.table import NftTable
+    from dataplane.linux.nftables.view import NftTableView
+
 __all__ = ["NFTABLES", "TABLES", "HoldsBack", "Programmers"]
 
 NFTABLES = "nftables"  # Programmers.backend on native nftables
-_FAMILY = {4: "ip", 6: "ip6"}
-_NFPROTO = {4: NFPROTO_IPV4, 6: NFPROTO_IPV6}
 
 
 class HoldsBack(Protocol):
@@ -144,34 +132,13 @@ class Programmers:
         versions = (4, 6) if config.ipv6_support else (4,)
         marks = Marks.from_mask(config.iptables_mark_mask)
         if await nftables_chosen(runner, mode, prefix):
-            sink = ElementWriter(lambda: socket_in(netns, netfilter_socket))
-            reader = TableReader(lambda: socket_in(netns, netfilter_socket))
-            names = nft_tables(prefix)
-            nft = {
-                v: NftTable(
-                    _FAMILY[v],
-                    names.main,
-                    runner,
-                    clock=clock,
-                    data=InterfaceData(_NFPROTO[v], names.main, sink, reader),
-                )
-                for v in versions
-            }
-            ipsets: SetProgrammer = NftSets(
-                runner, sink, reader, dict.fromkeys(versions, names.main), clock=clock
-            )
-            views = {(t, v): NftTableView(nft[v], t, v) for v in versions for t in TABLES}
+            # Imported here: a node on iptables never loads nftables' modules.
+            from dataplane.linux.nftables.programmers import NftProgrammers  # noqa: PLC0415
+
+            built = NftProgrammers.build(runner, versions, prefix, marks.masq, clock, netns, TABLES)
+            ipsets: SetProgrammer = built.ipsets
+            nft, views, services = built.nft, built.views, built.services
             tables: dict[tuple[str, int], RuleTable[Any]] = dict(views)
-            services = {
-                v: ServiceTable(
-                    ServiceLayout(v, names.services, marks.masq),
-                    runner,
-                    sink,
-                    reader,
-                    sink.send_rules,
-                )
-                for v in versions
-            }
             backend = NFTABLES
             iptables: dict[tuple[str, int], Table] = {}
         else:
@@ -252,6 +219,9 @@ class Programmers:
         one transaction, then the services tables (their elements).
         """
         if self.nftables:
+            # Imported here, as in start: iptables never loads it.
+            from dataplane.linux.nftables.table import apply_together  # noqa: PLC0415
+
             await apply_together([self.nft[v] for v in versions])
             # One family's services table after the other: two nft runs
             # at once in one namespace, the second finds the ruleset

@@ -6,6 +6,8 @@ no ``--listen``), the driver programs its first apply without pyroute2
 client's HTTP and YAML stack, prometheus-client or rich. Python's own
 import log (``PYTHONPROFILEIMPORTTIME``) says what was imported; the
 platform's reads go through the driver's own netlink sockets instead.
+On iptables, the default, none of the nftables backend's modules is
+loaded either.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ def test_a_first_apply_imports_none_of_what_the_node_does_not_use(
     imported = _imported(stderr)
     assert "dataplane.linux.platform" in imported  # the log is complete
     assert {m for m in imported if m.split(".")[0] in _NOT_NEEDED or m in _NOT_NEEDED} == set()
+    if mode == "Disabled":
+        # iptables: of nftables, only how the mode is chosen and the names
+        # of the tables a switch of mode would leave behind.
+        nftables = {m for m in imported if m.startswith("dataplane.linux.nftables.")}
+        assert nftables == {"dataplane.linux.nftables.mode", "dataplane.linux.nftables.names"}
     # The first apply did program: the driver's own chains or table are there.
     if mode == "Enabled":
         assert "table ip cali" in topology.run(netns, "nft", "list", "tables").stdout

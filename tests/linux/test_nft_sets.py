@@ -29,8 +29,8 @@ from dataplane.linux.nftables.elements import (
     interval,
     netfilter_socket,
 )
+from dataplane.linux.nftables.names import nft_name
 from dataplane.linux.nftables.reader import TableReader
-from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.set_elements import elements_of, expand, held_items, set_name
 from dataplane.linux.nftables.sets import NftSets
 from dataplane.model import IPSet, IPSetType

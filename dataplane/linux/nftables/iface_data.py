@@ -31,9 +31,9 @@ import trio
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.nftables.elements import ElementChange, ElementSink
+from dataplane.linux.nftables.names import nft_name
 from dataplane.linux.nftables.reader import TableSource
 from dataplane.linux.nftables.sending import send
-from dataplane.linux.nftables.serialise import nft_name
 
 __all__ = ["DataSet", "Held", "InterfaceData"]
 

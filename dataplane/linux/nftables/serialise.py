@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from dataplane.linux.nftables.names import nft_name
 from dataplane.linux.rules.action import (
     Accept,
     Action,
@@ -60,13 +61,10 @@ from dataplane.linux.rules.match import (
 from dataplane.linux.rules.rule import Origin, TableRule
 from dataplane.model import PortRange
 
-__all__ = ["NftRule", "NftSerialiser", "collapse", "nft_name"]
+__all__ = ["NftRule", "NftSerialiser", "collapse"]
 
 _ALL = 0xFFFFFFFF
 _COMMENT_MAX = 127  # bytes nft keeps of a rule's comment
-# nft's identifiers (its scanner's "string"); a chain or set name outside
-# this is a bug upstream, refused here rather than sent as nft syntax.
-_NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9/_.-]{0,254}")
 # Interface names as the kernel takes them (no space, quote, slash), with +;
 # no braces either, which would confuse a reader of the listing.
 _IFACE = re.compile(r"[^\s\"/\\{}]{1,15}\+?")
@@ -98,18 +96,6 @@ def collapse(nets: Iterable[str]) -> list[str]:
     v6 = [n for n in parsed if isinstance(n, ipaddress.IPv6Network)]
     merged = [*ipaddress.collapse_addresses(v4), *ipaddress.collapse_addresses(v6)]
     return [str(n) for n in merged]
-
-
-def nft_name(name: str) -> str:
-    """``name`` if nft's scanner reads it as one identifier.
-
-    Raises:
-        ValueError: it would not (a space, a quote, a brace...).
-    """
-    # A lone "." is the concatenation operator to nft's scanner, not a name.
-    if not _NAME.fullmatch(name) or name == ".":
-        raise ValueError(f"not an nft name: {name!r}")
-    return name
 
 
 def _address(text: str) -> str:

@@ -86,7 +86,7 @@ from dataplane.linux.nftables.elements import (
     proto,
     ranged,
 )
-from dataplane.linux.nftables.serialise import nft_name
+from dataplane.linux.nftables.names import nft_name
 from dataplane.linux.nftables.service_rules import (
     AFFINITY_MAPS,
     BANK,

@@ -42,9 +42,9 @@ from dataplane.linux.nftables.elements import (
     ElementChange,
     ElementSink,
 )
+from dataplane.linux.nftables.names import nft_name
 from dataplane.linux.nftables.reader import TableSource
 from dataplane.linux.nftables.sending import send
-from dataplane.linux.nftables.serialise import nft_name
 from dataplane.linux.nftables.set_elements import (
     elements_of,
     expand,

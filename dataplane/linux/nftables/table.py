@@ -1,18 +1,18 @@
 """One nft table of ours: desired chains in memory, changes written with ``nft -f``.
 
-The nftables twin of ``iptables/table.py``. What we want lives here, in
-memory; an apply writes one ``nft -f`` script -- one atomic transaction --
-holding only the chains that differ from what the kernel holds, so nothing
-is ever re-read on the write path. What the kernel holds is learnt by
-reading our table back (``nft -a list table``: our table only, never the
-ruleset, parsed in a worker thread) at the first apply and at each
-resync: every rule carries its identity in its comment (``cali:<hash>``,
-the hash covering the chain, the rule's text and every rule before it, as
-in iptables), so a chain is compared by its list of hashes, never by text
-nft prints back in its own canonical form. A flushed chain, a deleted rule or a deleted table is
-therefore found and rewritten by the next resync; a restart onto a table
-that is already right writes nothing. :meth:`NftTable.refresh` does the
-same reading beside the applies, so a periodic check never delays one.
+The nftables twin of ``iptables/table.py``. What we want lives here, in memory;
+an apply writes one ``nft -f`` script -- one atomic transaction -- holding only
+the chains that differ from what the kernel holds, so nothing is ever re-read
+on the write path. What the kernel holds is learnt by reading our table back
+(``nft -a list table``: our table only, never the ruleset, parsed in a worker
+thread) at the first apply and at each resync: every rule carries its identity
+in its comment (``cali:<hash>``, the hash covering the chain, the rule's text
+and every rule before it, as in iptables), so a chain is compared by its list
+of hashes, never by text nft prints back in its own canonical form. A flushed
+chain, a deleted rule or a deleted table is therefore found and rewritten by
+the next resync; a restart onto a table that is already right writes nothing.
+:meth:`NftTable.refresh` does the same reading beside the applies, so a
+periodic check never delays one.
 
 Base chains (the hooks into the kernel's packet path) are chains of this
 table too, declared with their hook; other tables are never touched.
@@ -46,7 +46,8 @@ from dataplane.linux.kernel.side_by_side import side_by_side
 from dataplane.linux.kernel.written import ReadsBesideApplies, Writes
 from dataplane.linux.nftables.iface_data import InterfaceData
 from dataplane.linux.nftables.listing import blame, listed_chains
-from dataplane.linux.nftables.serialise import NftRule, nft_name
+from dataplane.linux.nftables.names import nft_name
+from dataplane.linux.nftables.serialise import NftRule
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 from dataplane.linux.rules.rule import Origin
@@ -99,8 +100,7 @@ class NftTable:
         self._desired: dict[str, tuple[NftRule, ...]] = {}
         self._hashes: dict[str, list[str]] = {}
         self._base: dict[str, BaseChain] = {}
-        # What the kernel holds: chain -> rule hashes (None for a rule
-        # without our tag); None until read.
+        # What the kernel holds: chain -> rule hashes (None: a rule without our tag); None unread.
         self._actual: dict[str, list[str | None]] | None = None
         self._dirty: set[str] = set()
         # nft -f transactions, and which touched each chain last: a refresh

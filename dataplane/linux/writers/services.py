@@ -17,12 +17,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Iterable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from dataplane.core.healthcheck import HealthCheckServer
 from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.kernel.conntrack import ConntrackCleaner
-from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.render.nat import ALL_POOLS_SET
 from dataplane.linux.render.service import (
     Frontend,
@@ -35,6 +34,9 @@ from dataplane.linux.writers.groups import ChainGroups
 from dataplane.linux.writers.shapes import RuleTable
 from dataplane.linux.writers.target import R, Target
 from dataplane.model.services import Service, ServiceKey
+
+if TYPE_CHECKING:
+    from dataplane.linux.nftables.service_table import ServiceTable
 
 __all__ = ["ServiceWriter"]
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from dataplane.config import Config
-from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.render.chain_names import ChainNames
 from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.writers.shapes import RuleTable, SetProgrammer
+
+if TYPE_CHECKING:
+    from dataplane.linux.nftables.service_table import ServiceTable
 
 __all__ = ["R", "Target"]
 

@@ -9,15 +9,12 @@ policy and dispatch is by verdict maps, so an endpoint is mostly elements
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from dataplane.linux.nftables.iface_data import DataSet
-from dataplane.linux.nftables.serialise import NftRule
-from dataplane.linux.nftables.set_elements import interface_ranges
-from dataplane.linux.nftables.view import NftTableView
 from dataplane.linux.render.filter import FilterRenderer
 from dataplane.linux.render.qos_rules import packet_rate_chains
 from dataplane.linux.render.shared_workloads import (
@@ -33,7 +30,24 @@ from dataplane.linux.shaping.buckets import Shaping
 from dataplane.linux.writers.target import R, Target
 from dataplane.model import EffectivePolicy, WorkloadEndpoint, WorkloadEndpointKey
 
+if TYPE_CHECKING:
+    from dataplane.linux.nftables.serialise import NftRule
+    from dataplane.linux.nftables.view import NftTableView
+
 __all__ = ["WorkloadWriter"]
+
+
+def _shared_view(table: object) -> NftTableView | None:
+    """``table`` as an nftables view keeping per-interface data, else None.
+
+    Looked up, not imported: a node on iptables never loads nftables'
+    modules, and no table can be a view whose module is not loaded.
+    """
+    view = sys.modules.get("dataplane.linux.nftables.view")
+    if view is None or not isinstance(table, view.NftTableView):
+        return None
+    nft = cast("NftTableView", table)
+    return nft if nft.has_data else None
 
 
 def _rates(endpoint: WorkloadEndpoint | None) -> object:
@@ -132,8 +146,9 @@ class WorkloadWriter:
                 endpoints = (endpoint for endpoint, _ in self._endpoints.values())
                 for chain in packet_rate_chains(names, render.out, endpoints):
                     table.update_chain(chain)
-            if isinstance(table, NftTableView) and table.has_data:
-                self._write_shared(table, render, version, dirty, gone, everything=everything)
+            shared = _shared_view(table)
+            if shared is not None:
+                self._write_shared(shared, render, version, dirty, gone, everything=everything)
                 continue
             for iface in gone:
                 table.remove_chain(names.to_workload(iface))
@@ -166,6 +181,10 @@ class WorkloadWriter:
         everything: bool,
     ) -> None:
         """nftables: shared chains, and each interface's map and set elements."""
+        # Imported here: a node on iptables never loads nftables' modules.
+        from dataplane.linux.nftables.iface_data import DataSet  # noqa: PLC0415
+        from dataplane.linux.nftables.set_elements import interface_ranges  # noqa: PLC0415
+
         address = "ipv4_addr" if version == 4 else "ipv6_addr"
         table.declare(DataSet(FROM_MAP, "type ifname : verdict"))
         table.declare(DataSet(TO_MAP, "type ifname : verdict"))
