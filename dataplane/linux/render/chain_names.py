@@ -9,7 +9,6 @@ no Kubernetes or Calico name can start with, so the two never collide).
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -22,9 +21,6 @@ MAX_CHAIN_NAME = 28
 _SAFE = re.compile(r"[A-Za-z0-9._-]+")
 
 
-# A workload chain names each of its policies: a name worked out again for
-# every rule that jumps to it was a tenth of a first apply's rendering.
-@functools.lru_cache(maxsize=16384)
 def _short_hash(text: str, length: int) -> str:
     digest = hashlib.sha224(text.encode()).digest()
     return base64.urlsafe_b64encode(digest).decode()[:length]
