@@ -45,9 +45,9 @@ def counter_reads(
     def parse(text: str) -> Iterable[tuple[str, str, int, int]]:
         programmers = kernel()
         if programmers is not None and programmers.nftables:
-            from dataplane.linux.nftables.counters import parse_counters as nft  # noqa: PLC0415
+            from dataplane.linux.nftables.counters import parse_counters as parse_nft  # noqa: PLC0415
 
-            return nft(text, "filter")
+            return parse_nft(text, "filter")
         return parse_counters(text)
 
     return save, parse
