@@ -33,7 +33,7 @@ from dataplane.linux.iptables.table import Table
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.netlink.routes import RouteProgrammer
 from dataplane.linux.netlink.vxlan import VxlanProgrammer
-from dataplane.linux.nftables import table as nft_table
+from dataplane.linux.nftables import together as nft_together
 from dataplane.linux.nftables.elements import ElementWriter
 from dataplane.linux.nftables.service_table import ServiceTable
 from dataplane.linux.nftables.sets import NftSets
@@ -202,8 +202,9 @@ def instrument_linux() -> None:
     wrap_async(Table, "apply", lambda s: f"apply: iptables {s.name} v{s.version}")
     wrap_async(NftSets, "apply_updates", lambda _s: "apply: nft sets update")
     # Both families' tables in one nft -f (programmers.apply_rules, which
-    # takes it from its module at each call).
-    wrap_function(nft_table, "apply_together", "apply: nft tables (ip, ip6)")
+    # takes it from its module at each call); the IP sets' update runs
+    # inside it, while nft parses the script.
+    wrap_function(nft_together, "apply_together", "apply: nft tables (ip, ip6)")
     # ... of which the element transactions (the kernel's commit of each).
     wrap_sync(ElementWriter, "_transact", ELEMENT_TRANSACTIONS)
     wrap_async(ServiceTable, "apply", lambda s: f"apply: nft services {s.layout.family}")

@@ -35,10 +35,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandResult, CommandRunner
+from dataplane.linux.kernel.fed import Fed, feeding, gathered
 from dataplane.linux.netlink.batch import NetlinkWriter, Request
 
 if TYPE_CHECKING:  # a platform without metrics never loads prometheus_client
@@ -130,6 +132,13 @@ class MeteredRunner:
             # One operation a line; the scripts have no blank lines.
             self._metrics.ipset_lines.inc(stdin.count(b"\n") + (not stdin.endswith(b"\n")))
         return result
+
+    def feeding(self, argv: Sequence[str]) -> AbstractAsyncContextManager[Fed]:
+        """A tool counted here runs gathered, through :meth:`run`; any other
+        (``nft``) is fed as the runner wrapped feeds it."""
+        if tool_of(argv)[0]:
+            return gathered(self, argv)
+        return feeding(self._inner, argv)
 
 
 class _CountingHandle:

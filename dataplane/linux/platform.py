@@ -180,7 +180,8 @@ class LinuxPlatform(Sinks, Observed):
     async def apply(self) -> None:
         """Program everything, in the one order that never leaves a gap.
 
-        1. IP sets: create and fill new sets first -- rules may reference them.
+        1. IP sets: create and fill new sets first -- rules may reference them
+           (on nftables while nft reads the rules' script: it commits them after).
         2. Rules: iptables raw, mangle, nat, filter, v4 then v6, one atomic
            restore each; or on nftables our table per family, one
            transaction each, then the services tables' elements. New
@@ -221,8 +222,7 @@ class LinuxPlatform(Sinks, Observed):
         self._links_changed = False
         plan = self._write(kernel)
         try:
-            await kernel.ipsets.apply_updates()
-            await kernel.apply_rules(self._desired.versions())
+            await kernel.apply_rules(self._desired.versions(), kernel.ipsets.apply_updates)
             self._reports().log_refusals(kernel)
             # UDP/SCTP flows to removed backends: only now that the new rules
             # are in force, or the next packet would re-create them.

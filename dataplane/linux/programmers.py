@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -207,22 +207,27 @@ class Programmers:
             differs |= await self.ipsets.refresh()
         return differs
 
-    async def apply_rules(self, versions: Sequence[int]) -> None:
-        """Every table of rules, in the order that never leaves a gap.
+    async def apply_rules(
+        self, versions: Sequence[int], ip_sets: Callable[[], Awaitable[None]]
+    ) -> None:
+        """The IP sets' writes (``ip_sets``), then every table of rules, in
+        the order that never leaves a gap.
 
-        iptables: raw, mangle, nat, filter, one restore each, the two
-        families side by side (they share nothing, and each restore spends
-        most of its time reading the kernel's tables: in turn, a new pod
-        waited for both); a family that fails does not stop the other, and
-        the first family's error is raised once both are done. nftables:
-        the one table per family (all four tables' chains), both families in
-        one transaction, then the services tables (their elements).
+        iptables: the sets, then raw, mangle, nat, filter, one restore each,
+        the two families side by side (they share nothing, and each restore
+        spends most of its time reading the kernel's tables: in turn, a new
+        pod waited for both); a family that fails does not stop the other,
+        and the first family's error is raised once both are done.
+        nftables: the one table per family (all four tables' chains), both
+        families in one transaction that nft parses while the sets are
+        written and commits after them, then the services tables (their
+        elements).
         """
         if self.nftables:
             # Imported here, as in start: iptables never loads it.
-            from dataplane.linux.nftables.table import apply_together  # noqa: PLC0415
+            from dataplane.linux.nftables.together import apply_together  # noqa: PLC0415
 
-            await apply_together([self.nft[v] for v in versions])
+            await apply_together([self.nft[v] for v in versions], ip_sets)
             # One family's services table after the other: two nft runs
             # at once in one namespace, the second finds the ruleset
             # changed under it at its commit and starts again (a start's
@@ -230,6 +235,7 @@ class Programmers:
             for version in versions:
                 await self.services[version].apply()
             return
+        await ip_sets()
 
         async def family(version: int) -> None:
             for table in TABLES:

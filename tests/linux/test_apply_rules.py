@@ -3,7 +3,9 @@
 Each family's restores run raw, mangle, nat, filter in turn; IPv4's and
 IPv6's run at once (on iptables-nft each restore mostly reads the kernel's
 tables, and a new pod waited for both in turn). One family refused does
-not stop the other, and its error is raised once both are done.
+not stop the other, and its error is raised once both are done. The IP
+sets are written before any restore: iptables commits each table at its
+COMMIT line, so nothing of the sets can go beside it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ class Overlapping(FakeIptables):
         self.started = {4: trio.Event(), 6: trio.Event()}
         self.order: dict[int, list[str]] = {4: [], 6: []}
         self.refuse = refuse  # the family whose restores fail
+        self.events: list[str] = []  # "ip sets" and each restore, in turn
+
+    async def ip_sets(self) -> None:
+        self.events.append("ip sets")
 
     async def run(
         self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
@@ -40,6 +46,7 @@ class Overlapping(FakeIptables):
         if "restore" in tool:
             version = 6 if tool.startswith("ip6") else 4
             self.order[version].append((stdin or b"").split(b"\n", 1)[0].decode())
+            self.events.append(tool)
             self.started[version].set()
             await self.started[10 - version].wait()  # deadlocks if run one after the other
             if version == self.refuse:
@@ -65,11 +72,12 @@ def test_the_families_go_in_side_by_side_each_in_its_order() -> None:
 
     async def main() -> None:
         with trio.fail_after(10):  # one family after the other never ends
-            await programmers.apply_rules((4, 6))
+            await programmers.apply_rules((4, 6), runner.ip_sets)
 
     trio.run(main)
     for version in (4, 6):
         assert runner.order[version] == ["*raw", "*mangle", "*nat", "*filter"]
+    assert runner.events[0] == "ip sets" and runner.events.count("ip sets") == 1
 
 
 def test_a_refused_family_does_not_stop_the_other() -> None:
@@ -78,7 +86,7 @@ def test_a_refused_family_does_not_stop_the_other() -> None:
 
     async def main() -> None:
         with trio.fail_after(10), pytest.raises(ProgrammingError, match="iptables-nft"):
-            await programmers.apply_rules((4, 6))
+            await programmers.apply_rules((4, 6), runner.ip_sets)
 
     trio.run(main)
     assert set(runner.order[4]) == {"*raw"}  # refused (and retried to find the culprit)

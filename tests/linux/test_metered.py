@@ -14,7 +14,8 @@ from dataplane.linux.ipsets.programmer import IPSetsProgrammer
 from dataplane.linux.iptables.backend import IptablesCommands
 from dataplane.linux.iptables.chains import IptRule
 from dataplane.linux.iptables.table import Table
-from dataplane.linux.kernel.cmd import CommandResult
+from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
+from dataplane.linux.kernel.fed import feeding
 from dataplane.linux.kernel.sysctls import SysctlWriter
 from dataplane.linux.metered import LinuxMeter, MeteredRunner, restore_lines, tool_of
 from dataplane.linux.netlink.batch import Request, RouteRequest
@@ -123,6 +124,35 @@ def test_the_runner_counts_calls_failures_and_executed_lines() -> None:
         "felix_iptables_save_errors_total": {(): 0.0},
         "felix_iptables_lines_executed_total": {("4", "filter"): 2.0, ("6", "raw"): 2.0},
     }
+
+
+def test_a_fed_command_is_counted_as_run_and_any_other_fed_as_the_inner_runner_feeds(
+    tmp_path: Path,
+) -> None:
+    """A counted tool fed its input runs gathered, through the counting
+    ``run``; any other (nft) streams as the wrapped process runner streams."""
+    metrics = Metrics(process=False)
+    read = tmp_path / "read"
+
+    async def main() -> None:
+        async with feeding(MeteredRunner(FakeTools(), metrics), ["iptables-nft-restore"]) as fed:
+            fed.send(b"*filter\n:cali-a - [0:0]\n")
+            fed.send(b"-A cali-a -j ACCEPT\nCOMMIT\n")
+        assert fed.result == CommandResult(0, b"", b"")
+        streaming = MeteredRunner(ProcessRunner(), metrics)
+        argv = ["sh", "-c", 'head -c 3 > "$0" && cat', str(read)]
+        async with feeding(streaming, argv) as fed:
+            fed.send(b"abc")
+            with trio.fail_after(10):  # read before the block ends: streamed
+                while not read.exists() or read.read_bytes() != b"abc":
+                    await trio.sleep(0.005)
+            fed.send(b"def")
+        assert fed.result is not None and fed.result.stdout == b"def"
+
+    trio.run(main)
+    r = metrics.registry
+    assert samples(r, "felix_iptables_restore_calls_total") == {(): 1.0}
+    assert samples(r, "felix_iptables_lines_executed_total") == {("4", "filter"): 2.0}
 
 
 def test_a_tables_restores_are_counted_per_version_and_table() -> None:

@@ -16,10 +16,10 @@ import pytest
 import trio
 
 from dataplane.errors import ProgrammingError
-from dataplane.linux.kernel.cmd import CommandResult, ProcessRunner
+from dataplane.linux.kernel.cmd import ProcessRunner
 from dataplane.linux.nftables.listing import listed_chains
 from dataplane.linux.nftables.serialise import NftRule, NftSerialiser
-from dataplane.linux.nftables.table import BaseChain, NftTable, apply_together
+from dataplane.linux.nftables.table import BaseChain, NftTable
 from dataplane.linux.rules.action import Accept, Drop, Jump
 from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.match import Addresses, Port, Protocol, Side
@@ -328,87 +328,5 @@ def test_a_refresh_that_comes_back_during_a_write_is_taken_in_after_it(netns: st
         assert await table.apply()
         assert {name: len(rules) for name, rules in held(netns).items()} == wanted
         assert not await table.refresh()
-
-    trio.run(main)
-
-
-class CountingRunner(ProcessRunner):
-    """The real tools, counting the ``nft -f`` runs."""
-
-    def __init__(self, netns: str) -> None:
-        super().__init__(netns)
-        self.scripts = 0
-
-    async def run(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
-    ) -> CommandResult:
-        self.scripts += list(argv[:2]) == ["nft", "-f"]
-        return await super().run(argv, stdin=stdin, check=check)
-
-
-def test_both_families_go_in_one_nft_run_and_a_refusal_is_blamed_per_table(netns: str) -> None:
-    """One ``nft -f`` for both families (each run fetches the whole
-    ruleset first); refused, each table on its own finds its chain."""
-
-    async def main() -> None:
-        runner = CountingRunner(netns)
-        v4 = NftTable("ip", TABLE, runner)
-        v6 = NftTable("ip6", TABLE, runner)
-        nft6 = NftSerialiser(6)
-        _desired(v4)
-        v6.set_chains([Chain("cali-six", nft6.rules((TableRule((), Drop()),)))])
-        assert await apply_together([v4, v6])
-        assert runner.scripts == 1
-        assert "cali-six" in held(netns, "ip6") and "cali-root" in held(netns)
-        assert not await apply_together([v4, v6])
-        assert runner.scripts == 1  # nothing differs: no run
-
-        v4.update_chain(Chain("cali-leaf-0", _rules(TableRule((), Drop()))))
-        v6.update_chain(Chain("cali-bad", nft6.rules((TableRule((), Jump("cali-nowhere")),))))
-        assert await apply_together([v4, v6])
-        # The joint run refused; then ip alone, ip6 refused again and, its
-        # chain to blame set aside, ip6 without it.
-        assert runner.scripts == 1 + 1 + 1 + 2
-        assert len(held(netns)["cali-leaf-0"]) == 1
-        assert set(v6.held_back()) == {"cali-bad"} and v4.held_back() == {}
-
-    trio.run(main)
-
-
-class MeetingReads(ProcessRunner):
-    """The real tools, each ``nft list`` held until every family's has begun."""
-
-    def __init__(self, netns: str, families: int) -> None:
-        super().__init__(netns)
-        self.begun = 0
-        self._families = families
-        self._all_begun = trio.Event()
-
-    async def run(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, check: bool = True
-    ) -> CommandResult:
-        if "list" in argv:
-            self.begun += 1
-            if self.begun == self._families:
-                self._all_begun.set()
-            # In turn, the first read would wait here for the second forever.
-            with trio.fail_after(10):
-                await self._all_begun.wait()
-        return await super().run(argv, stdin=stdin, check=check)
-
-
-def test_both_families_tables_are_read_side_by_side(netns: str) -> None:
-    """A restart reads both tables back before writing; on a loaded node
-    each read is a ``nft -a list table`` of tens of thousands of rules
-    (in turn about twice as long), so they run at once."""
-
-    async def main() -> None:
-        runner = MeetingReads(netns, 2)
-        v4, v6 = NftTable("ip", TABLE, runner), NftTable("ip6", TABLE, runner)
-        _desired(v4)
-        v6.set_chains([Chain("cali-six", NftSerialiser(6).rules((TableRule((), Drop()),)))])
-        assert await apply_together([v4, v6])
-        assert runner.begun == 2 and v4.reads == v6.reads == 1
-        assert "cali-six" in held(netns, "ip6") and "cali-root" in held(netns)
 
     trio.run(main)

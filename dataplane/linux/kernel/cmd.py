@@ -55,7 +55,8 @@ class ProcessRunner:
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
 
-    def _argv(self, argv: Sequence[str]) -> list[str]:
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """The command line that runs ``argv`` where this runner runs."""
         if self.netns is None:
             return list(argv)
         return ["ip", "netns", "exec", self.netns, *argv]
@@ -65,7 +66,7 @@ class ProcessRunner:
     ) -> CommandResult:
         try:
             proc = await trio.run_process(
-                self._argv(argv),
+                self.command(argv),
                 stdin=stdin if stdin is not None else b"",
                 capture_stdout=True,
                 capture_stderr=True,

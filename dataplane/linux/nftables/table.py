@@ -32,9 +32,8 @@ keeps its last good version, or a fail-closed ``drop``), the rest is written.
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -42,7 +41,6 @@ import trio
 from dataplane.core.quarantine import Quarantine, Unsaid
 from dataplane.errors import ProgrammingError
 from dataplane.linux.kernel.cmd import CommandRunner
-from dataplane.linux.kernel.side_by_side import side_by_side
 from dataplane.linux.kernel.written import ReadsBesideApplies, Writes
 from dataplane.linux.nftables.iface_data import InterfaceData
 from dataplane.linux.nftables.listing import blame, listed_chains
@@ -52,7 +50,7 @@ from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 from dataplane.linux.rules.rule import Origin
 
-__all__ = ["FAIL_CLOSED", "BaseChain", "NftTable", "apply_together", "rule_hashes"]
+__all__ = ["FAIL_CLOSED", "BaseChain", "NftTable", "rule_hashes"]
 
 # In a chain's place while it is refused and the kernel has none of it.
 FAIL_CLOSED = (NftRule("drop", "fail-closed: refused by nft"),)
@@ -149,6 +147,10 @@ class NftTable:
         self._hashes[chain.name] = rule_hashes(chain.name, chain.rules)
         self._dirty.add(chain.name)
 
+    @property
+    def runner(self) -> CommandRunner:
+        return self._runner
+
     def mark_for_resync(self) -> None:
         """Read the table back at the next apply and repair what differs."""
         self._actual = None
@@ -217,7 +219,7 @@ class NftTable:
             return None
         return self._fail_closed, rule_hashes(name, self._fail_closed)
 
-    def _script(
+    def script(
         self, actual: Mapping[str, list[str | None]], trial: set[str]
     ) -> tuple[list[tuple[str, str | None]], dict[str, list[str] | None]]:
         """The transaction for the dirty chains that differ -- each line with
@@ -272,13 +274,19 @@ class NftTable:
             ProgrammingError: nft refused the transaction (nothing of it
                 was applied: a transaction is all or nothing).
         """
-        return await self._reads.apply(self._apply)
+        return await self.while_applying(self.apply_alone)
 
-    async def _apply(self) -> bool:
+    async def while_applying(self, apply: Callable[[], Awaitable[bool]]) -> bool:
+        """Run ``apply`` (this table's, or a transaction with it); a refresh
+        read that comes back meanwhile waits for its end."""
+        return await self._reads.apply(apply)
+
+    async def apply_alone(self) -> bool:
+        """As :meth:`apply`, inside :meth:`while_applying`."""
         wrote = await self._apply_chains()
-        return await self._apply_data() or wrote
+        return await self.apply_data() or wrote
 
-    async def _apply_data(self) -> bool:
+    async def apply_data(self) -> bool:
         """The interface elements the script did not carry (all of them
         when no script ran), once the chains they reach exist. True if
         anything was written."""
@@ -287,21 +295,21 @@ class NftTable:
         return await self.data.write()
 
     async def _apply_chains(self) -> bool:
-        actual, trial = await self._begin()
+        actual, trial = await self.begin()
         while True:
-            script, written = self._script(actual, trial)
+            script, written = self.script(actual, trial)
             if not script:
-                self._dirty.clear()
+                self.settle()
                 return False
             text = "".join(line + "\n" for line, _ in script)
             result = await self._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
             if result.returncode == 0:
                 break
             self._refused(result.stderr, script, trial)
-        self._wrote(written, trial)
+        self.wrote(written, trial)
         return True
 
-    async def _begin(self) -> tuple[dict[str, list[str | None]], set[str]]:
+    async def begin(self) -> tuple[dict[str, list[str | None]], set[str]]:
         """Ready for an apply: what the kernel holds (read if not known),
         and the refused chains whose retry is due (they go in as wanted)."""
         if self._actual is None:
@@ -314,6 +322,10 @@ class NftTable:
         trial = {n for n in self.quarantine.due() if n in self._desired}
         self._dirty |= trial
         return self._actual, trial
+
+    def settle(self) -> None:
+        """Nothing differed from the kernel: no chain waits to be compared."""
+        self._dirty.clear()
 
     def _refused(
         self, stderr: bytes, script: list[tuple[str, str | None]], trial: set[str]
@@ -339,12 +351,12 @@ class NftTable:
         self._refused_rules[chain] = rule
         trial.discard(chain)
 
-    def _wrote(self, written: Mapping[str, list[str] | None], trial: set[str]) -> None:
+    def wrote(self, written: Mapping[str, list[str] | None], trial: set[str]) -> None:
         """The transaction holding ``written`` is in the kernel."""
         for name in trial:
             self.quarantine.release(name)  # written as wanted: accepted
         self._writes.wrote(written)
-        assert self._actual is not None  # known since _begin; only a raise forgets it
+        assert self._actual is not None  # known since begin; only a raise forgets it
         for name, hashes in written.items():
             if hashes is None:
                 self._actual.pop(name, None)
@@ -395,56 +407,3 @@ class NftTable:
         self._dirty = set(self._desired) | set(self._base)
         if self.data is not None:
             self.data.forget()
-
-
-async def apply_together(tables: Sequence[NftTable]) -> bool:
-    """Apply several tables (one per family) with one ``nft -f``; True if
-    anything was written. Each ``nft`` run fetches the whole ruleset of the
-    namespace before it writes, whichever table it writes (tens of ms on a
-    loaded node): one run for both families costs one fetch, not two. The
-    tables' changes go in as one transaction; if nft refuses it, each table
-    is applied on its own, which finds the chain to blame.
-
-    Raises:
-        ProgrammingError: as :meth:`NftTable.apply`.
-    """
-    if len(tables) == 1:
-        return await tables[0].apply()
-
-    async def joint() -> bool:
-        # Read (where they must be) side by side: reads, no run starts over.
-        begun: dict[NftTable, tuple[dict[str, list[str | None]], set[str]]] = {}
-
-        async def begin(table: NftTable) -> None:
-            begun[table] = await table._begin()
-
-        await side_by_side(*(functools.partial(begin, t) for t in tables))
-        plans = []
-        for table in tables:
-            script, written = table._script(*begun[table])
-            plans.append((table, script, written, begun[table][1]))
-        text = "".join(line + "\n" for _, script, _, _ in plans for line, _ in script)
-        if not text:
-            wrote = False
-            for table in tables:
-                table._dirty.clear()
-                wrote |= await table._apply_data()
-            return wrote
-        result = await tables[0]._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
-        if result.returncode != 0:
-            # Nothing of it was applied: each on its own, to blame one chain.
-            wrote = False
-            for table in tables:
-                wrote |= await table._apply()
-            return wrote
-        for table, _, written, trial in plans:
-            table._wrote(written, trial)
-        for table in tables:
-            await table._apply_data()
-        return True
-
-    # A refresh read that comes back meanwhile waits for the end, for each.
-    apply = joint
-    for table in tables:
-        apply = functools.partial(table._reads.apply, apply)
-    return await apply()
