@@ -144,18 +144,47 @@ def test_readiness_follows_the_kernel_refusing_and_accepting(
         felix.wait()
 
 
+# While the gate (a FIFO) is there, a tool opens it and reads until every
+# writer has closed it: the test holds it open for writing, and lets every
+# tool waiting on it go at once by removing it and closing its end.
 _HANGING = """#!{python}
-import os, subprocess, sys, time
+import os, subprocess, sys
 data = sys.stdin.buffer.read()
-while os.path.exists("{flag}"):
-    time.sleep(0.05)
+try:
+    gate = os.open("{flag}", os.O_RDONLY)
+except FileNotFoundError:
+    pass
+else:
+    while os.read(gate, 1):
+        pass
 sys.exit(subprocess.run(["{real}", *sys.argv[1:]], input=data).returncode)
 """
 
 
+class Gate:
+    """A FIFO the hanging tools wait on while it is shut (see ``_HANGING``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._held: int | None = None
+
+    def shut(self) -> None:
+        os.mkfifo(self.path)
+        # Read-write: opening does not wait for a reader, and tools that
+        # open it for reading do not wait for a writer.
+        self._held = os.open(self.path, os.O_RDWR)
+
+    def open(self) -> None:
+        """Let every waiting tool go; tools started after never wait."""
+        self.path.unlink(missing_ok=True)
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
+
+
 def _hanging_env(directory: Path, flag: Path) -> dict[str, str]:
-    """Rule tools (iptables-nft's restores, nft) that hang while ``flag``
-    exists, then do their work."""
+    """Rule tools (iptables-nft's restores, nft) that hang while the gate
+    at ``flag`` is shut, then do their work."""
     for tool in ("iptables-nft-restore", "ip6tables-nft-restore", "nft"):
         real = shutil.which(tool)
         assert real is not None
@@ -172,7 +201,7 @@ def test_liveness_fails_while_a_restore_tool_hangs_and_recovers(
 ) -> None:
     cluster = Cluster(topology)
     netns = cluster.node.netns
-    flag = tmp_path / "hang"
+    gate = Gate(tmp_path / "hang")
     felix = FelixHarness(
         "--platform",
         "linux",
@@ -181,22 +210,22 @@ def test_liveness_fails_while_a_restore_tool_hangs_and_recovers(
         "--liveness-deadline",
         "1",
         netns=netns,
-        env=_hanging_env(tmp_path, flag),
+        env=_hanging_env(tmp_path, gate.path),
     )
     felix.drain()
     try:
         felix.send(*scenario.node_messages(cluster.ifaces, IptablesBackend="nft"))
         eventually(lambda: _probe(netns, "--ready").returncode == 0, 60.0, "never ready")
-        flag.touch()
+        gate.shut()
         felix.send(refused_policy(8081))  # any change: the next apply runs a restore
         eventually(lambda: _probe(netns).returncode == 1, 30.0, "never not live")
         stuck = _probe(netns)
         assert "main-loop: busy apply for" in stuck.stdout
         assert "over the liveness deadline of 1s" in stuck.stdout
-        flag.unlink()
+        gate.open()
         eventually(lambda: _probe(netns).returncode == 0, 30.0, "never live again")
         eventually(lambda: _probe(netns, "--ready").returncode == 0, 30.0, "never ready again")
     finally:
-        flag.unlink(missing_ok=True)
+        gate.open()
         felix.close_input()
         felix.wait()
