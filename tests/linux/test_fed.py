@@ -25,11 +25,22 @@ from dataplane.linux.kernel.fed import feeding
 _AT_THE_END = 'cat > /dev/null && echo done > "$0"'
 
 
-async def _until(condition_met: Path) -> None:
-    """Wait (with a deadline) until the tool has made ``condition_met``."""
+def told_at(path: Path) -> Path:
+    """A FIFO a tool writes what it has read into (see :func:`told`)."""
+    os.mkfifo(path)
+    return path
+
+
+async def told(fifo: Path) -> bytes:
+    """What the tool wrote into ``fifo``, once it has closed it: opening
+    and reading wait in a thread (with a deadline) for the tool to do both."""
+
+    def read() -> bytes:
+        with fifo.open("rb") as file:
+            return file.read()
+
     with trio.fail_after(10):
-        while not condition_met.exists():
-            await trio.sleep(0.005)
+        return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
 
 
 def test_every_byte_arrives_in_order_and_the_result_follows_the_block() -> None:
@@ -49,16 +60,16 @@ def test_every_byte_arrives_in_order_and_the_result_follows_the_block() -> None:
 
 
 def test_the_tool_reads_each_part_before_the_block_ends(tmp_path: Path) -> None:
-    first, done = tmp_path / "first", tmp_path / "done"
+    first, done = told_at(tmp_path / "first"), tmp_path / "done"
     script = 'read line && echo "$line" > "$0" && cat > /dev/null && echo done > "$1"'
 
     async def main() -> None:
         async with feeding(ProcessRunner(), ["sh", "-c", script, str(first), str(done)]) as fed:
             fed.send(b"parsed while the caller works\n")
-            await _until(first)  # the input has not ended: the tool read it anyway
+            # The input has not ended: the tool read it anyway.
+            assert await told(first) == b"parsed while the caller works\n"
             assert not done.exists()
         assert done.exists()
-        assert first.read_text() == "parsed while the caller works\n"
 
     trio.run(main)
 
@@ -74,7 +85,7 @@ def test_a_block_that_fails_never_ends_the_tools_input(tmp_path: Path, how: str)
                 if how == "raises":
                     raise ProgrammingError("the IP sets were refused")
                 scope.cancel()
-                await trio.sleep_forever()
+                await trio.lowlevel.checkpoint()  # where the cancellation lands
 
     if how == "raises":
         with pytest.raises(ProgrammingError, match="refused"):

@@ -24,6 +24,7 @@ from dataplane.model import IPSet, IPSetType
 from dataplane.ops.metrics import Metrics
 from tests.linux.fake_ipset import FakeIPSet
 from tests.linux.metric_samples import samples
+from tests.linux.test_fed import told, told_at
 
 
 class FakeTools:
@@ -132,7 +133,7 @@ def test_a_fed_command_is_counted_as_run_and_any_other_fed_as_the_inner_runner_f
     """A counted tool fed its input runs gathered, through the counting
     ``run``; any other (nft) streams as the wrapped process runner streams."""
     metrics = Metrics(process=False)
-    read = tmp_path / "read"
+    read = told_at(tmp_path / "read")
 
     async def main() -> None:
         async with feeding(MeteredRunner(FakeTools(), metrics), ["iptables-nft-restore"]) as fed:
@@ -143,9 +144,7 @@ def test_a_fed_command_is_counted_as_run_and_any_other_fed_as_the_inner_runner_f
         argv = ["sh", "-c", 'head -c 3 > "$0" && cat', str(read)]
         async with feeding(streaming, argv) as fed:
             fed.send(b"abc")
-            with trio.fail_after(10):  # read before the block ends: streamed
-                while not read.exists() or read.read_bytes() != b"abc":
-                    await trio.sleep(0.005)
+            assert await told(read) == b"abc"  # read before the block ends: streamed
             fed.send(b"def")
         assert fed.result is not None and fed.result.stdout == b"def"
 
