@@ -57,13 +57,12 @@ def test_chains_with_anonymous_sets_are_filled_first_and_each_chain_in_order(
     filling = [i for i, kind in enumerate(kinds) if kind in (["add", "rule"], ["flush", "chain"])]
     declaring = [i for i, kind in enumerate(kinds) if kind == ["add", "chain"]]
     assert max(declaring) < min(filling)
-    filled = [script[i][1] for i in filling if script[i][0].startswith(("add rule", "flush"))]
-    order = list(dict.fromkeys(name for name in filled if name in chains))
-    # Each chain's lines together; the anonymous sets' chains first.
-    assert len(order) == len(set(filled) & set(chains))
-    assert [name for name in filled if name in chains] == [
-        name for name in order for _ in range(len(chains[name]) + (name in present))
-    ]
+    filled = [name for i in filling if (name := script[i][1]) is not None]
+    assert len(filled) == len(filling)  # every fill names its chain (for blame)
+    order = list(dict.fromkeys(filled))
+    # Each chain's lines together (a flush where it is present, then its
+    # rules); the anonymous sets' chains first.
+    assert filled == [name for name in order for _ in range(len(chains[name]) + (name in present))]
     kinds_in_order = [_anonymous(chains[name]) for name in order]
     assert kinds_in_order == sorted(kinds_in_order, reverse=True)
     for name in order:
@@ -86,7 +85,7 @@ def test_chains_of_both_kinds_jumping_to_each_other_land(netns: str) -> None:
             Chain("cali-y", (NftRule("ip saddr { 10.0.0.1, 10.0.0.2 } jump cali-m"),)),
         ]
 
-    for port in (80, 8080):  # new, then each rewritten (flushed and filled)
+    for port in (80, 8080):  # all new; then the two that changed flushed and filled
         chains = want(port)
         table.set_chains(chains)
         assert trio.run(table.apply)
