@@ -51,8 +51,18 @@ def test_chains_with_anonymous_sets_are_filled_first_and_each_chain_in_order(
     table = NftTable("ip", TABLE, ProcessRunner())
     table.set_chains([Chain(name, rules) for name, rules in chains.items()])
     actual: dict[str, list[str | None]] = {name: [] for name in present}
-    script, written = table.script(actual, set())
+    parts, written = table.script(actual, set())
     assert set(written) == set(chains)
+    script = parts.lines
+    # The head ends with the last anonymous set's chain: after it, only
+    # the other chains' fills (what another table's head goes before).
+    assert all(chain is None or not _anonymous(chains[chain]) for _, chain in parts.tail)
+    assert all(not line.startswith("add chain") for line, _ in parts.tail)
+    assert all(
+        chain is None or _anonymous(chains[chain])
+        for line, chain in parts.head
+        if not line.startswith("add chain")
+    )
     kinds = [line.split()[0:2] for line, _ in script]
     filling = [i for i, kind in enumerate(kinds) if kind in (["add", "rule"], ["flush", "chain"])]
     declaring = [i for i, kind in enumerate(kinds) if kind == ["add", "chain"]]

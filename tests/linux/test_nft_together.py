@@ -11,8 +11,8 @@ all.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 import trio
@@ -220,5 +220,72 @@ def test_a_refused_joint_run_writes_the_sets_once_and_blames_per_table(netns: st
         assert len(calls) == 1
         assert len(held(netns)["cali-blocked"]) == 1
         assert set(v6.held_back()) == {"cali-bad"}
+
+    trio.run(main)
+
+
+class _Tee(Fed):
+    """A fed command's input, noted as it goes to the real one."""
+
+    def __init__(self, inner: Fed, sent: list[str]) -> None:
+        super().__init__()
+        self._inner = inner
+        self._sent = sent
+
+    def _send(self, data: bytes) -> None:
+        self._sent.extend(data.decode().splitlines())
+        self._inner.send(data)
+
+
+class RecordingRunner(ProcessRunner):
+    """The real tools, noting every line fed to a streamed command."""
+
+    def __init__(self, netns: str) -> None:
+        super().__init__(netns)
+        self.fed: list[str] = []
+
+    @asynccontextmanager
+    async def feeding(self, argv: Sequence[str]) -> AsyncIterator[Fed]:
+        async with feeding(ProcessRunner(self.netns), argv) as inner:
+            tee = _Tee(inner, self.fed)
+            yield tee
+        tee.result = inner.result
+
+
+def test_every_tables_anonymous_sets_are_bound_before_any_other_chain_is_filled(
+    netns: str,
+) -> None:
+    """Binding an anonymous set walks the whole transaction so far, the
+    other family's part too: both tables' heads (their declarations and
+    the chains holding one) go in before either table's other chains."""
+
+    def chains(version: int) -> list[Chain[NftRule]]:
+        nft = NftSerialiser(version)
+        return [
+            Chain("cali-a-plain", nft.rules((TableRule((), Jump("cali-z-ports")),))),
+            Chain("cali-b-plain", nft.rules((TableRule((), Drop()),))),
+            Chain("cali-z-ports", (NftRule("tcp dport { 80, 443 } accept"),)),
+        ]
+
+    async def main() -> None:
+        runner = RecordingRunner(netns)
+        v4, v6 = NftTable("ip", TABLE, runner), NftTable("ip6", TABLE, runner)
+        v4.set_chains(chains(4))
+        v6.set_chains(chains(6))
+        assert await apply_together([v4, v6])
+        fills = [line for line in runner.fed if line.startswith("add rule")]
+        assert [line.split()[2:5:2] for line in fills] == [
+            ["ip", "cali-z-ports"],
+            ["ip6", "cali-z-ports"],
+            ["ip", "cali-a-plain"],
+            ["ip", "cali-b-plain"],
+            ["ip6", "cali-a-plain"],
+            ["ip6", "cali-b-plain"],
+        ]
+        declared = [i for i, line in enumerate(runner.fed) if line.startswith("add chain")]
+        assert max(declared) < runner.fed.index(fills[2])  # every chain, before the plain ones
+        for family in ("ip", "ip6"):
+            kernel = held(netns, family)
+            assert [len(kernel[c.name]) for c in chains(4)] == [1, 1, 1]
 
     trio.run(main)

@@ -9,6 +9,7 @@ script's line names the chain to quarantine.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from dataplane.linux.kernel.cmd import output_lines
 from dataplane.linux.rules.identity import HASH_TAG
@@ -49,7 +50,7 @@ def listed_chains(listing: bytes) -> dict[str, list[str | None]]:
 
 
 def blame(
-    stderr: bytes, script: list[tuple[str, str | None]]
+    stderr: bytes, script: Sequence[tuple[str, str | None]]
 ) -> tuple[str, str | None, int | None]:
     """nft's first complaint about ``script`` (lines, and the chain each
     writes), the chain whose line it names and which of that chain's rules

@@ -50,7 +50,7 @@ from dataplane.linux.rules.chain import Chain
 from dataplane.linux.rules.identity import HASH_TAG, chain_hashes
 from dataplane.linux.rules.rule import Origin
 
-__all__ = ["FAIL_CLOSED", "BaseChain", "NftTable", "rule_hashes"]
+__all__ = ["FAIL_CLOSED", "BaseChain", "NftScript", "NftTable", "rule_hashes"]
 
 # In a chain's place while it is refused and the kernel has none of it.
 FAIL_CLOSED = (NftRule("drop", "fail-closed: refused by nft"),)
@@ -69,6 +69,29 @@ class BaseChain:
     name: str
     spec: str
     rules: tuple[NftRule, ...] = ()
+
+
+Line = tuple[str, str | None]  # a script line, and the chain it writes (to blame)
+
+
+@dataclass(frozen=True, slots=True)
+class NftScript:
+    """One table's transaction in two parts: ``head`` declares the table,
+    its sets and chains and fills the chains holding an anonymous set;
+    ``tail`` fills the rest, then elements and deletions. Scripts of
+    several tables in one run go in as every head, then every tail: the
+    kernel's walk to bind an anonymous set covers the transaction so far,
+    the other tables' too."""
+
+    head: tuple[Line, ...] = ()
+    tail: tuple[Line, ...] = ()
+
+    @property
+    def lines(self) -> tuple[Line, ...]:
+        return self.head + self.tail
+
+    def __bool__(self) -> bool:
+        return bool(self.head or self.tail)
 
 
 class NftTable:
@@ -221,20 +244,20 @@ class NftTable:
 
     def script(
         self, actual: Mapping[str, list[str | None]], trial: set[str]
-    ) -> tuple[list[tuple[str, str | None]], dict[str, list[str] | None]]:
+    ) -> tuple[NftScript, dict[str, list[str] | None]]:
         """The transaction for the dirty chains that differ -- each line with
         the chain it writes (to blame a refusal) -- and the rule hashes each
         chain will then hold (None: deleted)."""
         where = f"{self.family} {self.name}"
-        declare: list[tuple[str, str | None]] = []
-        fill: list[tuple[str, str | None]] = []
+        declare: list[Line] = []
+        fill: list[Line] = []
         # The chains whose rules hold an anonymous set (``{ 80, 443 }``)
         # are filled first: the kernel walks the whole transaction so far
         # to bind each one, and behind a 1,000-endpoint node's 33,000
         # workload rules those walks cost its commit about 0.4 s
         # (docs/nftables.md). Each chain's lines stay in order, and every
         # chain is declared before any is filled.
-        early: list[tuple[str, str | None]] = []
+        early: list[Line] = []
         rewritten: dict[str, list[str] | None] = {}
         stale: list[str] = []
         for name in sorted(self._dirty):
@@ -257,8 +280,8 @@ class NftTable:
                 (f"add rule {where} {name} {rule.written(HASH_TAG + h)}", name)
                 for rule, h in zip(rules, hashes, strict=True)
             )
-        sets: list[tuple[str, str | None]] = []
-        elements: list[tuple[str, str | None]] = []
+        sets: list[Line] = []
+        elements: list[Line] = []
         missing = False  # a set of ours the kernel may lack: a script declares it
         if self.data is not None:
             sets = [(line, None) for line in self.data.declarations(where)]
@@ -267,12 +290,13 @@ class NftTable:
             elements = [(line, None) for line in self.data.script_verdicts(running)]
             missing = self.data.missing
         # Flush every stale chain before deleting any: one may jump to another.
-        drop: list[tuple[str, str | None]] = [(f"flush chain {where} {n}", n) for n in stale]
+        drop: list[Line] = [(f"flush chain {where} {n}", n) for n in stale]
         drop += [(f"delete chain {where} {n}", n) for n in stale]
         if not (declare or drop or missing):
-            return [], {}
+            return NftScript(), {}
         # The sets before the chains whose rules look them up.
-        script = [(f"add table {where}", None), *sets, *declare, *early, *fill, *elements, *drop]
+        head = ((f"add table {where}", None), *sets, *declare, *early)
+        script = NftScript(head, (*fill, *elements, *drop))
         return script, {**rewritten, **dict.fromkeys(stale)}
 
     async def apply(self) -> bool:
@@ -309,11 +333,11 @@ class NftTable:
             if not script:
                 self.settle()
                 return False
-            text = "".join(line + "\n" for line, _ in script)
+            text = "".join(line + "\n" for line, _ in script.lines)
             result = await self._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
             if result.returncode == 0:
                 break
-            self._refused(result.stderr, script, trial)
+            self._refused(result.stderr, script.lines, trial)
         self.wrote(written, trial)
         return True
 
@@ -335,9 +359,7 @@ class NftTable:
         """Nothing differed from the kernel: no chain waits to be compared."""
         self._dirty.clear()
 
-    def _refused(
-        self, stderr: bytes, script: list[tuple[str, str | None]], trial: set[str]
-    ) -> None:
+    def _refused(self, stderr: bytes, script: Sequence[Line], trial: set[str]) -> None:
         """nft refused ``script``: quarantine the chain whose line it names
         (refused again, a trial goes back with a longer wait), so that the
         next try writes the rest.
