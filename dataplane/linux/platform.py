@@ -184,8 +184,9 @@ class LinuxPlatform(Sinks, Observed):
            (on nftables while nft reads the rules' script: it commits them after).
         2. Rules: iptables raw, mangle, nat, filter, v4 then v6, one atomic
            restore each; or on nftables our table per family, one
-           transaction each, then the services tables' elements. New
-           policy is in force before anything below makes a pod reachable.
+           transaction for both, the services tables written while nft
+           reads it. New policy is in force before anything below makes
+           a pod reachable.
         3. Routes and interface sysctls: only now are new pods routable.
         4. IP set deletions last: no rule references them any more.
         """
