@@ -16,6 +16,7 @@ anything someone flushed or deleted behind our back.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -223,7 +224,11 @@ class LinuxPlatform(Sinks, Observed):
         self._links_changed = False
         plan = self._write(kernel)
         try:
-            await kernel.apply_rules(self._desired.versions(), kernel.ipsets.apply_updates)
+            await kernel.apply_rules(
+                self._desired.versions(),
+                kernel.ipsets.apply_updates,
+                functools.partial(self._read_ahead, kernel),
+            )
             self._reports().log_refusals(kernel)
             # UDP/SCTP flows to removed backends: only now that the new rules
             # are in force, or the next packet would re-create them.
@@ -257,6 +262,19 @@ class LinuxPlatform(Sinks, Observed):
             self._meter.observe(sized, kernel.ipsets.counts(), kernel.sysctls.writes)
         if self._labels is not None:
             self._publish_labels(kernel)
+
+    async def _read_ahead(self, kernel: Programmers) -> None:
+        """What the steps after the rules read, read while the kernel takes
+        the rules: the links and our routes (once, at a first apply or a
+        resync), and the files of the interfaces whose sysctls are due.
+        On a node of 1,000 endpoints that is ~0.2 s the apply no longer
+        waits for. What the kernel refuses here, those steps read again,
+        and say."""
+        try:
+            await trio.to_thread.run_sync(kernel.routes.read_ahead)
+            await kernel.sysctls.read_ahead(self._desired.routes.sysctls(kernel.routes.links))
+        except KERNEL_ERRORS:
+            return
 
     # --- quarantine and status -----------------------------------------------------------
 

@@ -50,6 +50,10 @@ __all__ = ["NFTABLES", "TABLES", "HoldsBack", "Programmers"]
 NFTABLES = "nftables"  # Programmers.backend on native nftables
 
 
+async def _nothing() -> None:
+    return None
+
+
 class HoldsBack(Protocol):
     """How a programmer says what it could not program (every one but the
     iptables tables, whose refusals carry the rule that was refused)."""
@@ -209,10 +213,15 @@ class Programmers:
         return differs
 
     async def apply_rules(
-        self, versions: Sequence[int], ip_sets: Callable[[], Awaitable[None]]
+        self,
+        versions: Sequence[int],
+        ip_sets: Callable[[], Awaitable[None]],
+        beside: Callable[[], Awaitable[None]] = _nothing,
     ) -> None:
         """The IP sets' writes (``ip_sets``), then every table of rules, in
-        the order that never leaves a gap.
+        the order that never leaves a gap; ``beside`` (reads for the steps
+        after, which never raise what the kernel says) while the kernel
+        takes the rules.
 
         iptables: the sets, then raw, mangle, nat, filter, one restore each,
         the two families side by side (they share nothing, and each restore
@@ -247,7 +256,7 @@ class Programmers:
                 except ProgrammingError as exc:
                     refused.append(exc)
 
-            await apply_together([self.nft[v] for v in versions], meanwhile)
+            await apply_together([self.nft[v] for v in versions], meanwhile, beside)
             if refused:
                 raise refused[0]
             return
@@ -257,7 +266,7 @@ class Programmers:
             for table in TABLES:
                 await self.iptables[(table, version)].apply()
 
-        await side_by_side(*(functools.partial(family, v) for v in versions))
+        await side_by_side(*(functools.partial(family, v) for v in versions), beside)
 
     async def retire_other(self, runner: CommandRunner) -> None:
         """Remove the other backend's objects of ours, once this one's are in force.

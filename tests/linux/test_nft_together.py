@@ -289,3 +289,45 @@ def test_every_tables_anonymous_sets_are_bound_before_any_other_chain_is_filled(
             assert [len(kernel[c.name]) for c in chains(4)] == [1, 1, 1]
 
     trio.run(main)
+
+
+class EndingAfterBeside(ProcessRunner):
+    """The real tools; a fed command's input ends only once ``beside`` has
+    begun (run in turn after it, it never would)."""
+
+    def __init__(self, netns: str) -> None:
+        super().__init__(netns)
+        self.beside_begun = trio.Event()
+
+    @asynccontextmanager
+    async def feeding(self, argv: Sequence[str]) -> AsyncIterator[Fed]:
+        async with feeding(ProcessRunner(self.netns), argv) as fed:
+            yield fed
+            await self.beside_begun.wait()
+
+
+def test_beside_runs_while_nft_commits_and_only_when_it_runs(netns: str) -> None:
+    """The reads for the steps after the rules (routes, sysctls) go beside
+    nft's commit, once the sets are written; with nothing to write there is
+    no commit to go beside."""
+
+    async def main() -> None:
+        runner = EndingAfterBeside(netns)
+        v4, v6 = _families(runner)
+        events: list[str] = []
+
+        async def meanwhile() -> None:
+            events.append("sets")
+
+        async def beside() -> None:
+            events.append(f"beside, chains {_chains(netns, 'ip6')}")
+            runner.beside_begun.set()
+
+        with trio.fail_after(10):
+            assert await apply_together([v4, v6], meanwhile, beside)
+        assert events == ["sets", "beside, chains []"]
+        assert "cali-six" in held(netns, "ip6")
+        assert not await apply_together([v4, v6], meanwhile, beside)
+        assert events == ["sets", "beside, chains []", "sets"]
+
+    trio.run(main)

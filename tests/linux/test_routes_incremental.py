@@ -102,6 +102,10 @@ _ops = st.lists(
         st.tuples(st.just("refuse"), _few),
         st.tuples(st.just("time"), st.sampled_from([0.5, 2.0, 400.0])),
         st.tuples(st.just("resync")),
+        # The changes' node reads ahead (as while the rules commit): the
+        # links, and the routes if it knows none; an apply may follow
+        # other ops first.
+        st.tuples(st.just("ahead")),
         st.tuples(st.just("apply")),
         st.tuples(st.just("apply")),
     ),
@@ -112,6 +116,16 @@ _ops = st.lists(
 @settings(max_examples=500, deadline=None)
 @given(_ops)
 @example([("route", CIDRS[0], TARGETS[0]), ("apply",), ("relink", "cali1")])
+@example([("route", CIDRS[0], TARGETS[0]), ("resync",), ("ahead",), ("relink", "cali1")])
+@example(
+    [
+        ("route", CIDRS[0], TARGETS[0]),
+        ("apply",),
+        ("resync",),
+        ("ahead",),  # what it read must hold the route, or it stays
+        ("route", CIDRS[0], None),
+    ]
+)
 @example(
     [
         ("route", CIDRS[0], TARGETS[0]),
@@ -166,6 +180,8 @@ def test_a_sync_of_the_changes_ends_where_a_full_sync_does(ops: list[tuple[Any, 
             elif op[0] == "resync":
                 for node in (full, changes):
                     node.programmer.mark_for_resync()
+            elif op[0] == "ahead":
+                changes.programmer.read_ahead()
             else:
                 await apply_both()
 

@@ -1,11 +1,16 @@
-"""Interface sysctls: one interface that refuses a write never blocks others."""
+"""Interface sysctls: one interface that refuses a write never blocks others;
+what is read ahead (while the rules commit) ends where the apply alone does."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataplane.linux.kernel.sysctl_state import SysctlOriginals, namespace_identity
 from dataplane.linux.kernel.sysctls import SysctlWriter
@@ -160,3 +165,73 @@ def test_this_process_has_a_namespace_identity() -> None:
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     identity = namespace_identity()
     assert identity.startswith(f"{boot}/") and identity == namespace_identity()
+
+
+_VALUES = st.sampled_from(["0", "1", "80"])
+_FILES = ("forwarding", "proxy_arp", "rp_filter", "accept_ra")
+
+
+def _drawn_tree(root: Path, values: list[str], gone: set[str]) -> None:
+    """cali1 and cali2 with the drawn values; the interfaces in ``gone``
+    deleted (after the read ahead, in the tree read ahead)."""
+    _tree(root, "cali1", "cali2")
+    files = [
+        root / "net" / family / "conf" / iface / name
+        for iface in ("cali1", "cali2")
+        for family in ("ipv4", "ipv6")
+        for name in _FILES
+    ]
+    for path, value in zip(files, values, strict=False):
+        path.write_text(value + "\n")
+    for iface in gone:
+        for family in ("ipv4", "ipv6"):
+            shutil.rmtree(root / "net" / family / "conf" / iface)
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(_VALUES, min_size=16, max_size=16),
+    st.sets(st.sampled_from(["cali1", "cali2"])),
+    st.booleans(),
+)
+def test_a_read_ahead_then_the_apply_ends_where_the_apply_alone_does(
+    values: list[str], gone: set[str], strict: bool
+) -> None:
+    """What the apply would read, read first (while the rules commit);
+    interfaces may go between the two."""
+    wanted = [("cali1", 1, strict), ("cali2", 2, not strict)]
+    with tempfile.TemporaryDirectory() as alone, tempfile.TemporaryDirectory() as ahead:
+        first, second = Path(alone), Path(ahead)
+        _drawn_tree(first, values, gone)
+        _drawn_tree(second, values, set())
+        plain, reading = SysctlWriter(first), SysctlWriter(second)
+        trio.run(reading.read_ahead, wanted)
+        for iface in gone:
+            for family in ("ipv4", "ipv6"):
+                shutil.rmtree(second / "net" / family / "conf" / iface)
+        trio.run(plain.apply, wanted)
+        trio.run(reading.apply, wanted)
+        assert _files(first) == _files(second)
+        assert plain.writes == reading.writes
+        assert plain.held_back() == reading.held_back() == {}
+
+
+def test_the_apply_takes_what_was_read_ahead_once(tmp_path: Path) -> None:
+    """A value changed between the read ahead and the apply is not seen by
+    that apply (it would not be just after its write either); the next
+    resync finds it, with nothing left over from the read ahead."""
+    _tree(tmp_path, "cali1")
+    writer = SysctlWriter(tmp_path)
+    arp = tmp_path / "net/ipv4/conf/cali1/proxy_arp"
+    arp.write_text("1\n")
+    trio.run(writer.read_ahead, [("cali1", 1, True)])
+    arp.write_text("0\n")  # between: another hand
+    trio.run(writer.apply, [("cali1", 1, True)])
+    assert arp.read_text() == "0\n"
+    writer.mark_for_resync()
+    trio.run(writer.apply, [("cali1", 1, True)])
+    assert arp.read_text() == "1"

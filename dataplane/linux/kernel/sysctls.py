@@ -13,6 +13,7 @@ process) and ``cleanup`` puts it back where it still holds our value.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable
@@ -85,11 +86,13 @@ class SysctlWriter:
         self.failed: dict[str, str] = {}  # iface -> why, as of the last apply
         self._unsaid: Unsaid[str] = Unsaid()  # what take_refusals has not returned yet
         self.writes = 0  # files written so far (metrics); read from the loop after apply
+        self._ahead: dict[str, str] = {}  # path -> value, read ahead for the next apply
 
     def _write(self, key: str, value: str) -> None:
         path = f"{self.root}/{key}"
         try:
-            if _read_file(path).strip() == value:
+            found = self._ahead.pop(path, None)
+            if (found if found is not None else _read_file(path).strip()) == value:
                 return
             _write_file(path, value)
             self.writes += 1
@@ -118,15 +121,19 @@ class SysctlWriter:
             return {}
         return {**_GLOBAL_V4, **(_GLOBAL_V6 if self.ipv6 else {})}
 
-    def _configure(self, iface: str, strict_rpf: bool) -> None:
-        for key, value in _IPV4_IFACE.items():
-            self._write(key.format(iface), value)
+    def _settings(self, iface: str, strict_rpf: bool) -> dict[str, str]:
+        """Each file of ``iface`` we set, and its value."""
+        settings = {key.format(iface): value for key, value in _IPV4_IFACE.items()}
         # Strict reverse-path filtering backs up the anti-spoofing rules,
         # unless the endpoint may legitimately send from other addresses.
-        self._write(_RP_FILTER.format(iface), "1" if strict_rpf else "0")
+        settings[_RP_FILTER.format(iface)] = "1" if strict_rpf else "0"
         if self.ipv6:
-            for key, value in _IPV6_IFACE.items():
-                self._write(key.format(iface), value)
+            settings.update((key.format(iface), value) for key, value in _IPV6_IFACE.items())
+        return settings
+
+    def _configure(self, iface: str, strict_rpf: bool) -> None:
+        for key, value in self._settings(iface, strict_rpf).items():
+            self._write(key, value)
 
     def _sync(self, wanted: dict[str, tuple[int, bool]]) -> None:
         for key, value in self._globals().items():
@@ -143,8 +150,20 @@ class SysctlWriter:
                     continue
                 self._done[iface] = state
         self.failed = failed
+        self._ahead = {}  # what this apply did not use is stale by the next
         for iface in [i for i in self._done if i not in wanted]:
             del self._done[iface]
+
+    def _read_ahead(self, wanted: dict[str, tuple[int, bool]]) -> None:
+        ahead: dict[str, str] = {}
+        for iface, state in wanted.items():
+            if self._done.get(iface) == state:
+                continue
+            for key in self._settings(iface, state[1]):
+                path = f"{self.root}/{key}"
+                with contextlib.suppress(OSError):  # the apply reads it, and says why
+                    ahead[path] = _read_file(path).strip()
+        self._ahead = ahead
 
     def held_back(self) -> dict[str, str]:
         """Interfaces whose settings the last apply could not write, and why."""
@@ -158,6 +177,14 @@ class SysctlWriter:
         """Configure each (name, ifindex, strict_rpf) interface that is new or changed."""
         wanted = {name: (index, strict) for name, index, strict in interfaces}
         await trio.to_thread.run_sync(self._sync, wanted)
+
+    async def read_ahead(self, interfaces: Iterable[tuple[str, int, bool]]) -> None:
+        """Read now the files :meth:`apply` of the same interfaces would
+        read (while the rules commit, when reading costs nothing): it then
+        writes those that differ without reading them again. A read that
+        fails is left to the apply."""
+        wanted = {name: (index, strict) for name, index, strict in interfaces}
+        await trio.to_thread.run_sync(self._read_ahead, wanted)
 
     def mark_for_resync(self) -> None:
         self._done.clear()

@@ -158,6 +158,20 @@ class RouteProgrammer:
         refusals, self._refusals = self._refusals, []
         return refusals
 
+    def read_ahead(self) -> None:
+        """Blocking, in a worker thread: the links, and the routes if this
+        programmer knows none yet (a first apply, a resync), read now for
+        the next apply -- while the rules commit, when the reads cost
+        nothing. Raises what the kernel raises (the apply reads again)."""
+        self._links.refresh()
+        if self._actual is None:
+            handle = self._netlink_factory()
+            try:
+                self._actual = self._read_routes(handle)
+            finally:
+                handle.close()
+            self._check = None
+
     def mark_for_resync(self) -> None:
         self._actual = None
         self._check = None

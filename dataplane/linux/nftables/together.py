@@ -45,11 +45,15 @@ def _text(lines: Iterable[tuple[str, str | None]]) -> bytes:
 
 
 async def apply_together(
-    tables: Sequence[NftTable], meanwhile: Callable[[], Awaitable[None]] = _nothing
+    tables: Sequence[NftTable],
+    meanwhile: Callable[[], Awaitable[None]] = _nothing,
+    beside: Callable[[], Awaitable[None]] = _nothing,
 ) -> bool:
     """Apply the tables (one per family) with one ``nft -f``; True if anything
     was written. ``meanwhile`` runs once, after the scripts are made and
     before nft has read their end (also when there is nothing to write).
+    ``beside`` runs while nft commits, if it runs (reads for the steps
+    after; it must not raise what the kernel says: see its caller).
 
     Raises:
         ProgrammingError: as :meth:`NftTable.apply`, or from ``meanwhile``:
@@ -86,6 +90,12 @@ async def apply_together(
                 assert fed is not None  # a tail is kept only once nft runs
                 fed.send(tail)
             await meanwhile()
+            # Out of this block, which kills nft unfed if anything above raises.
+            running = stack.pop_all()
+        if fed is not None:
+            # nft has its whole input once this ends it: it evaluates and
+            # commits (seconds on a loaded node's first apply) beside this.
+            await side_by_side(running.aclose, beside)
         if fed is None:
             wrote = False
             for table in tables:
