@@ -235,3 +235,19 @@ def test_the_apply_takes_what_was_read_ahead_once(tmp_path: Path) -> None:
     writer.mark_for_resync()
     trio.run(writer.apply, [("cali1", 1, True)])
     assert arp.read_text() == "1"
+
+
+def test_what_an_apply_that_failed_before_the_sysctls_read_ahead_is_never_used(
+    tmp_path: Path,
+) -> None:
+    """The platform forgets it after every apply: a later apply with no
+    rules to commit (nothing read ahead) reads the files for itself."""
+    _tree(tmp_path, "cali1")
+    writer = SysctlWriter(tmp_path)
+    arp = tmp_path / "net/ipv4/conf/cali1/proxy_arp"
+    arp.write_text("1\n")
+    trio.run(writer.read_ahead, [("cali1", 1, True)])
+    writer.forget_ahead()  # that apply failed before the sysctls
+    arp.write_text("0\n")
+    trio.run(writer.apply, [("cali1", 1, True)])
+    assert arp.read_text() == "1"

@@ -186,6 +186,11 @@ class SysctlWriter:
         wanted = {name: (index, strict) for name, index, strict in interfaces}
         await trio.to_thread.run_sync(self._read_ahead, wanted)
 
+    def forget_ahead(self) -> None:
+        """Drop what was read ahead for an apply that never reached the
+        sysctls (it failed before): a later apply reads for itself."""
+        self._ahead = {}
+
     def mark_for_resync(self) -> None:
         self._done.clear()
 
