@@ -50,10 +50,6 @@ __all__ = ["NFTABLES", "TABLES", "HoldsBack", "Programmers"]
 NFTABLES = "nftables"  # Programmers.backend on native nftables
 
 
-async def _nothing() -> None:
-    return None
-
-
 class HoldsBack(Protocol):
     """How a programmer says what it could not program (every one but the
     iptables tables, whose refusals carry the rule that was refused)."""
@@ -216,7 +212,7 @@ class Programmers:
         self,
         versions: Sequence[int],
         ip_sets: Callable[[], Awaitable[None]],
-        beside: Callable[[], Awaitable[None]] = _nothing,
+        beside: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """The IP sets' writes (``ip_sets``), then every table of rules, in
         the order that never leaves a gap; ``beside`` (reads for the steps
@@ -266,7 +262,8 @@ class Programmers:
             for table in TABLES:
                 await self.iptables[(table, version)].apply()
 
-        await side_by_side(*(functools.partial(family, v) for v in versions), beside)
+        steps = [functools.partial(family, v) for v in versions]
+        await side_by_side(*steps, *(() if beside is None else (beside,)))
 
     async def retire_other(self, runner: CommandRunner) -> None:
         """Remove the other backend's objects of ours, once this one's are in force.

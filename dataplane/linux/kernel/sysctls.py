@@ -135,20 +135,24 @@ class SysctlWriter:
         for key, value in self._settings(iface, strict_rpf).items():
             self._write(key, value)
 
+    def _due(self, wanted: dict[str, tuple[int, bool]]) -> list[tuple[str, tuple[int, bool]]]:
+        """The interfaces whose files an apply of ``wanted`` writes (and
+        a read-ahead reads): those not done in the same state."""
+        return [(iface, state) for iface, state in wanted.items() if self._done.get(iface) != state]
+
     def _sync(self, wanted: dict[str, tuple[int, bool]]) -> None:
         for key, value in self._globals().items():
             self._write_global(key, value)
         failed: dict[str, str] = {}
-        for iface, state in wanted.items():
-            if self._done.get(iface) != state:
-                # One interface that refuses a setting never blocks the
-                # others; it is tried again at the next apply.
-                try:
-                    self._configure(iface, state[1])
-                except ProgrammingError as exc:
-                    failed[iface] = str(exc)
-                    continue
-                self._done[iface] = state
+        for iface, state in self._due(wanted):
+            # One interface that refuses a setting never blocks the
+            # others; it is tried again at the next apply.
+            try:
+                self._configure(iface, state[1])
+            except ProgrammingError as exc:
+                failed[iface] = str(exc)
+                continue
+            self._done[iface] = state
         self.failed = failed
         self._ahead = {}  # what this apply did not use is stale by the next
         for iface in [i for i in self._done if i not in wanted]:
@@ -156,9 +160,7 @@ class SysctlWriter:
 
     def _read_ahead(self, wanted: dict[str, tuple[int, bool]]) -> None:
         ahead: dict[str, str] = {}
-        for iface, state in wanted.items():
-            if self._done.get(iface) == state:
-                continue
+        for iface, state in self._due(wanted):
             for key in self._settings(iface, state[1]):
                 path = f"{self.root}/{key}"
                 with contextlib.suppress(OSError):  # the apply reads it, and says why

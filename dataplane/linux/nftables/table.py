@@ -94,6 +94,11 @@ class NftScript:
         return bool(self.head or self.tail)
 
 
+def script_text(lines: Iterable[Line]) -> bytes:
+    """Script lines as nft reads them."""
+    return "".join(line + "\n" for line, _ in lines).encode()
+
+
 class NftTable:
     """One table (``family`` ip or ip6) of our own chains; see the module doc."""
 
@@ -333,8 +338,8 @@ class NftTable:
             if not script:
                 self.settle()
                 return False
-            text = "".join(line + "\n" for line, _ in script.lines)
-            result = await self._runner.run(["nft", "-f", "-"], stdin=text.encode(), check=False)
+            text = script_text(script.lines)
+            result = await self._runner.run(["nft", "-f", "-"], stdin=text, check=False)
             if result.returncode == 0:
                 break
             self._refused(result.stderr, script.lines, trial)

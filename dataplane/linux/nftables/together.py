@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from dataplane.linux.kernel.fed import Fed, feeding
 from dataplane.linux.kernel.side_by_side import side_by_side
-from dataplane.linux.nftables.table import NftTable
+from dataplane.linux.nftables.table import NftTable, script_text
 
 __all__ = ["apply_together"]
 
@@ -40,14 +40,10 @@ async def _nothing() -> None:
     return None
 
 
-def _text(lines: Iterable[tuple[str, str | None]]) -> bytes:
-    return "".join(line + "\n" for line, _ in lines).encode()
-
-
 async def apply_together(
     tables: Sequence[NftTable],
     meanwhile: Callable[[], Awaitable[None]] = _nothing,
-    beside: Callable[[], Awaitable[None]] = _nothing,
+    beside: Callable[[], Awaitable[None]] | None = None,
 ) -> bool:
     """Apply the tables (one per family) with one ``nft -f``; True if anything
     was written. ``meanwhile`` runs once, after the scripts are made and
@@ -84,24 +80,23 @@ async def apply_together(
                 # sets are bound, and each bind walks the transaction so
                 # far (the ip table's 37,000 rules, for the ip6 table's
                 # sets on a 1,000-endpoint node: ~0.3 s of its commit).
-                fed.send(_text(script.head))
-                tails.append(_text(script.tail))
+                fed.send(script_text(script.head))
+                tails.append(script_text(script.tail))
             for tail in tails:
                 assert fed is not None  # a tail is kept only once nft runs
                 fed.send(tail)
             await meanwhile()
             # Out of this block, which kills nft unfed if anything above raises.
             running = stack.pop_all()
-        if fed is not None:
-            # nft has its whole input once this ends it: it evaluates and
-            # commits (seconds on a loaded node's first apply) beside this.
-            await side_by_side(running.aclose, beside)
         if fed is None:
             wrote = False
             for table in tables:
                 table.settle()
                 wrote |= await table.apply_data()
             return wrote
+        # nft has its whole input once this ends it: it evaluates and
+        # commits (seconds on a loaded node's first apply) beside this.
+        await side_by_side(running.aclose, *(() if beside is None else (beside,)))
         assert fed.result is not None  # set when the block ends without raising
         if fed.result.returncode != 0:
             # Nothing of it was applied: each on its own, to blame one chain.
