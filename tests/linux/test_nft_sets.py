@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import pytest
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dataplane.errors import ProgrammingError
@@ -31,7 +31,14 @@ from dataplane.linux.nftables.elements import (
 )
 from dataplane.linux.nftables.names import nft_name
 from dataplane.linux.nftables.reader import TableReader
-from dataplane.linux.nftables.set_elements import elements_of, expand, held_items, set_name
+from dataplane.linux.nftables.set_elements import (
+    _span,
+    elements_of,
+    expand,
+    held_items,
+    member_version,
+    set_name,
+)
 from dataplane.linux.nftables.sets import NftSets
 from dataplane.model import IPSet, IPSetType
 from testbed.topology import kernel_unavailable
@@ -67,6 +74,55 @@ def test_prefixes_become_merged_ranges_each_one_item() -> None:
     }
     assert elements_of(IPSetType.NET, 4, ["0.0.0.0/0"]) == set(interval(v4("0.0.0.0"), None))
     assert elements_of(IPSetType.IP, 4, ["10.0.0.1"]) == {encoded(v4("10.0.0.1"))}
+
+
+def _ipaddress_span(member: str) -> tuple[int, int] | str:
+    """What ``ipaddress`` makes of one member: its [start, end), or its error."""
+    try:
+        net = ipaddress.ip_network(member)
+    except ValueError as exc:
+        return type(exc).__name__
+    return int(net.network_address), int(net.broadcast_address) + 1
+
+
+def _span_or_error(member: str, version: int) -> tuple[int, int] | str:
+    try:
+        return _span(member, version)
+    except ValueError as exc:
+        return type(exc).__name__
+
+
+def _network(address: str, length: int) -> str:
+    return str(ipaddress.ip_network(f"{address}/{length}", strict=False))
+
+
+_v4_text = st.ip_addresses(v=4).map(str)
+_v6_text = st.ip_addresses(v=6).map(str)
+_length = st.one_of(
+    st.integers(0, 129).map(str),
+    st.sampled_from(["", "032", "-1", "+8", "1e1", "\u0663", " 8", "8 ", "x"]),
+)
+_members = st.one_of(
+    # Canonical CIDRs, as the managers hand them on.
+    st.builds(_network, _v4_text, st.integers(0, 32)),
+    st.builds(_network, _v6_text, st.integers(0, 128)),
+    # Host bits, other lengths, no length, the other family, odd text.
+    st.builds(lambda a, n: f"{a}/{n}" if n else a, st.one_of(_v4_text, _v6_text), _length),
+    st.text(alphabet="0123456789abcdef.:/%x \x00", max_size=24),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_members, st.sampled_from([4, 6]))
+# Lengths int() reads and ipaddress does not, on addresses with no host bits.
+@example("0.0.0.0/\u0663", 4)
+@example("::/\u0663", 6)
+@example("0.0.0.0/+0", 4)
+@example("::/ 0", 6)
+def test_a_members_range_is_what_ipaddress_reads_or_refuses(member: str, version: int) -> None:
+    """The fast parse of a prefix (inet_pton) agrees with ipaddress on
+    every text, read or refused, whichever family it is asked for."""
+    assert _span_or_error(member, version) == _ipaddress_span(member)
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,6 +163,62 @@ class Recording:
         changes = list(changes)  # (read twice)
         self.transactions.append(sorted((c.op, c.set, len(c.elements)) for c in changes))
         self.fake(changes)
+
+
+_POOLS = {
+    IPSetType.IP: ["10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::1", "fd00::2"],
+    IPSetType.IP_AND_PORT: [
+        "10.0.0.1,tcp:80",
+        "10.0.0.1,udp:80",
+        "10.0.0.2,tcp:80",
+        "fd00::1,tcp:443",
+    ],
+    IPSetType.NET: ["10.0.0.0/24", "10.0.1.0/24", "10.0.0.128/25", "fd00::/64", "fd00:0:0:1::/64"],
+}
+_set_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("replace"), st.sampled_from(sorted(_POOLS, key=str)), st.integers(0, 31)),
+        st.tuples(st.just("update"), st.integers(0, 31), st.integers(0, 31)),
+        st.tuples(st.just("plan"), st.just(0), st.just(0)),
+    ),
+    max_size=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_set_ops, st.sampled_from([(4,), (4, 6)]))
+def test_a_sets_items_kept_member_by_member_are_its_members_items(
+    ops: list[tuple[str, object, int]], versions: tuple[int, ...]
+) -> None:
+    """A set's kernel items, worked out once and then kept up to date as
+    members come and go, are at every plan what its members make whole
+    (members added twice, removed though absent, of a family not
+    programmed, or of a prefix set, whose ranges are worked out again)."""
+    fake = FakeSets()
+    sets = NftSets(Nft(), fake, fake, dict.fromkeys(versions, "calico"))
+    kind, members = IPSetType.IP, set[str]()
+
+    def pick(mask: int) -> frozenset[str]:
+        return frozenset(m for bit, m in enumerate(_POOLS[kind]) if mask >> bit & 1)
+
+    sets.replace(IPSet("s", kind, frozenset()))
+    for op, arg, mask in ops:
+        if op == "replace":
+            assert isinstance(arg, IPSetType)
+            kind = arg
+            members = set(pick(mask))
+            sets.replace(IPSet("s", kind, frozenset(members)))
+        elif op == "update":
+            assert isinstance(arg, int)
+            added, removed = pick(arg), pick(mask)
+            sets.update_members("s", added, removed)
+            members = (members - removed) | added
+        else:
+            _, written = sets._plan({}, "s")
+            for v in versions:
+                of_v = [m for m in members if member_version(m) == v]
+                want = elements_of(kind, v, of_v)
+                assert written.get((v, sets.kernel_name("s", v)), frozenset()) == want
 
 
 def test_changes_are_deltas_and_a_refused_set_waits_while_the_others_land() -> None:
