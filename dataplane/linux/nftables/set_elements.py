@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import re
 import socket
 import sys
@@ -38,6 +37,7 @@ from dataplane.linux.nftables.elements import (
     proto,
     ranged,
 )
+from dataplane.linux.nftables.prefix_ranges import merged, range_item, span
 from dataplane.linux.nftables.reader import ReadElement
 from dataplane.model import IPSetType
 
@@ -88,44 +88,9 @@ def _address(text: str, version: int) -> bytes:
     return socket.inet_pton(_FAMILY[version], text)
 
 
-def _span(member: str, version: int) -> tuple[int, int]:
-    """[start, end) of one prefix, as ``ipaddress.ip_network`` reads it.
-
-    The managers hand on canonical CIDRs, which inet_pton parses several
-    times faster than ipaddress (a node's first apply reads every
-    endpoint's addresses here). Anything else -- another family, host bits
-    set, a malformed length -- goes to ipaddress, to be read or refused
-    as it always was."""
-    base, slash, length = member.partition("/")
-    bits = 32 if version == 4 else 128
-    try:
-        start = int.from_bytes(socket.inet_pton(_FAMILY[version], base), "big")
-    except (OSError, ValueError):  # ValueError: a NUL in the text
-        start = -1
-    if not slash:
-        prefix = bits
-    elif length.isascii() and length.isdigit() and int(length) <= bits:
-        prefix = int(length)
-    else:
-        prefix = -1
-    if start >= 0 and prefix >= 0:
-        size = 1 << (bits - prefix)
-        if not start & (size - 1):
-            return start, start + size
-    net = ipaddress.ip_network(member)
-    return int(net.network_address), int(net.broadcast_address) + 1
-
-
 def _ranges(members: Iterable[str], version: int) -> list[tuple[int, int]]:
     """The members as merged [start, end) ranges: none overlap or touch."""
-    spans = sorted(_span(m, version) for m in members)
-    merged: list[tuple[int, int]] = []
-    for start, end in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
+    return merged(sorted(span(m, version) for m in members))
 
 
 def _ip_item(member: str, version: int) -> bytes:
@@ -156,20 +121,11 @@ def elements_of(kind: IPSetType, version: int, members: Iterable[str]) -> frozen
     item = _PER_MEMBER.get(kind)
     if item is not None:
         return frozenset(item(m, version) for m in members)
-    width = 4 if version == 4 else 16
-    top = 1 << (8 * width)
     # One item per range, its start and end elements together: a range
     # changed is deleted whole and added whole in one transaction, as nft
     # does it. (Deleting a range's start while keeping its end, beside a
     # new start, is refused with EEXIST now and then by this kernel.)
-    return frozenset(
-        b"".join(
-            interval(
-                start.to_bytes(width, "big"), end.to_bytes(width, "big") if end < top else None
-            )
-        )
-        for start, end in _ranges(members, version)
-    )
+    return frozenset(range_item(start, end, version) for start, end in _ranges(members, version))
 
 
 def held_items(kind: IPSetType, elements: Iterable[ReadElement]) -> frozenset[bytes]:
