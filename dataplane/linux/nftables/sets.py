@@ -27,7 +27,6 @@ from __future__ import annotations
 import errno
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 import trio
 
@@ -43,18 +42,16 @@ from dataplane.linux.nftables.elements import (
     ElementSink,
 )
 from dataplane.linux.nftables.names import nft_name
-from dataplane.linux.nftables.prefix_ranges import PrefixRanges
 from dataplane.linux.nftables.reader import TableSource
 from dataplane.linux.nftables.sending import send
 from dataplane.linux.nftables.set_elements import (
-    elements_of,
     expand,
     held_items,
-    member_item,
     member_version,
     set_name,
     set_type,
 )
+from dataplane.linux.nftables.wanted_set import WantedSet
 from dataplane.model import IPSet, IPSetType
 
 __all__ = ["NftSets"]
@@ -62,60 +59,6 @@ __all__ = ["NftSets"]
 _FAMILY = {4: ("ip", NFPROTO_IPV4), 6: ("ip6", NFPROTO_IPV6)}
 _OUR_SET = re.compile(r"cali[46][0np][-_][A-Za-z0-9_]+")
 _KINDS = {"0": IPSetType.IP, "n": IPSetType.NET, "p": IPSetType.IP_AND_PORT}
-
-
-@dataclass(slots=True)
-class _Wanted:
-    kind: IPSetType
-    members: dict[int, set[str]]  # canonical members, by IP version
-    # Our name for it per IP version: computed once (a hash for most ids),
-    # as every rule that looks the set up asks for it.
-    names: dict[int, str]
-    # The kernel's items for ``members``, by version, once a plan worked
-    # them out, then kept up to date member by member: a change to a set
-    # of 100,000 members costs its change (working every item out again
-    # cost 0.2 s of the loop for addresses, 0.7 s with ports, 1.4 s for
-    # prefixes). Items one per member (addresses, ports) are a set of
-    # them; a prefix set's are its merged ranges' (PrefixRanges).
-    items: dict[int, set[bytes]] = field(default_factory=dict)
-    prefixes: dict[int, PrefixRanges] = field(default_factory=dict)
-
-    def add(self, member: str) -> None:
-        version = member_version(member)
-        bucket = self.members.get(version)
-        if bucket is None or member in bucket:
-            return  # None: an IPv6 member with IPv6 off
-        bucket.add(member)
-        if version in self.prefixes:
-            self.prefixes[version].add(member)
-        elif version in self.items:
-            self.items[version].add(self._item(version, member))
-
-    def discard(self, member: str) -> None:
-        version = member_version(member)
-        bucket = self.members.get(version)
-        if bucket is None or member not in bucket:
-            return
-        bucket.discard(member)
-        if version in self.prefixes:
-            self.prefixes[version].remove(member)
-        elif version in self.items:
-            self.items[version].discard(self._item(version, member))
-
-    def _item(self, version: int, member: str) -> bytes:
-        item = member_item(self.kind, version, member)
-        assert item is not None  # a prefix set keeps PrefixRanges instead
-        return item
-
-    def elements(self, version: int) -> set[bytes]:
-        """The kernel's items for the members of ``version``."""
-        if self.kind is IPSetType.NET:
-            if version not in self.prefixes:
-                self.prefixes[version] = PrefixRanges(version, self.members[version])
-            return self.prefixes[version].items
-        if version not in self.items:
-            self.items[version] = set(elements_of(self.kind, version, self.members[version]))
-        return self.items[version]
 
 
 class NftSets:
@@ -144,7 +87,7 @@ class NftSets:
         self._versions = tuple(sorted(self._tables))
         self.quarantine: Quarantine[str] = Quarantine(clock)
         self._unsaid: Unsaid[str] = Unsaid()
-        self._wanted: dict[str, _Wanted] = {}
+        self._wanted: dict[str, WantedSet] = {}
         # (version, name) -> the id of the wanted set so named.
         self._owners: dict[tuple[int, str], str] = {}
         self._dirty: set[str] = set()
@@ -168,7 +111,7 @@ class NftSets:
         names = {v: set_name(ipset.id, v, ipset.type) for v in self._versions}
         self._forget(ipset.id)
         self._owners |= {(v, name): ipset.id for v, name in names.items()}
-        self._wanted[ipset.id] = _Wanted(ipset.type, members, names)
+        self._wanted[ipset.id] = WantedSet(ipset.type, members, names)
         self.quarantine.release(ipset.id)
         self._dirty.add(ipset.id)
 
