@@ -43,7 +43,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine, markdown_table, percentile
-from benchmarks.bench_memory import NS, _NoRunner, service_object, slice_object
+from benchmarks.bench_memory import NS, _NoRunner, build, service_object, slice_object
 from dataplane.kube.source import KubeServices
 from dataplane.linux.nftables.service_layout import ServiceLayout
 from dataplane.linux.nftables.service_table import ServiceTable
@@ -70,15 +70,7 @@ def changes(services: int, endpoints: int, count: int) -> list[list[str]]:
     to the table's apply returning (the writer and the kernel left out).
     The heap is frozen after the first apply and the collector on, as in
     the driver (core/heap.py); its passes during the changes are counted."""
-    source = KubeServices(api=None, node_name="node-1", node_port_ranges=lambda: [(30000, 32767)])  # type: ignore[arg-type]
-    for i in range(services):
-        source._services.upsert((NS, f"s{i}"), service_object(i))
-        source._slices.upsert((NS, f"s{i}-1"), slice_object(i, endpoints))
-    layout = ServiceLayout(4, "cali-svc", 0x4000000)
-    table = ServiceTable(layout, _NoRunner(), lambda c: None, _NothingHeld())  # type: ignore[arg-type]
-    for value in source.take_dirty().values():
-        assert value is not None
-        table.set_service(value)
+    source, _, table = build(services, endpoints, _NothingHeld())
     trio.run(table.apply)
     gc.collect()
     gc.freeze()

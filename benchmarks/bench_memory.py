@@ -114,15 +114,19 @@ class _NoRunner:
         return CommandResult(0, b"", b"")
 
 
-def build(services: int, endpoints: int) -> tuple[KubeServices, dict[Any, Any], ServiceTable]:
+def build(
+    services: int, endpoints: int, reader: Any = None
+) -> tuple[KubeServices, dict[Any, Any], ServiceTable]:
     """The driver's state for the node, as the first lists leave it: the
     source, the model values (the services writer keeps them, to write a
-    family's table again) and the table."""
+    family's table again) and the table (``reader``: what its applies read
+    the kernel with, if any run)."""
     source = KubeServices(api=None, node_name="node-1", node_port_ranges=lambda: [(30000, 32767)])  # type: ignore[arg-type]
     for i in range(services):
         source._services.upsert((NS, f"s{i}"), service_object(i))  # as a reflector does
         source._slices.upsert((NS, f"s{i}-1"), slice_object(i, endpoints))
-    table = ServiceTable(ServiceLayout(4, "cali-svc", 0x4000000), _NoRunner(), lambda c: None, None)  # type: ignore[arg-type]
+    layout = ServiceLayout(4, "cali-svc", 0x4000000)
+    table = ServiceTable(layout, _NoRunner(), lambda c: None, reader)
     kept = source.take_dirty()
     for value in kept.values():
         assert value is not None
