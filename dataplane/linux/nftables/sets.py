@@ -296,7 +296,7 @@ class NftSets:
         for v in self._versions:
             name = self.kernel_name(set_id, v)
             family, table = _FAMILY[v][1], self._tables[v]
-            want = frozenset(wanted.elements(v))
+            want = wanted.elements(v)
             have = held.get((v, name))
             if have is None:  # made just now
                 have = frozenset()

@@ -67,18 +67,16 @@ class WantedSet:
         assert item is not None  # a prefix set keeps PrefixRanges instead
         return item
 
-    def elements(self, version: int) -> set[bytes]:
+    def elements(self, version: int) -> frozenset[bytes]:
         """The kernel's items for the members of ``version``."""
+        members = self.members[version]
         if self.kind is IPSetType.NET:
-            ranges = self.prefixes.get(version)
-            if ranges is None:
-                ranges = PrefixRanges(version, self.members[version])
-                if self.changed:
-                    self.prefixes[version] = ranges
-            return ranges.items
-        items = self.items.get(version)
-        if items is None:
-            items = set(elements_of(self.kind, version, self.members[version]))
-            if self.changed:
-                self.items[version] = items
-        return items
+            if version not in self.prefixes and self.changed:
+                self.prefixes[version] = PrefixRanges(version, members)
+            if version in self.prefixes:
+                return frozenset(self.prefixes[version].items)
+        elif version not in self.items and self.changed:
+            self.items[version] = set(elements_of(self.kind, version, members))
+        if version in self.items:
+            return frozenset(self.items[version])
+        return elements_of(self.kind, version, members)  # nothing kept: worked out whole
