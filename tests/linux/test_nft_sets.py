@@ -125,28 +125,40 @@ _POOLS = {
     ],
     IPSetType.NET: ["10.0.0.0/24", "10.0.1.0/24", "10.0.0.128/25", "fd00::/64", "fd00:0:0:1::/64"],
 }
-_set_ops = st.lists(
+_kernel_ops = st.lists(
     st.one_of(
         st.tuples(st.just("replace"), st.sampled_from(sorted(_POOLS, key=str)), st.integers(0, 31)),
         st.tuples(st.just("update"), st.integers(0, 31), st.integers(0, 31)),
-        st.tuples(st.just("plan"), st.just(0), st.just(0)),
+        # What became of the last plan's write, then the next plan:
+        st.tuples(
+            st.just("plan"),
+            st.sampled_from(["landed", "refused", "read back equal", "tampered"]),
+            st.integers(0, 31),
+        ),
     ),
-    max_size=20,
+    max_size=25,
 )
 
 
-@settings(max_examples=200, deadline=None)
-@given(_set_ops, st.sampled_from([(4,), (4, 6)]))
-def test_a_sets_items_kept_member_by_member_are_its_members_items(
+@settings(max_examples=300, deadline=None)
+@given(_kernel_ops, st.sampled_from([(4,), (4, 6)]))
+def test_a_plan_writes_exactly_what_differs_from_the_kernels_copy(
     ops: list[tuple[str, object, int]], versions: tuple[int, ...]
 ) -> None:
-    """A set's kernel items, worked out once and then kept up to date as
-    members come and go, are at every plan what its members make whole
-    (members added twice, removed though absent, of a family not
-    programmed, or of a prefix set, whose ranges are worked out again)."""
+    """A set's items, worked out once and then kept as members come and go
+    (added twice, removed though absent, of a family not programmed, of a
+    prefix set), are at every plan what its members make whole. And
+    whatever became of the last write -- it landed, was refused, or a
+    read back replaced the kernel's copy with an equal one or with one
+    someone changed -- the plan deletes exactly what that copy holds and
+    the members do not make, and adds exactly the reverse (a kept set's
+    record of its changes never stands in for a copy it was not made
+    against)."""
     fake = FakeSets()
     sets = NftSets(Nft(), fake, fake, dict.fromkeys(versions, "calico"))
     kind, members = IPSetType.IP, set[str]()
+    held: dict[tuple[int, str], frozenset[bytes]] = {}
+    written: dict[tuple[int, str], frozenset[bytes]] = {}
 
     def pick(mask: int) -> frozenset[str]:
         return frozenset(m for bit, m in enumerate(_POOLS[kind]) if mask >> bit & 1)
@@ -158,17 +170,32 @@ def test_a_sets_items_kept_member_by_member_are_its_members_items(
             kind = arg
             members = set(pick(mask))
             sets.replace(IPSet("s", kind, frozenset(members)))
-        elif op == "update":
+            continue
+        if op == "update":
             assert isinstance(arg, int)
             added, removed = pick(arg), pick(mask)
             sets.update_members("s", added, removed)
             members = (members - removed) | added
-        else:
-            _, written = sets._plan({}, "s")
-            for v in versions:
-                of_v = [m for m in members if member_version(m) == v]
-                want = elements_of(kind, v, of_v)
-                assert written.get((v, sets.kernel_name("s", v)), frozenset()) == want
+            continue
+        if arg == "landed":
+            held.update(written)
+        elif arg == "read back equal":
+            held = {k: frozenset(v) for k, v in held.items()}
+        elif arg == "tampered" and held:
+            key = sorted(held)[mask % len(held)]
+            foreign = elements_of(IPSetType.IP, key[0], ["10.9.9.9" if key[0] == 4 else "fd09::9"])
+            held[key] = (held[key] - {min(held[key], default=b"")}) | foreign
+        changes, written = sets._plan(held, "s")
+        expected: dict[tuple[str, str], list[bytes]] = {}
+        for v in versions:
+            name = sets.kernel_name("s", v)
+            want = elements_of(kind, v, [m for m in members if member_version(m) == v])
+            have = held.get((v, name), frozenset())
+            assert written.get((v, name), have) == want  # what the kernel then holds
+            for change, items in (("delete", have - want), ("add", want - have)):
+                if items:
+                    expected[(change, name)] = sorted(expand(items))
+        assert {(c.op, c.set): sorted(c.elements) for c in changes} == expected  # type: ignore[type-var]
 
 
 def test_only_a_set_changed_since_it_was_made_keeps_its_items() -> None:

@@ -60,9 +60,13 @@ def test_a_members_range_is_what_ipaddress_reads_or_refuses(member: str, version
     assert _span_or_error(member, version) == _ipaddress_span(member)
 
 
-def _toggle_and_compare(ranges: PrefixRanges, members: set[str], member: str, version: int) -> None:
+def _toggle_and_compare(
+    ranges: PrefixRanges, members: set[str], member: str, version: int, held: frozenset[bytes]
+) -> frozenset[bytes]:
     """Add ``member`` if absent, else remove it; then the items kept must be
-    those of the members merged from scratch."""
+    those of the members merged from scratch, and what they changed since
+    ``held`` (the last items handed out) exactly the difference. Returns
+    the items handed out now."""
     if member in members:
         members.discard(member)
         ranges.remove(member)
@@ -70,7 +74,13 @@ def _toggle_and_compare(ranges: PrefixRanges, members: set[str], member: str, ve
         members.add(member)
         ranges.add(member)
     whole = merged(sorted(span(m, version) for m in members))
-    assert ranges.items == {range_item(s, e, version) for s, e in whole}
+    expected = {range_item(s, e, version) for s, e in whole}
+    assert set(ranges.items) == expected
+    want, delta = ranges.items.against(held)
+    assert want == expected
+    if delta is not None:
+        assert delta == (want - held, held - want)
+    return want
 
 
 _POOL = [
@@ -103,8 +113,9 @@ def test_ranges_kept_member_by_member_are_the_ranges_worked_out_whole(
     version, pool = family
     members = {pool[i % len(pool)] for i in first}
     ranges = PrefixRanges(version, members)
+    held: frozenset[bytes] = frozenset()
     for i in toggles:
-        _toggle_and_compare(ranges, members, pool[i % len(pool)], version)
+        held = _toggle_and_compare(ranges, members, pool[i % len(pool)], version, held)
 
 
 _nested = st.builds(
@@ -122,5 +133,6 @@ def test_ranges_of_many_nested_and_touching_prefixes_follow_any_toggles(
     """The same over drawn prefixes of one /20: most nest in or touch others."""
     members: set[str] = set()
     ranges = PrefixRanges(4, members)
+    held: frozenset[bytes] = frozenset()
     for i in toggles:
-        _toggle_and_compare(ranges, members, pool[i % len(pool)], 4)
+        held = _toggle_and_compare(ranges, members, pool[i % len(pool)], 4, held)

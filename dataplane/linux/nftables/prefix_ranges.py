@@ -19,6 +19,7 @@ import socket
 from collections.abc import Iterable
 
 from dataplane.linux.nftables.elements import interval
+from dataplane.linux.nftables.kept_items import KeptItems
 
 __all__ = ["PrefixRanges", "merged", "range_item", "span"]
 
@@ -91,7 +92,7 @@ class PrefixRanges:
         self._version = version
         self._spans = sorted(span(m, version) for m in members)  # one per member
         self._ranges = merged(self._spans)
-        self.items = {range_item(s, e, version) for s, e in self._ranges}
+        self.items = KeptItems(range_item(s, e, version) for s, e in self._ranges)
 
     def add(self, member: str) -> None:
         """One more member (a member's span is kept once per member)."""
@@ -145,4 +146,5 @@ class PrefixRanges:
         for s, e in self._ranges[lo:hi]:
             self.items.discard(range_item(s, e, version))
         self._ranges[lo:hi] = ranges
-        self.items.update(range_item(s, e, version) for s, e in ranges)
+        for s, e in ranges:
+            self.items.add(range_item(s, e, version))

@@ -296,20 +296,22 @@ class NftSets:
         for v in self._versions:
             name = self.kernel_name(set_id, v)
             family, table = _FAMILY[v][1], self._tables[v]
-            want = wanted.elements(v)
             have = held.get((v, name))
             if have is None:  # made just now
                 have = frozenset()
-            if have != want:
-                # Deletes first: a range's end may be the next one's start.
-                if have - want:
-                    changes.append(
-                        ElementChange("delete", family, table, name, expand(have - want))
-                    )
-                if want - have:
-                    changes.append(ElementChange("add", family, table, name, expand(want - have)))
-            else:
+            want, delta = wanted.elements(v, have)
+            if delta is None:
+                if have == want:
+                    continue
+                delta = (want - have, have - want)
+            adds, deletes = delta
+            if not adds and not deletes:
                 continue
+            # Deletes first: a range's end may be the next one's start.
+            if deletes:
+                changes.append(ElementChange("delete", family, table, name, expand(deletes)))
+            if adds:
+                changes.append(ElementChange("add", family, table, name, expand(adds)))
             written[(v, name)] = want
         return changes, written
 

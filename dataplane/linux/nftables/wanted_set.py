@@ -8,13 +8,17 @@ prefixes. A set that has changed since it was made keeps its items and
 changes them member by member (a prefix set through
 :class:`~dataplane.linux.nftables.prefix_ranges.PrefixRanges`, about 240
 bytes a prefix); one never changed after it was made (most of them)
-keeps nothing, and its first change works them out whole once.
+keeps nothing, and its first change works them out whole once. What a
+kept set's items changed since the last plan is recorded beside them
+(:class:`~dataplane.linux.nftables.kept_items.KeptItems`), so its next
+plan need not compare them whole with the kernel's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dataplane.linux.nftables.kept_items import Delta, KeptItems
 from dataplane.linux.nftables.prefix_ranges import PrefixRanges
 from dataplane.linux.nftables.set_elements import elements_of, member_item, member_version
 from dataplane.model import IPSetType
@@ -34,7 +38,7 @@ class WantedSet:
     names: dict[int, str]
     # The kernel's items for ``members``, by version: kept only once the
     # set has changed since it was made (see the module doc).
-    items: dict[int, set[bytes]] = field(default_factory=dict)
+    items: dict[int, KeptItems] = field(default_factory=dict)
     prefixes: dict[int, PrefixRanges] = field(default_factory=dict)
     changed: bool = False
 
@@ -67,16 +71,20 @@ class WantedSet:
         assert item is not None  # a prefix set keeps PrefixRanges instead
         return item
 
-    def elements(self, version: int) -> frozenset[bytes]:
-        """The kernel's items for the members of ``version``."""
+    def elements(
+        self, version: int, have: frozenset[bytes]
+    ) -> tuple[frozenset[bytes], Delta | None]:
+        """The kernel's items for the members of ``version``, and what they
+        add to and delete from ``have`` (the kernel's copy) when that is
+        known without comparing them whole (see ``KeptItems.against``)."""
         members = self.members[version]
         if self.kind is IPSetType.NET:
             if version not in self.prefixes and self.changed:
                 self.prefixes[version] = PrefixRanges(version, members)
             if version in self.prefixes:
-                return frozenset(self.prefixes[version].items)
+                return self.prefixes[version].items.against(have)
         elif version not in self.items and self.changed:
-            self.items[version] = set(elements_of(self.kind, version, members))
+            self.items[version] = KeptItems(elements_of(self.kind, version, members))
         if version in self.items:
-            return frozenset(self.items[version])
-        return elements_of(self.kind, version, members)  # nothing kept: worked out whole
+            return self.items[version].against(have)
+        return elements_of(self.kind, version, members), None  # nothing kept: worked out whole
